@@ -1,0 +1,41 @@
+"""Settings, read once from RECEIVER_* environment variables (each also a `receiver serve` flag)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Used when RECEIVER_SECRETS is unset, so `make run` + `receiver send` work with no account.
+DEV_SECRET = "dev-secret-not-for-production"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RECEIVER_", extra="ignore")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=4000, ge=0, le=65535)
+    db: str = "./data/receiver.db"
+    rules: Path = Path("./rules.yaml")
+    secrets: str = Field(default="", repr=False)
+    max_body: int = Field(default=65536, gt=0)
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    synchronous: Literal["full", "normal"] = "full"
+    notify_timeout: float = Field(default=10.0, gt=0)
+    notify_concurrency: int = Field(default=8, gt=0)
+    retry_initial: float = Field(default=30.0, gt=0)
+    retry_max: float = Field(default=3600.0, gt=0)
+    retry_for: float = Field(default=86400.0, gt=0)
+
+    @property
+    def secret_list(self) -> list[bytes]:
+        """The signing secrets, the development secret when none is configured."""
+        found = [s.strip().encode() for s in self.secrets.split(",") if s.strip()]
+        return found or [DEV_SECRET.encode()]
+
+    @property
+    def using_dev_secret(self) -> bool:
+        return not any(s.strip() for s in self.secrets.split(","))

@@ -1,0 +1,86 @@
+"""The exception hierarchy, and the HTTP status and error code each request error maps to.
+
+    ReceiverError
+    ├── RequestError                  an ingest request we refuse; .status and .code
+    │   ├── PayloadTooLargeError      413 payload_too_large
+    │   ├── SignatureError            401
+    │   │   ├── MissingSignatureError     missing_signature
+    │   │   └── InvalidSignatureError     invalid_signature
+    │   ├── InvalidJSONError          400 invalid_json
+    │   ├── InvalidEventError         422 invalid_event
+    │   └── StorageUnavailableError   503 storage_unavailable
+    ├── StoreError                    the store failed outside a request
+    └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
+
+A duplicate delivery is a result, not an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class ReceiverError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class RequestError(ReceiverError):
+    status: int = 400
+    code: str = "bad_request"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_dict(self) -> dict[str, dict[str, str]]:
+        return {"error": {"code": self.code, "message": self.message}}
+
+
+class PayloadTooLargeError(RequestError):
+    status = 413
+    code = "payload_too_large"
+
+
+class SignatureError(RequestError):
+    status = 401
+
+
+class MissingSignatureError(SignatureError):
+    code = "missing_signature"
+
+
+class InvalidSignatureError(SignatureError):
+    code = "invalid_signature"
+
+
+class InvalidJSONError(RequestError):
+    status = 400
+    code = "invalid_json"
+
+
+class InvalidEventError(RequestError):
+    status = 422
+    code = "invalid_event"
+
+
+class StorageUnavailableError(RequestError):
+    status = 503
+    code = "storage_unavailable"
+
+
+class StoreError(ReceiverError):
+    """The store could not do what was asked (outside the ingest path)."""
+
+
+class ConfigError(ReceiverError):
+    """Configuration is invalid. Each entry of .problems is one message naming the key."""
+
+    def __init__(self, problems: str | Sequence[str], *, source: str | None = None) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.source = source
+        head = f"{source}: " if source else ""
+        if len(self.problems) == 1:
+            super().__init__(head + self.problems[0])
+        else:
+            lines = "\n".join(f"  - {p}" for p in self.problems)
+            super().__init__(f"{head}{len(self.problems)} problems:\n{lines}")

@@ -1,0 +1,183 @@
+"""Models of the five event types the service delivers, and parsing of a signed body into one.
+
+Fields the service adds later are kept (``extra="allow"``), and the raw body is
+stored beside the parsed columns, so nothing the sender said is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, TypeAdapter
+from pydantic import ValidationError as _ValidationError
+
+from receiver.errors import InvalidEventError, InvalidJSONError
+
+EVENT_TYPES = (
+    "score.drop",
+    "score.recover",
+    "session.stopped",
+    "intervention.fired",
+    "intervention.resolved",
+)
+
+Id = Annotated[str, Field(min_length=1, max_length=256)]
+Number = StrictInt | StrictFloat
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    id: Id
+    type: str
+    timestamp: datetime
+    sessionId: Id
+    userId: Id | None = None
+    score: Number | None = None
+    threshold: Number | None = None
+
+    def payload(self) -> dict[str, Any]:
+        """The event as the sender wrote it (extra fields included), JSON-ready."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class ScoreDrop(_Event):
+    type: Literal["score.drop"]
+    userId: Id
+    score: Number
+    threshold: Number
+
+
+class ScoreRecover(_Event):
+    type: Literal["score.recover"]
+    userId: Id
+    score: Number
+    threshold: Number
+
+
+class SessionStopped(_Event):
+    type: Literal["session.stopped"]
+
+
+class InterventionFired(_Event):
+    type: Literal["intervention.fired"]
+
+
+class InterventionResolved(_Event):
+    type: Literal["intervention.resolved"]
+
+
+Event = Annotated[
+    ScoreDrop | ScoreRecover | SessionStopped | InterventionFired | InterventionResolved,
+    Field(discriminator="type"),
+]
+_adapter: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _checked_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:20]}... is out of range")
+    return value
+
+
+def loads(body: bytes) -> dict[str, Any]:
+    """Parse a body as one JSON object, or raise InvalidJSONError saying why.
+
+    Stricter than ``json.loads``: NaN and Infinity are refused, so is a number
+    too large for a float.
+    """
+    try:
+        data = json.loads(body, parse_constant=_no_constant, parse_float=_checked_float)
+    except UnicodeDecodeError as exc:
+        raise InvalidJSONError(f"body is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
+    except json.JSONDecodeError as exc:
+        raise InvalidJSONError(f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+    except (ValueError, RecursionError) as exc:
+        raise InvalidJSONError(f"body is not acceptable JSON: {str(exc)[:200]}") from exc
+    if not isinstance(data, dict):
+        raise InvalidJSONError(f"body must be a JSON object, got a JSON {_json_kind(data)}")
+    return data
+
+
+def validate(data: dict[str, Any]) -> _Event:
+    """Turn a parsed JSON object into an event, or raise InvalidEventError naming the field."""
+    kind = data.get("type")
+    if "type" in data and not (isinstance(kind, str) and kind in EVENT_TYPES):
+        raise InvalidEventError(
+            f"type: must be one of {', '.join(EVENT_TYPES)}; got {_short(kind)}"
+        )
+    try:
+        return _adapter.validate_python(data)
+    except _ValidationError as exc:
+        raise InvalidEventError(_describe(exc)) from None
+    except RecursionError:
+        raise InvalidEventError("event is nested too deeply") from None
+
+
+def parse(body: bytes) -> _Event:
+    """loads() then validate(): the whole path from signed bytes to an event."""
+    return validate(loads(body))
+
+
+def to_utc(ts: datetime) -> datetime:
+    """An event timestamp in UTC; a timestamp without a zone is taken as UTC."""
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+
+
+def _describe(exc: _ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False)[:5]:
+        loc = [str(p) for p in err["loc"]]
+        # The discriminated union puts the tag first in the location; the field is what matters.
+        if loc and loc[0] in EVENT_TYPES:
+            loc = loc[1:]
+        field = ".".join(loc) or "event"
+        parts.append(f"{field}: {err['msg'].lower()}")
+    return "; ".join(parts)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else f'"{value}"'
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if value is None:
+        return "null"
+    return "number"
+
+
+def sample(kind: str = "score.drop", **fields: Any) -> dict[str, Any]:
+    """A plausible event of kind, for `receiver send` / `explain` and tests; fields override.
+
+    >>> sample("score.drop", id="evt_1")["id"]
+    'evt_1'
+    """
+    import uuid
+
+    event: dict[str, Any] = {
+        "id": f"evt_{uuid.uuid4().hex[:16]}",
+        "type": kind,
+        "sessionId": "sess_demo",
+        "userId": "user_42",
+        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+    }
+    if kind.startswith("score."):
+        event["score"] = 22 if kind == "score.drop" else 61
+        event["threshold"] = 40
+    event.update({k: v for k, v in fields.items() if v is not None})
+    return event

@@ -1,0 +1,161 @@
+"""POST /v1/events: size check -> signature -> JSON -> event -> store.accept, and its error contract.
+
+A lean ASGI endpoint rather than a Starlette Request/Response pair: this is the
+hot path, and the framework objects cost more per request than HMAC and JSON
+together. The contract (codes, statuses, shapes) is the README's table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from starlette.types import Receive, Scope, Send
+
+from receiver import events, signature
+from receiver.errors import (
+    InvalidSignatureError,
+    PayloadTooLargeError,
+    RequestError,
+    StorageUnavailableError,
+)
+from receiver.metrics import Metrics
+from receiver.store import Store
+
+log = logging.getLogger("receiver.ingest")
+
+_SIGNATURE = signature.SIGNATURE_HEADER.lower().encode("latin-1")
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class MethodNotAllowedError(RequestError):
+    status = 405
+    code = "method_not_allowed"
+
+
+class IngestEndpoint:
+    """The ASGI app mounted at POST /v1/events."""
+
+    def __init__(
+        self, *, store: Store, secrets: Sequence[bytes], max_body: int, metrics: Metrics
+    ) -> None:
+        self.store = store
+        self.secrets = list(secrets)
+        self.max_body = max_body
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        event_id: str | None = None
+        try:
+            status, payload = await self._handle(scope, receive)
+        except RequestError as exc:
+            status, payload = exc.status, exc.to_dict()
+            event_id = getattr(exc, "event_id", None)
+            self.metrics.rejected[exc.code].inc()
+            client = scope.get("client")
+            log.warning(
+                "rejected %s from %s: %s",
+                exc.code,
+                client[0] if client else "-",
+                exc.message,
+                extra={"code": exc.code, "event_id": event_id},
+            )
+        body = json.dumps(payload).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        self.metrics.ingest_seconds.observe(time.perf_counter() - started)
+
+    async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, dict[str, Any]]:
+        if scope["method"] != "POST":
+            raise MethodNotAllowedError(f"{scope['method']} is not allowed here; use POST")
+        header: str | None = None
+        signatures = 0
+        length: int | None = None
+        for name, value in scope["headers"]:
+            if name == _SIGNATURE:
+                signatures += 1
+                header = value.decode("latin-1")
+            elif name == b"content-length":
+                length = int(value) if value.isdigit() else None
+        if length is not None and length > self.max_body:
+            raise PayloadTooLargeError(
+                f"body of {length} bytes exceeds the limit of {self.max_body} bytes"
+            )
+        body = await self._read_body(receive)
+        if signatures > 1:
+            raise InvalidSignatureError(
+                f"{signature.SIGNATURE_HEADER} must appear once, got {signatures} headers"
+            )
+        signature.verify(self.secrets, body, header)
+
+        client = scope.get("client")
+        try:
+            event = events.parse(body)
+        except RequestError as exc:
+            # Signed but unusable: keep the bytes so nothing the sender signed is lost.
+            event_id = _guess_id(body)
+            exc.event_id = event_id  # type: ignore[attr-defined]
+            await self._quarantine(body, exc, client[0] if client else None, event_id)
+            raise
+        try:
+            new = await self.store.accept(event, body)
+        except StorageUnavailableError as exc:
+            exc.event_id = event.id  # type: ignore[attr-defined]
+            raise
+        if new:
+            self.metrics.accepted.inc()
+            log.debug("accepted %s %s", event.type, event.id)
+            return 202, {"id": event.id, "status": "accepted"}
+        self.metrics.duplicate.inc()
+        log.debug("duplicate %s %s", event.type, event.id)
+        return 200, {"id": event.id, "status": "duplicate"}
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise PayloadTooLargeError(f"body exceeds the limit of {self.max_body} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    async def _quarantine(
+        self, body: bytes, exc: RequestError, client: str | None, event_id: str | None
+    ) -> None:
+        try:
+            await self.store.quarantine(
+                body, reason=f"{exc.code}: {exc.message}", client=client, event_id=event_id
+            )
+        except StorageUnavailableError as store_exc:
+            # Not kept, so don't say "invalid": the sender must retry and we keep it then.
+            raise StorageUnavailableError(
+                f"{exc.code} ({exc.message}), and it could not be quarantined: {store_exc.message}"
+            ) from store_exc
+
+
+def _guess_id(body: bytes) -> str | None:
+    """The id field of a body that failed validation, if one can be read, for logs."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    value = data.get("id") if isinstance(data, dict) else None
+    return value[:256] if isinstance(value, str) else None
+

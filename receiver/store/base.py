@@ -1,0 +1,89 @@
+"""The store interface: what ingest, the router and the notifier workers need from storage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from receiver.events import _Event as Event
+
+OUTBOX_STATES = ("pending", "sending", "delivered", "dead", "throttled")
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    id: str
+    type: str
+    body: str
+    received_at: float
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One notification the router wants sent: a future outbox row."""
+
+    rule: str
+    notifier: str
+    target: int
+    title: str
+    body: str
+    throttle_key: str | None = None
+    throttle_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    event_id: str
+    rule: str
+    notifier: str
+    target: int
+    title: str
+    body: str
+    state: str
+    attempts: int
+    next_at: float
+    created_at: float
+    updated_at: float
+    reason: str | None = None
+    last_error: str | None = None
+
+    @property
+    def label(self) -> str:
+        """A name for logs that never includes the target URL."""
+        return f"{self.notifier}[{self.target}]"
+
+
+class Store(Protocol):
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def accept(self, event: Event, raw: bytes) -> bool:
+        """Keep event durably; True if new, False if its id was already stored."""
+    async def quarantine(
+        self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
+    ) -> None: ...
+    async def check_writable(self) -> None:
+        """Raise StorageUnavailableError unless a write transaction can start."""
+    async def unrouted(self, limit: int) -> list[StoredEvent]: ...
+    async def route(
+        self, routed: Sequence[tuple[str, Sequence[Notification]]], *, now: float
+    ) -> tuple[int, int]:
+        """Write each event's outbox rows and mark it routed, in one transaction.
+
+        Returns (rows written, rows of those held back by a throttle)."""
+    async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]: ...
+    async def next_due(self) -> float | None: ...
+    async def mark_delivered(self, row_id: int, *, now: float) -> None: ...
+    async def mark_failed(
+        self, row_id: int, *, error: str, now: float, retry_at: float | None
+    ) -> None: ...
+    async def deliveries(
+        self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
+    ) -> list[OutboxRow]: ...
+    async def retry_dead(self, row_id: int | None, *, now: float) -> int: ...
+    async def replay(self, event_id: str) -> bool: ...
+    async def counts(self) -> dict[str, Any]: ...
+
+
+OnAccepted = Callable[[], None]

@@ -1,0 +1,85 @@
+"""The SQLite schema, as forward-only migrations numbered from 1."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import sqlite_utils
+
+MIGRATIONS: list[str] = [
+    # 1: events, quarantine, the outbox and throttle windows.
+    """
+    CREATE TABLE events (
+        id TEXT PRIMARY KEY,
+        type TEXT NOT NULL,
+        session_id TEXT,
+        user_id TEXT,
+        score REAL,
+        threshold REAL,
+        event_ts TEXT NOT NULL,
+        received_at REAL NOT NULL,
+        body TEXT NOT NULL,
+        routed_at REAL
+    );
+    CREATE INDEX events_unrouted ON events (received_at) WHERE routed_at IS NULL;
+    CREATE INDEX events_session ON events (session_id, event_ts);
+    CREATE TABLE quarantine (
+        id INTEGER PRIMARY KEY,
+        received_at REAL NOT NULL,
+        reason TEXT NOT NULL,
+        client TEXT,
+        event_id TEXT,
+        body BLOB NOT NULL
+    );
+    CREATE TABLE outbox (
+        id INTEGER PRIMARY KEY,
+        event_id TEXT NOT NULL,
+        rule TEXT NOT NULL,
+        notifier TEXT NOT NULL,
+        target INTEGER NOT NULL,
+        title TEXT NOT NULL,
+        body TEXT NOT NULL,
+        state TEXT NOT NULL,
+        reason TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_at REAL NOT NULL,
+        lease_until REAL,
+        last_error TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX outbox_due ON outbox (next_at) WHERE state IN ('pending', 'sending');
+    CREATE INDEX outbox_event ON outbox (event_id);
+    CREATE TABLE throttle (
+        rule TEXT NOT NULL,
+        key TEXT NOT NULL,
+        until REAL NOT NULL,
+        PRIMARY KEY (rule, key)
+    );
+    """,
+]
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the database to the newest schema; return the version it is at."""
+    db = sqlite_utils.Database(conn)
+    if "schema_version" not in db.table_names():
+        db["schema_version"].create({"version": int}, pk="version")
+    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    current = row[0] or 0
+    if current > len(MIGRATIONS):
+        raise RuntimeError(
+            f"database schema version {current} is newer than this program "
+            f"({len(MIGRATIONS)}); upgrade attention-receiver"
+        )
+    for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in filter(str.strip, script.split(";")):
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return len(MIGRATIONS)

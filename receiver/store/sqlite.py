@@ -1,0 +1,398 @@
+"""The embedded store: one SQLite file in WAL mode, written by a single thread with group commit.
+
+Every write goes through one writer thread. Concurrent ``accept`` calls that
+arrive while a commit is in progress are inserted together and made durable
+by the next single commit (group commit), so many senders share one fsync
+instead of paying one each, and the event loop never waits on the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from receiver.errors import StorageUnavailableError, StoreError
+from receiver.events import _Event as Event
+from receiver.events import to_utc
+from receiver.store.base import Notification, OnAccepted, OutboxRow, StoredEvent
+from receiver.store.schema import migrate
+
+log = logging.getLogger("receiver.store")
+T = TypeVar("T")
+
+MAX_BATCH = 512
+_INSERT_EVENT = (
+    "INSERT OR IGNORE INTO events (id, type, session_id, user_id, score, threshold,"
+    " event_ts, received_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_OUTBOX_COLUMNS = (
+    "id, event_id, rule, notifier, target, title, body, state, attempts, next_at,"
+    " created_at, updated_at, reason, last_error"
+)
+
+
+class _Accept:
+    __slots__ = ("future", "params")
+
+    def __init__(self, future: asyncio.Future[bool], params: tuple[Any, ...]) -> None:
+        self.future = future
+        self.params = params
+
+
+class _Call:
+    __slots__ = ("future", "fn", "write")
+
+    def __init__(self, future: asyncio.Future[Any], fn: Callable[[sqlite3.Connection], Any], write: bool) -> None:
+        self.future = future
+        self.fn = fn
+        self.write = write
+
+
+_STOP = object()
+
+
+class SQLiteStore:
+    """The Store on one SQLite file. Open it inside the event loop that will use it."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "full",
+        busy_timeout: float = 2.0,
+        on_accepted: OnAccepted | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.synchronous = synchronous.upper()
+        self.busy_timeout = busy_timeout
+        self.on_accepted = on_accepted
+        self.clock = clock
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = self._loop.create_future()
+        self._thread = threading.Thread(
+            target=self._writer, args=(ready,), name="receiver-store", daemon=True
+        )
+        self._thread.start()
+        await ready
+
+    async def close(self) -> None:
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        return conn
+
+    # -- the writer thread ------------------------------------------------------------------
+
+    def _writer(self, ready: asyncio.Future[None]) -> None:
+        try:
+            conn = self._connect()
+            migrate(conn)
+        except Exception as exc:  # noqa: BLE001 - handed to the opener
+            error = StoreError(f"cannot open database {self.path}: {exc}")
+            self._settle([(ready, None, error)])
+            return
+        self._settle([(ready, None, None)])
+        try:
+            while True:
+                jobs = [self._queue.get()]
+                while len(jobs) < MAX_BATCH:
+                    try:
+                        jobs.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                stop = any(job is _STOP for job in jobs)
+                accepts = [job for job in jobs if type(job) is _Accept]
+                calls = [job for job in jobs if type(job) is _Call]
+                results: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+                if accepts:
+                    results.extend(self._commit_accepts(conn, accepts))
+                for call in calls:
+                    results.append(self._run_call(conn, call))
+                self._settle(results, woke=any(r[1] is True for r in results[: len(accepts)]))
+                if stop:
+                    break
+        finally:
+            conn.close()
+
+    def _commit_accepts(
+        self, conn: sqlite3.Connection, accepts: list[_Accept]
+    ) -> list[tuple[asyncio.Future[Any], Any, BaseException | None]]:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                new = [conn.execute(_INSERT_EVENT, job.params).rowcount == 1 for job in accepts]
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            log.error("storage unavailable: %s (%d events refused)", exc, len(accepts))
+            error = StorageUnavailableError(f"storage unavailable: {exc}; retry later")
+            return [(job.future, None, error) for job in accepts]
+        return [(job.future, is_new, None) for job, is_new in zip(accepts, new, strict=True)]
+
+    def _run_call(
+        self, conn: sqlite3.Connection, call: _Call
+    ) -> tuple[asyncio.Future[Any], Any, BaseException | None]:
+        try:
+            if call.write:
+                conn.execute("BEGIN IMMEDIATE")
+            else:
+                conn.execute("BEGIN")
+            try:
+                result = call.fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            return (call.future, None, StorageUnavailableError(f"storage unavailable: {exc}"))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            return (call.future, None, exc)
+        return (call.future, result, None)
+
+    def _settle(
+        self,
+        results: list[tuple[asyncio.Future[Any], Any, BaseException | None]],
+        *,
+        woke: bool = False,
+    ) -> None:
+        def settle() -> None:
+            for future, value, error in results:
+                if future.done():
+                    continue
+                if error is None:
+                    future.set_result(value)
+                else:
+                    future.set_exception(error)
+            if woke and self.on_accepted is not None:
+                self.on_accepted()
+
+        assert self._loop is not None
+        try:
+            self._loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the loop closed under us: nobody is waiting any more
+            pass
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
+        if self._thread is None or self._loop is None:
+            raise StoreError("store is not open")
+        future: asyncio.Future[T] = self._loop.create_future()
+        self._queue.put(_Call(future, fn, write))
+        return await future
+
+    # -- ingest -----------------------------------------------------------------------------
+
+    async def accept(self, event: Event, raw: bytes) -> bool:
+        if self._thread is None or self._loop is None:
+            raise StorageUnavailableError("store is not open")
+        future: asyncio.Future[bool] = self._loop.create_future()
+        params = (
+            event.id,
+            event.type,
+            event.sessionId,
+            event.userId,
+            event.score,
+            event.threshold,
+            to_utc(event.timestamp).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            self.clock(),
+            raw.decode("utf-8"),
+        )
+        self._queue.put(_Accept(future, params))
+        return await future
+
+    async def quarantine(
+        self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
+    ) -> None:
+        now = self.clock()
+
+        def insert(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO quarantine (received_at, reason, client, event_id, body)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (now, reason, client, event_id, raw),
+            )
+
+        await self._call(insert)
+
+    async def check_writable(self) -> None:
+        await self._call(lambda conn: None, write=True)
+
+    # -- routing ----------------------------------------------------------------------------
+
+    async def unrouted(self, limit: int) -> list[StoredEvent]:
+        def select(conn: sqlite3.Connection) -> list[StoredEvent]:
+            rows = conn.execute(
+                "SELECT id, type, body, received_at FROM events WHERE routed_at IS NULL"
+                " ORDER BY received_at LIMIT ?",
+                (limit,),
+            )
+            return [StoredEvent(*row) for row in rows]
+
+        return await self._call(select, write=False)
+
+    async def route(
+        self, routed: Sequence[tuple[str, Sequence[Notification]]], *, now: float
+    ) -> tuple[int, int]:
+        def write(conn: sqlite3.Connection) -> tuple[int, int]:
+            written = throttled = 0
+            for event_id, notifications in routed:
+                cur = conn.execute(
+                    "UPDATE events SET routed_at = ? WHERE id = ? AND routed_at IS NULL",
+                    (now, event_id),
+                )
+                if cur.rowcount != 1:
+                    continue  # routed meanwhile (a replay raced us): never write its rows twice
+                for n in notifications:
+                    state, reason = "pending", None
+                    if n.throttle_seconds:
+                        key = n.throttle_key or ""
+                        held = conn.execute(
+                            "SELECT until FROM throttle WHERE rule = ? AND key = ?", (n.rule, key)
+                        ).fetchone()
+                        if held is not None and held[0] > now:
+                            state, reason = "throttled", f"throttled: key {key!r} until {held[0]:.0f}"
+                            throttled += 1
+                        else:
+                            conn.execute(
+                                "INSERT OR REPLACE INTO throttle (rule, key, until) VALUES (?, ?, ?)",
+                                (n.rule, key, now + n.throttle_seconds),
+                            )
+                    conn.execute(
+                        "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state,"
+                        " reason, next_at, created_at, updated_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (event_id, n.rule, n.notifier, n.target, n.title, n.body, state, reason,
+                         now, now, now),
+                    )
+                    written += 1
+            return written, throttled
+
+        return await self._call(write)
+
+    # -- delivery ---------------------------------------------------------------------------
+
+    async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]:
+        def claim(conn: sqlite3.Connection) -> list[OutboxRow]:
+            rows = conn.execute(
+                "UPDATE outbox SET state = 'sending', lease_until = ?, attempts = attempts + 1,"
+                " updated_at = ? WHERE id IN (SELECT id FROM outbox WHERE"
+                " (state = 'pending' AND next_at <= ?) OR (state = 'sending' AND lease_until <= ?)"
+                f" ORDER BY next_at LIMIT ?) RETURNING {_OUTBOX_COLUMNS}",
+                (now + lease, now, now, now, limit),
+            ).fetchall()
+            return sorted((OutboxRow(*row) for row in rows), key=lambda r: r.id)
+
+        return await self._call(claim)
+
+    async def next_due(self) -> float | None:
+        def select(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute(
+                "SELECT min(CASE state WHEN 'pending' THEN next_at ELSE lease_until END)"
+                " FROM outbox WHERE state IN ('pending', 'sending')"
+            ).fetchone()
+            return None if row[0] is None else float(row[0])
+
+        return await self._call(select, write=False)
+
+    async def mark_delivered(self, row_id: int, *, now: float) -> None:
+        await self._call(
+            lambda conn: conn.execute(
+                "UPDATE outbox SET state = 'delivered', lease_until = NULL, updated_at = ?,"
+                " last_error = NULL WHERE id = ?",
+                (now, row_id),
+            )
+        )
+
+    async def mark_failed(
+        self, row_id: int, *, error: str, now: float, retry_at: float | None
+    ) -> None:
+        state = "pending" if retry_at is not None else "dead"
+        await self._call(
+            lambda conn: conn.execute(
+                "UPDATE outbox SET state = ?, next_at = ?, lease_until = NULL, last_error = ?,"
+                " updated_at = ? WHERE id = ?",
+                (state, retry_at if retry_at is not None else now, error, now, row_id),
+            )
+        )
+
+    # -- operator commands ------------------------------------------------------------------
+
+    async def deliveries(
+        self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
+    ) -> list[OutboxRow]:
+        where, params = [], []
+        if state:
+            where.append("state = ?")
+            params.append(state)
+        if event_id:
+            where.append("event_id = ?")
+            params.append(event_id)
+        sql = f"SELECT {_OUTBOX_COLUMNS} FROM outbox"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY id DESC LIMIT ?"
+
+        def select(conn: sqlite3.Connection) -> list[OutboxRow]:
+            return [OutboxRow(*row) for row in conn.execute(sql, (*params, limit))]
+
+        return await self._call(select, write=False)
+
+    async def retry_dead(self, row_id: int | None, *, now: float) -> int:
+        sql = (
+            "UPDATE outbox SET state = 'pending', next_at = ?, attempts = 0, updated_at = ?"
+            " WHERE state = 'dead'"
+        )
+        params: tuple[Any, ...] = (now, now)
+        if row_id is not None:
+            sql += " AND id = ?"
+            params += (row_id,)
+        return await self._call(lambda conn: conn.execute(sql, params).rowcount)
+
+    async def replay(self, event_id: str) -> bool:
+        return await self._call(
+            lambda conn: conn.execute(
+                "UPDATE events SET routed_at = NULL WHERE id = ?", (event_id,)
+            ).rowcount
+            == 1
+        )
+
+    async def counts(self) -> dict[str, Any]:
+        def select(conn: sqlite3.Connection) -> dict[str, Any]:
+            out: dict[str, Any] = {
+                "events": conn.execute("SELECT count(*) FROM events").fetchone()[0],
+                "unrouted": conn.execute(
+                    "SELECT count(*) FROM events WHERE routed_at IS NULL"
+                ).fetchone()[0],
+                "quarantine": conn.execute("SELECT count(*) FROM quarantine").fetchone()[0],
+            }
+            for state, n in conn.execute("SELECT state, count(*) FROM outbox GROUP BY state"):
+                out[f"outbox_{state}"] = n
+            return out
+
+        return await self._call(select, write=False)

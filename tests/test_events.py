@@ -1,0 +1,90 @@
+import json
+from typing import Any
+
+import pytest
+
+from receiver import events
+from receiver.errors import InvalidEventError, InvalidJSONError
+
+DROP = {
+    "id": "evt_1", "type": "score.drop", "sessionId": "sess_1", "userId": "user_42",
+    "score": 22, "threshold": 40, "timestamp": "2026-11-21T10:00:00Z",
+}
+
+
+def body(**changes: Any) -> bytes:
+    event = {**DROP, **changes}
+    return json.dumps({k: v for k, v in event.items() if v is not ...}).encode()
+
+
+@pytest.mark.parametrize("kind", events.EVENT_TYPES)
+def test_each_event_type_parses(kind: str) -> None:
+    event = events.parse(body(type=kind))
+    assert event.type == kind and event.id == "evt_1"
+
+
+def test_unknown_fields_are_kept() -> None:
+    event = events.parse(body(context="checkout", meta={"page": "/pay"}))
+    assert event.payload()["context"] == "checkout"
+    assert event.payload()["meta"] == {"page": "/pay"}
+
+
+def test_other_types_need_only_id_type_timestamp_session() -> None:
+    event = events.parse(json.dumps({
+        "id": "e", "type": "session.stopped", "sessionId": "s", "timestamp": "2026-11-21T10:00:00Z",
+    }).encode())
+    assert event.userId is None and event.score is None
+
+
+INVALID_EVENTS = [
+    pytest.param(body(id=...), "id: field required", id="missing-id"),
+    pytest.param(body(type=...), "field required|type", id="missing-type"),
+    pytest.param(body(timestamp=...), "timestamp: field required", id="missing-timestamp"),
+    pytest.param(body(type="score.spike"), 'type: must be one of .*got "score.spike"', id="unknown-type"),
+    pytest.param(body(type=7), "type: must be one of .*got 7", id="type-not-string"),
+    pytest.param(body(id=12), "id: input should be a valid string", id="id-not-string"),
+    pytest.param(body(id=""), "id: string should have at least 1 character", id="id-empty"),
+    pytest.param(body(score="low"), "score", id="score-not-number"),
+    pytest.param(body(score=True), "score", id="score-bool"),
+    pytest.param(body(timestamp="yesterday"), "timestamp: input should be a valid datetime", id="bad-timestamp"),
+    pytest.param(body(sessionId=...), "sessionId: field required", id="missing-session"),
+    pytest.param(body(threshold=...), "threshold: field required", id="drop-without-threshold"),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), INVALID_EVENTS)
+def test_invalid_event_names_the_field(raw: bytes, message: str) -> None:
+    with pytest.raises(InvalidEventError, match=message):
+        events.parse(raw)
+
+
+INVALID_JSON = [
+    pytest.param(b"", "not valid JSON", id="empty"),
+    pytest.param(b"{", "not valid JSON", id="truncated"),
+    pytest.param(b"[1, 2]", "must be a JSON object, got a JSON array", id="array"),
+    pytest.param(b'"text"', "got a JSON string", id="string"),
+    pytest.param(b"null", "got a JSON null", id="null"),
+    pytest.param(b'{"a": NaN}', "NaN is not valid JSON", id="nan"),
+    pytest.param(b'{"a": Infinity}', "Infinity is not valid JSON", id="infinity"),
+    pytest.param(b'{"a": 1e400}', "out of range", id="huge-float"),
+    pytest.param(b'{"a": ' + b"9" * 5000 + b"}", "not acceptable JSON", id="huge-int"),
+    pytest.param(b'{"a": "\xff"}', "not UTF-8", id="invalid-utf8"),
+    pytest.param(b"[" * 100_000 + b"]" * 100_000, "not acceptable JSON", id="deep-nesting"),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), INVALID_JSON)
+def test_invalid_json_says_why(raw: bytes, message: str) -> None:
+    with pytest.raises(InvalidJSONError, match=message):
+        events.parse(raw)
+
+
+def test_duplicate_keys_take_the_last_value() -> None:
+    event = events.parse(b'{"id": "a", "id": "b", "type": "session.stopped",'
+                         b' "sessionId": "s", "timestamp": "2026-11-21T10:00:00Z"}')
+    assert event.id == "b"
+
+
+def test_sample_builds_a_valid_event_of_each_type() -> None:
+    for kind in events.EVENT_TYPES:
+        assert events.validate(events.sample(kind)).type == kind

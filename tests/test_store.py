@@ -1,0 +1,182 @@
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from receiver import events
+from receiver.errors import StorageUnavailableError
+from receiver.store import Notification, SQLiteStore
+from receiver.store.schema import MIGRATIONS
+
+T = TypeVar("T")
+
+
+def run(db: Path, fn: Callable[[SQLiteStore], Awaitable[T]], **options: Any) -> T:
+    async def main() -> T:
+        store = SQLiteStore(db, **options)
+        await store.open()
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
+def event(i: int | str, **fields: Any) -> tuple[events._Event, bytes]:
+    e = events.validate(events.sample("score.drop", id=f"evt_{i}", **fields))
+    return e, e.model_dump_json().encode()
+
+
+def test_accept_is_new_then_duplicate(tmp_path: Path) -> None:
+    async def go(store: SQLiteStore) -> list[bool]:
+        return [await store.accept(*event(1)), await store.accept(*event(1))]
+
+    assert run(tmp_path / "r.db", go) == [True, False]
+
+
+def test_rows_keep_columns_and_raw_body(tmp_path: Path) -> None:
+    e, raw = event(1, context="checkout")
+    run(tmp_path / "r.db", lambda s: s.accept(e, raw))
+    row = sqlite3.connect(tmp_path / "r.db").execute(
+        "SELECT id, type, session_id, user_id, score, threshold, body, routed_at FROM events"
+    ).fetchone()
+    assert row == ("evt_1", "score.drop", "sess_demo", "user_42", 22, 40, raw.decode(), None)
+
+
+def test_wal_and_full_sync_by_default(tmp_path: Path) -> None:
+    async def go(store: SQLiteStore) -> tuple[Any, Any]:
+        def pragmas(conn: sqlite3.Connection) -> tuple[Any, Any]:
+            return (conn.execute("PRAGMA journal_mode").fetchone()[0],
+                    conn.execute("PRAGMA synchronous").fetchone()[0])
+        return await store._call(pragmas, write=False)
+
+    assert run(tmp_path / "r.db", go) == ("wal", 2)  # 2 = FULL
+    assert run(tmp_path / "n.db", go, synchronous="normal") == ("wal", 1)
+
+
+def test_concurrent_accepts_share_commits_and_dedupe(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    batches = []
+    real = SQLiteStore._commit_accepts
+
+    def counting(self: SQLiteStore, conn: Any, accepts: list[Any]) -> Any:
+        batches.append(len(accepts))
+        return real(self, conn, accepts)
+
+    monkeypatch.setattr(SQLiteStore, "_commit_accepts", counting)
+
+    async def go(store: SQLiteStore) -> list[bool]:
+        # 400 deliveries of 100 distinct ids, all in flight at once.
+        return await asyncio.gather(*(store.accept(*event(i % 100)) for i in range(400)))
+
+    results = run(tmp_path / "r.db", go)
+    assert sum(results) == 100
+    assert sum(batches) == 400 and len(batches) < 400  # group commit: fewer commits than events
+    count = sqlite3.connect(tmp_path / "r.db").execute("SELECT count(*) FROM events").fetchone()
+    assert count == (100,)
+
+
+def test_schema_is_versioned_and_reopening_does_not_migrate_again(tmp_path: Path) -> None:
+    run(tmp_path / "r.db", lambda s: s.accept(*event(1)))
+    run(tmp_path / "r.db", lambda s: s.counts())
+    versions = sqlite3.connect(tmp_path / "r.db").execute(
+        "SELECT version FROM schema_version").fetchall()
+    assert versions == [(v,) for v in range(1, len(MIGRATIONS) + 1)]
+
+
+def test_ids_stay_duplicates_after_reopening(tmp_path: Path) -> None:
+    run(tmp_path / "r.db", lambda s: s.accept(*event(1)))
+    assert run(tmp_path / "r.db", lambda s: s.accept(*event(1))) is False
+
+
+def test_locked_database_is_unavailable_then_recovers(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    run(db, lambda s: s.counts())  # create it
+
+    async def go(store: SQLiteStore) -> list[Any]:
+        locker = sqlite3.connect(db, isolation_level=None)
+        locker.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StorageUnavailableError, match="database is locked"):
+            await store.accept(*event(1))
+        with pytest.raises(StorageUnavailableError):
+            await store.check_writable()
+        locker.execute("ROLLBACK")
+        locker.close()
+        return [await store.accept(*event(1)), await store.accept(*event(1))]
+
+    assert run(db, go, busy_timeout=0.2) == [True, False]
+
+
+def test_quarantine_keeps_the_bytes(tmp_path: Path) -> None:
+    run(tmp_path / "r.db", lambda s: s.quarantine(b"\xff{", reason="invalid_json: x",
+                                                   client="127.0.0.1", event_id=None))
+    row = sqlite3.connect(tmp_path / "r.db").execute(
+        "SELECT reason, client, body FROM quarantine").fetchone()
+    assert row == ("invalid_json: x", "127.0.0.1", b"\xff{")
+
+
+def note(rule: str = "r", **fields: Any) -> Notification:
+    return Notification(rule=rule, notifier="console", target=0, title="t", body="b", **fields)
+
+
+def test_route_writes_outbox_once_and_marks_routed(tmp_path: Path) -> None:
+    async def go(store: SQLiteStore) -> Any:
+        await store.accept(*event(1))
+        [pending] = await store.unrouted(10)
+        first = await store.route([(pending.id, [note(), note("s")])], now=100.0)
+        again = await store.route([(pending.id, [note()])], now=101.0)  # a racing second pass
+        return first, again, await store.unrouted(10), await store.deliveries()
+
+    first, again, unrouted, rows = run(tmp_path / "r.db", go)
+    assert first == (2, 0) and again == (0, 0) and unrouted == []
+    assert [(r.rule, r.state) for r in rows] == [("s", "pending"), ("r", "pending")]
+
+
+def test_throttle_records_rows_instead_of_dropping_them(tmp_path: Path) -> None:
+    async def go(store: SQLiteStore) -> list[str]:
+        for i, now in enumerate([100.0, 150.0, 250.0]):
+            await store.accept(*event(i))
+            n = note(throttle_key="sess_1", throttle_seconds=120)
+            await store.route([(f"evt_{i}", [n])], now=now)
+        return [r.state for r in reversed(await store.deliveries())]
+
+    assert run(tmp_path / "r.db", go) == ["pending", "throttled", "pending"]
+
+
+def test_claim_lease_retry_and_dead(tmp_path: Path) -> None:
+    async def go(store: SQLiteStore) -> None:
+        await store.accept(*event(1))
+        await store.route([("evt_1", [note()])], now=100.0)
+        [row] = await store.claim_due(now=100.0, limit=5, lease=30)
+        assert row.state == "sending" and row.attempts == 1
+        assert await store.claim_due(now=110.0, limit=5, lease=30) == []  # leased
+        [again] = await store.claim_due(now=131.0, limit=5, lease=30)  # lease ran out: at least once
+        assert again.attempts == 2
+        await store.mark_failed(row.id, error="down", now=131.0, retry_at=200.0)
+        assert await store.next_due() == 200.0
+        assert await store.claim_due(now=150.0, limit=5, lease=30) == []
+        [third] = await store.claim_due(now=200.0, limit=5, lease=30)
+        await store.mark_failed(third.id, error="still down", now=201.0, retry_at=None)
+        [dead] = await store.deliveries(state="dead")
+        assert dead.last_error == "still down"
+        assert await store.retry_dead(None, now=300.0) == 1
+        [fourth] = await store.claim_due(now=300.0, limit=5, lease=30)
+        await store.mark_delivered(fourth.id, now=301.0)
+        assert (await store.deliveries())[0].state == "delivered"
+        assert await store.next_due() is None
+
+    run(tmp_path / "r.db", go)
+
+
+def test_replay_routes_a_stored_event_again(tmp_path: Path) -> None:
+    async def go(store: SQLiteStore) -> Any:
+        await store.accept(*event(1))
+        await store.route([("evt_1", [note()])], now=1.0)
+        return await store.replay("evt_1"), await store.replay("nope"), await store.unrouted(5)
+
+    replayed, missing, unrouted = run(tmp_path / "r.db", go)
+    assert replayed is True and missing is False and [e.id for e in unrouted] == ["evt_1"]
