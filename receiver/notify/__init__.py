@@ -1,0 +1,1 @@
+"""Notifications: the outbox worker and the apprise targets it sends through."""

@@ -1,0 +1,327 @@
+"""Sending one notification to one apprise URL, off the event loop, without leaking secrets.
+
+    targets = Targets(timeout=10.0)
+    await targets.send(url, title="Attention dropped", body="...", label="oncall[0]")
+    targets.close()
+
+`console://` is built in and only logs a line on "receiver.console". Every other URL
+goes through apprise in a thread pool. A send that fails or outlives `timeout` raises
+DeliveryError, whose message names the label and scheme but never the URL or its
+secrets. Apprise, requests and urllib3 log URLs and tokens at DEBUG (and hosts at
+WARNING), so every record from those loggers is redacted before any handler sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import re
+import threading
+import warnings
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+import apprise
+
+from receiver.errors import ReceiverError
+
+__all__ = ["CONSOLE_LOGGER", "DeliveryError", "Targets", "prepare_apprise", "redact", "url_secrets"]
+
+CONSOLE_LOGGER = "receiver.console"
+REDACTED = "***"
+
+# Loggers of the libraries apprise sends through; each may print a URL, path or token.
+_LIBRARY_LOGGERS = ("apprise", "requests", "urllib3")
+
+# Query arguments apprise uses for behaviour, never for credentials. Every other query
+# value (tokens, `+Header=value` pairs, ...) counts as a secret.
+_PUBLIC_QUERY_KEYS = frozenset(
+    "bcc cc channel channels cto emojis format from image method mode name optional "
+    "overflow priority redirect reply retry rto smtp store to tz verify wait".split()
+)
+
+# Short secrets are only redacted as whole words, so "notify" doesn't eat "notification".
+_SUBSTRING_MIN = 8
+
+_URL_RE = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*)://[^\s'\"<>]*")
+_HTTP_STATUS_RE = re.compile(r"\berror=(\d{3})\b")
+
+log = logging.getLogger(__name__)
+
+
+class DeliveryError(ReceiverError):
+    """A notification could not be delivered. The message is safe to log and store.
+
+    .label names the target (e.g. "oncall[0]"); .timed_out is True when the send
+    outlived the timeout, in which case the target may still have received it.
+    """
+
+    def __init__(self, message: str, *, label: str, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.label = label
+        self.timed_out = timed_out
+
+
+# -- redaction -------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _secrets_pattern(secrets: frozenset[str]) -> re.Pattern[str] | None:
+    parts = []
+    for secret in sorted(secrets, key=len, reverse=True):
+        escaped = re.escape(secret)
+        if len(secret) < _SUBSTRING_MIN:
+            escaped = rf"(?<![\w.\-]){escaped}(?![\w\-])"
+        parts.append(escaped)
+    return re.compile("|".join(parts)) if parts else None
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Replace each secret, and anything that looks like a URL, with "***".
+
+    >>> redact("POST http://h/hooks/tok123 failed for tok123", ["tok123"])
+    'POST http://*** failed for ***'
+    """
+    pattern = _secrets_pattern(frozenset(s for s in secrets if s))
+    if pattern is not None:
+        text = pattern.sub(REDACTED, text)
+    return _URL_RE.sub(lambda m: f"{m.group(1)}://{REDACTED}", text)
+
+
+def url_secrets(url: str) -> frozenset[str]:
+    """The parts of an apprise URL that must never be logged, as written and decoded.
+
+    The whole URL, its password, every path segment, every query value except apprise's
+    behaviour switches (mode=, format=, ...) and the fragment. Hosts are not included:
+    where a plugin keeps a token in the host, `_private_tokens` finds it.
+    """
+    found: set[str] = {url.strip()}
+    try:
+        parts = urlsplit(url.strip())
+        password = parts.password
+    except ValueError:
+        return frozenset(found)
+    if password:
+        found.add(password)
+    found.update(seg for seg in parts.path.split("/") if seg)
+    for key, value in parse_qsl(parts.query, keep_blank_values=False):
+        # +Header=, -param= and :field= pass values through to the target: secret.
+        if key.startswith(("+", "-", ":")) or key.lower() not in _PUBLIC_QUERY_KEYS:
+            found.add(value)
+    if parts.fragment:
+        found.add(parts.fragment)
+    return _with_encodings(found)
+
+
+def _private_tokens(plugin: Any) -> frozenset[str]:
+    """Tokens apprise itself masks when it prints this plugin's URL with privacy on."""
+    try:
+        full = unquote(str(plugin.url(privacy=False)))
+        masked = unquote(str(plugin.url(privacy=True)))
+    except Exception:  # a plugin that can't print its URL has nothing to compare
+        return frozenset()
+    split = re.compile(r"[/:@?&=,#]+")
+    return _with_encodings(set(split.split(full)) - set(split.split(masked)) - {""})
+
+
+def _with_encodings(values: Iterable[str]) -> frozenset[str]:
+    out: set[str] = set()
+    for value in values:
+        if value:
+            out.update({value, unquote(value), quote(unquote(value), safe="")})
+    return frozenset(out)
+
+
+class _Redactor(logging.Filter):
+    """Rewrites library log records so no registered secret or URL reaches a handler.
+
+    Attached to the loggers themselves (not to handlers), so it runs before apprise's
+    own result capture, pytest's caplog and whatever handlers the app configures.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._secrets: frozenset[str] = frozenset()
+
+    def add(self, secrets: frozenset[str]) -> None:
+        if secrets <= self._secrets:
+            return
+        with self._lock:
+            self._secrets = self._secrets | secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = self._secrets
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string; let logging report it as usual
+            return True
+        clean = redact(message, secrets)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info:
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text, record.exc_info = redact(text, secrets), None
+        return True
+
+
+_REDACTOR = _Redactor()
+_setup_lock = threading.Lock()
+_setup_done = False
+
+
+def prepare_apprise() -> None:
+    """Load apprise's plugins once, and put the redactor on every library logger.
+
+    Targets() calls it; call it yourself before any other use of apprise (checking
+    URLs in rules.yaml, say), so its plugins load without the warning below.
+    """
+    global _setup_done
+    with _setup_lock:
+        if _setup_done:
+            return
+        # Loading the email plugin imports `imghdr` (for PGPy), deprecated in 3.11+;
+        # nothing we can fix, and `filterwarnings = error` would turn it into a failure.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*imghdr.*", category=DeprecationWarning)
+            apprise.Apprise.instantiate("json://localhost")
+        # A logger's filters only see records created on that logger, so attach to
+        # every module logger that exists now (all are created at import time).
+        names = [
+            name
+            for name in list(logging.root.manager.loggerDict)
+            if name.split(".")[0] in _LIBRARY_LOGGERS
+        ]
+        for name in {*_LIBRARY_LOGGERS, *names}:
+            logger = logging.getLogger(name)
+            if _REDACTOR not in logger.filters:
+                logger.addFilter(_REDACTOR)
+        _setup_done = True
+
+
+# -- sending ---------------------------------------------------------------------------
+
+
+def _scheme(url: str) -> str:
+    head, sep, _ = url.partition("://")
+    head = head.strip().lower()
+    return head if sep and re.fullmatch(r"[a-z][a-z0-9+.\-]*", head) else "apprise"
+
+
+class Targets:
+    """Sends one notification to one apprise URL, off the event loop.
+
+    A fresh apprise plugin is built for every send: parsing costs ~0.1-0.3 ms, far
+    less than any network call, and apprise plugins keep per-instance state
+    (throttle clock, mode caches) that isn't meant to be shared between threads.
+    """
+
+    def __init__(self, *, timeout: float = 10.0, max_workers: int = 8) -> None:
+        prepare_apprise()
+        self.timeout = timeout
+        self.max_workers = max_workers
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="notify")
+        # service_timeout=0 keeps apprise from handing each send to its own shared
+        # thread pool: the send runs in our worker thread, under our timeout.
+        self._asset = apprise.AppriseAsset(service_timeout=0)
+        self._secrets: dict[str, frozenset[str]] = {}
+
+    async def send(self, url: str, *, title: str, body: str, label: str) -> None:
+        """Deliver title and body to url; raise DeliveryError on failure or timeout.
+
+        label is a name safe for logs, e.g. "oncall[0]" (notifier name and index).
+        """
+        if _scheme(url) == "console":
+            _log_console(label, title, body)
+            return
+        secrets = self._register(url)
+        loop = asyncio.get_running_loop()
+        try:
+            job = loop.run_in_executor(self._pool, self._send, url, title, body, label, secrets)
+        except RuntimeError as exc:  # the pool is shut down: the app is stopping
+            raise DeliveryError(f"{label}: not sent, notifier is closed", label=label) from exc
+        try:
+            await asyncio.wait_for(job, self.timeout)
+        except TimeoutError:
+            raise DeliveryError(
+                f"{label}: {_scheme(url)} target timed out after {self.timeout:g}s",
+                label=label,
+                timed_out=True,
+            ) from None
+
+    def close(self, *, wait: bool = False) -> None:
+        """Shut the thread pool down; queued sends are cancelled.
+
+        Running sends can't be interrupted; apprise's own socket timeouts (`timeout`
+        plus a second) bound how long they linger. wait=True joins them.
+        """
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+    def _register(self, url: str) -> frozenset[str]:
+        secrets = self._secrets.get(url)
+        if secrets is None:
+            secrets = url_secrets(url)
+            self._secrets[url] = secrets
+            _REDACTOR.add(secrets)
+        return secrets
+
+    def _send(self, url: str, title: str, body: str, label: str, secrets: frozenset[str]) -> None:
+        """Runs in a worker thread: build the plugin, notify, explain any failure."""
+        scheme = _scheme(url)
+        plugin = apprise.Apprise.instantiate(url, asset=self._asset)
+        if plugin is None:
+            message = f"{label}: invalid {scheme} URL, apprise could not load it"
+            raise DeliveryError(message, label=label)
+        private = _private_tokens(plugin)
+        _REDACTOR.add(private)
+        secrets |= private
+        # apprise sleeps between requests of one instance (request_rate_per_sec, up to
+        # 5.5 s); our outbox paces retries itself, so that must never delay a send.
+        plugin.request_rate_per_sec = 0
+        # Bound each socket wait so a thread we stopped waiting for still ends soon;
+        # a little beyond our timeout, so a slow target reliably reports as timed out.
+        plugin.socket_connect_timeout = self.timeout + 1.0
+        plugin.socket_read_timeout = self.timeout + 1.0
+
+        notifier = apprise.Apprise(asset=self._asset)
+        notifier.add(plugin)
+        log.debug("sending %s notification to %s", scheme, label)
+        try:
+            result = notifier.notify(body=body, title=title)
+        except Exception as exc:
+            reason = redact(f"{type(exc).__name__}: {exc}", secrets)
+            raise DeliveryError(f"{label}: {scheme} target failed: {reason}", label=label) from None
+        try:
+            if result:
+                return
+            reasons = [
+                redact(entry.message, secrets)
+                for entry in result.logs()
+                if entry.level not in ("DEBUG", "INFO", "TRACE")
+            ]
+        finally:
+            result.close()
+        raise DeliveryError(_failure_message(label, scheme, reasons), label=label)
+
+
+def _failure_message(label: str, scheme: str, reasons: list[str]) -> str:
+    """oncall[0]: json target answered HTTP 500"""
+    for reason in reversed(reasons):
+        if match := _HTTP_STATUS_RE.search(reason):
+            return f"{label}: {scheme} target answered HTTP {match.group(1)}"
+    if not reasons:
+        return f"{label}: {scheme} target failed, apprise gave no reason"
+    unique = list(dict.fromkeys(r.strip() for r in reasons))
+    detail = "; ".join(unique)
+    if len(detail) > 300:
+        detail = detail[:297] + "..."
+    return f"{label}: {scheme} target failed: {detail}"
+
+
+def _log_console(label: str, title: str, body: str) -> None:
+    """[oncall[0]] Attention dropped: user_42 | Session sess_1 at 20 (threshold 40)"""
+    lines = [line.strip() for line in f"{title}\n{body}".splitlines() if line.strip()]
+    logging.getLogger(CONSOLE_LOGGER).info("[%s] %s", label, " | ".join(lines))

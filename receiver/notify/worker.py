@@ -1,0 +1,173 @@
+"""The outbox worker: claims due notifications, sends them, records delivered / retry / dead."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from receiver.errors import StorageUnavailableError
+from receiver.metrics import Metrics
+from receiver.notify.targets import DeliveryError, Targets
+from receiver.rules import Ruleset
+from receiver.store import OutboxRow, Store
+
+log = logging.getLogger("receiver.notify")
+
+IDLE_POLL = 5.0  # upper bound on an idle sleep: picks up `receiver retry` from another process
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter: initial, doubling, capped at maximum, given up after give_up.
+
+    >>> Backoff(initial=30, maximum=3600, give_up=86400, jitter=0).delay(3)
+    120.0
+    """
+
+    initial: float = 30.0
+    maximum: float = 3600.0
+    give_up: float = 86400.0
+    jitter: float = 0.2
+
+    def delay(self, attempts: int) -> float:
+        base = min(self.maximum, self.initial * 2 ** max(0, attempts - 1))
+        return base * (1 + random.uniform(-self.jitter, self.jitter))
+
+    def retry_at(self, row: OutboxRow, now: float) -> float | None:
+        """When to try row again after a failure at now, or None when it is dead."""
+        at = now + self.delay(row.attempts)
+        return None if at - row.created_at > self.give_up else at
+
+
+class Worker:
+    """Sends due outbox rows with at most `concurrency` in flight."""
+
+    def __init__(
+        self,
+        store: Store,
+        targets: Targets,
+        rules: Callable[[], Ruleset],
+        *,
+        metrics: Metrics,
+        backoff: Backoff,
+        concurrency: int = 8,
+        lease: float = 60.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.targets = targets
+        self.rules = rules
+        self.metrics = metrics
+        self.backoff = backoff
+        self.concurrency = concurrency
+        self.lease = lease
+        self.clock = clock
+        self._wake = asyncio.Event()
+        self._wake.set()  # send what a previous run left due
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self._wait()
+                try:
+                    await self._claim_and_start()
+                except StorageUnavailableError as exc:
+                    log.error("delivery paused: %s", exc.message)
+                    await asyncio.sleep(1.0)
+                    self._wake.set()
+        finally:
+            for task in list(self._in_flight):
+                task.cancel()
+
+    async def drain(self, timeout: float) -> None:
+        """Wait up to timeout for sends in flight (on shutdown); their leases cover the rest."""
+        if self._in_flight:
+            await asyncio.wait(list(self._in_flight), timeout=timeout)
+
+    async def _wait(self) -> None:
+        if self._wake.is_set():
+            self._wake.clear()
+            return
+        try:
+            due = await self.store.next_due()
+        except StorageUnavailableError:
+            due = None
+        timeout = IDLE_POLL if due is None else max(0.0, min(IDLE_POLL, due - self.clock()))
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        except TimeoutError:
+            pass
+        self._wake.clear()
+
+    async def _claim_and_start(self) -> None:
+        free = self.concurrency - len(self._in_flight)
+        if free <= 0:
+            return
+        rows = await self.store.claim_due(now=self.clock(), limit=free, lease=self.lease)
+        for row in rows:
+            task = asyncio.create_task(self._deliver(row))
+            self._in_flight.add(task)
+            task.add_done_callback(self._done)
+        if len(rows) == free:
+            self._wake.set()  # there may be more due than we had room for
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._wake.set()
+
+    async def _deliver(self, row: OutboxRow) -> None:
+        started = time.perf_counter()
+        try:
+            url = self._url(row)
+            await self.targets.send(url, title=row.title, body=row.body, label=row.label)
+        except DeliveryError as exc:
+            await self._failed(row, str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - a bug in a target must not kill the worker
+            log.exception("sending %s for event %s failed unexpectedly", row.label, row.event_id)
+            await self._failed(row, f"unexpected error: {type(exc).__name__}")
+            return
+        self.metrics.delivery_seconds.observe(time.perf_counter() - started)
+        self.metrics.notifications["delivered"].inc()
+        await self._record(self.store.mark_delivered(row.id, now=self.clock()))
+        log.info("delivered %s for event %s (rule %s)", row.label, row.event_id, row.rule)
+
+    def _url(self, row: OutboxRow) -> str:
+        notifier = self.rules().notifiers.get(row.notifier)
+        if notifier is None:
+            raise DeliveryError(f'notifier "{row.notifier}" is no longer defined in the rules')
+        if row.target >= len(notifier.urls):
+            raise DeliveryError(f'notifier "{row.notifier}" no longer has target {row.target}')
+        return notifier.urls[row.target]
+
+    async def _failed(self, row: OutboxRow, error: str) -> None:
+        now = self.clock()
+        retry_at = self.backoff.retry_at(row, now)
+        if retry_at is None:
+            self.metrics.notifications["dead"].inc()
+            log.error(
+                "gave up on %s for event %s after %d attempts: %s",
+                row.label, row.event_id, row.attempts, error,
+            )
+        else:
+            self.metrics.notifications["retried"].inc()
+            log.warning(
+                "sending %s for event %s failed (attempt %d): %s; retry in %.0fs",
+                row.label, row.event_id, row.attempts, error, retry_at - now,
+            )
+        await self._record(self.store.mark_failed(row.id, error=error, now=now, retry_at=retry_at))
+
+    async def _record(self, write: Awaitable[None]) -> None:
+        # If this write fails the row's lease expires and it is sent again: at least once.
+        try:
+            await write
+        except StorageUnavailableError as exc:
+            log.error("could not record a delivery outcome: %s", exc.message)
