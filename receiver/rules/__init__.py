@@ -1,0 +1,35 @@
+"""rules.yaml: loading and validating it, matching events, rendering templates, explaining.
+
+Pure: no I/O beyond reading the rules file and the environment.
+
+    from receiver import rules
+    rs = rules.load_file("rules.yaml")
+    decisions = rs.route(event.payload())
+    print(rs.explain(event.payload()).format())
+"""
+
+from __future__ import annotations
+
+from receiver.rules.config import load_file, load_text
+from receiver.rules.duration import format_duration, parse_duration
+from receiver.rules.explain import ConditionOutcome, Explanation, RuleOutcome
+from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, Notifier
+from receiver.rules.rule import RULE_WIDE_KEY, Decision, Rule
+from receiver.rules.ruleset import Ruleset
+
+__all__ = [
+    "CONSOLE",
+    "CONSOLE_URL",
+    "RULE_WIDE_KEY",
+    "ConditionOutcome",
+    "Decision",
+    "Explanation",
+    "Notifier",
+    "Rule",
+    "RuleOutcome",
+    "Ruleset",
+    "format_duration",
+    "load_file",
+    "load_text",
+    "parse_duration",
+]

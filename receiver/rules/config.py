@@ -1,0 +1,295 @@
+"""Loading rules.yaml: strict decoding, validation collecting every problem, then a Ruleset.
+
+Decoding is strict (unknown keys are errors), each rule is checked on its
+own so one bad rule does not hide another's problems, and cross-references
+(notifiers named by rules) are checked last. All problems are raised together
+in one ConfigError, each message naming the rule and key, Alertmanager style:
+
+    rule "deep-drop": match.score: unknown operator "less"; allowed: lt, lte, gt, gte, eq, between
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
+
+from receiver.errors import ConfigError
+from receiver.rules import templates
+from receiver.rules.duration import parse_duration
+from receiver.rules.match import compile_match, show
+from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, NAME_RE, Notifier, build_notifier
+from receiver.rules.rule import Rule
+from receiver.rules.ruleset import Ruleset
+
+TOP_KEYS = ("notifiers", "rules")
+RULE_KEYS = ("name", "match", "notify", "title", "body", "throttle", "continue")
+THROTTLE_KEYS = ("key", "every")
+_EXPECTED = {
+    "notifiers": "a mapping of notifier names to apprise urls",
+    "rules": "a list of rules",
+    "match": "a mapping of payload fields to conditions",
+    "throttle": "a mapping with keys key, every",
+    "continue": "true or false",
+    "every": "a duration such as 90s, 15m, 1h30m",
+    "name": "a string",
+    "title": "a template string",
+    "body": "a template string",
+    "key": "a template string",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ThrottleSpec(_Strict):
+    key: str | None = None
+    every: str
+
+
+class RuleSpec(_Strict):
+    """The shape of one rule; values are checked further by _check_rule."""
+
+    name: str
+    match: dict[Any, Any] | None = None
+    notify: Any  # a notifier name or a list of them
+    title: str | None = None
+    body: str | None = None
+    throttle: ThrottleSpec | None = None
+    continue_: bool = Field(default=False, alias="continue")
+
+
+class FileSpec(_Strict):
+    notifiers: dict[Any, Any] | None = None
+    rules: list[Any] | None = None
+
+
+def load_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Ruleset:
+    """Load and validate a rules file; raises ConfigError listing every problem."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"cannot read rules file: {reason.lower()}", source=source) from exc
+    return load_text(text, env, source=source)
+
+
+def load_text(
+    text: str, env: Mapping[str, str] | None = None, source: str = "rules.yaml"
+) -> Ruleset:
+    """Load rules from YAML text; env (default os.environ) fills ${VAR} in notifier urls."""
+    env = os.environ if env is None else env
+    raw = _parse_yaml(text, source)
+    problems: list[str] = []
+    try:
+        FileSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(_describe(err, "") for err in exc.errors())
+    raw_notifiers = raw.get("notifiers")
+    raw_rules = raw.get("rules")
+    raw_notifiers = raw_notifiers if isinstance(raw_notifiers, dict) else {}
+    raw_rules = raw_rules if isinstance(raw_rules, list) else []
+
+    notifiers: dict[str, Notifier] = {}
+    for name, value in raw_notifiers.items():
+        notifier, found = build_notifier(name, value, env)
+        problems.extend(found)
+        if notifier is not None:
+            notifiers[notifier.name] = notifier
+    builtin = frozenset() if CONSOLE in raw_notifiers else frozenset({CONSOLE})
+    if builtin:
+        notifiers[CONSOLE] = Notifier(CONSOLE, (CONSOLE_URL,))
+    # A notifier with a problem is still defined: rules naming it are not wrong too.
+    defined = [str(n) for n in raw_notifiers if isinstance(n, str)] + sorted(builtin)
+
+    rules: list[Rule] = []
+    seen: set[str] = set()
+    for index, item in enumerate(raw_rules):
+        rule, found = _check_rule(index, item, defined, seen)
+        problems.extend(found)
+        if rule is not None:
+            rules.append(rule)
+    if problems:
+        raise ConfigError(problems, source=source)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    return Ruleset(notifiers=notifiers, rules=rules, digest=digest, source=source, builtin=builtin)
+
+
+def _check_rule(
+    index: int, raw: Any, defined: list[str], seen: set[str]
+) -> tuple[Rule | None, list[str]]:
+    name = raw.get("name") if isinstance(raw, dict) else None
+    label = f'rule "{name}"' if isinstance(name, str) and name else f"rule #{index + 1}"
+    if not isinstance(raw, dict):
+        keys = ", ".join(RULE_KEYS)
+        return None, [f"{label}: expected a mapping with keys {keys}, got {show(raw)}"]
+    problems: list[str] = []
+    bad: set[str] = set()
+    try:
+        RuleSpec.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            problems.append(_describe(err, label))
+            bad.add(str(err["loc"][0]))
+
+    if isinstance(name, str):
+        if not NAME_RE.fullmatch(name):
+            problems.append(
+                f"{label}: name: invalid name; allowed: letters, digits, '_', '.', '-', "
+                "starting with a letter or digit"
+            )
+        elif name in seen:
+            problems.append(f'{label}: duplicate rule name "{name}"; rule names must be unique')
+        seen.add(name)
+
+    conditions, found = compile_match(raw.get("match") if "match" not in bad else None)
+    problems.extend(f"{label}: {p}" for p in found)
+    notify = _check_notify(raw.get("notify"), label, defined, problems) if "notify" in raw else ()
+
+    sources: dict[str, str | None] = {
+        "title": templates.DEFAULT_TITLE if raw.get("title") is None else raw["title"],
+        "body": templates.DEFAULT_BODY if raw.get("body") is None else raw["body"],
+    }
+    every: float | None = None
+    throttle = raw.get("throttle")
+    if "throttle" not in bad and isinstance(throttle, dict):
+        sources["throttle.key"] = throttle.get("key")
+        try:
+            every = parse_duration(throttle["every"])
+            if every <= 0:
+                raise ValueError(f'duration "{throttle["every"]}" is zero; use at least 1s')
+        except ValueError as exc:
+            problems.append(f"{label}: throttle.every: {exc}")
+    compiled: dict[str, Any] = {}
+    for key, source in sources.items():
+        if source is None or key.split(".")[0] in bad:
+            continue
+        if key != "title" and not source.strip():
+            hint = "omit it for the default" if key == "body" else "omit it for one rule-wide key"
+            problems.append(f"{label}: {key}: empty template; {hint}")
+            continue
+        try:
+            compiled[key] = templates.compile_template(source)
+        except ValueError as exc:
+            problems.append(f"{label}: {key}: {exc}")
+    if problems:
+        return None, problems
+    return Rule(
+        name=str(name),
+        conditions=conditions,
+        notify=notify,
+        title=str(sources["title"]),
+        body=str(sources["body"]),
+        throttle_key=sources.get("throttle.key"),
+        throttle_every=every,
+        continue_=bool(raw.get("continue", False)),
+        _compiled=(compiled["title"], compiled["body"], compiled.get("throttle.key")),
+    ), []
+
+
+def _check_notify(raw: Any, label: str, defined: list[str], problems: list[str]) -> tuple[str, ...]:
+    names = [raw] if isinstance(raw, str) else raw
+    if not isinstance(names, list) or not names:
+        problems.append(f"{label}: notify: expected a notifier name or a non-empty list of them")
+        return ()
+    result: list[str] = []
+    for name in names:
+        if not isinstance(name, str):
+            problems.append(f"{label}: notify: expected notifier names, got {show(name)}")
+        elif "://" in name:
+            # Never echo it: a url pasted here usually carries a token.
+            problems.append(
+                f"{label}: notify: an apprise url is not allowed here; define it under "
+                "notifiers: and name that notifier"
+            )
+        elif name in result:
+            problems.append(f'{label}: notify: notifier "{name}" is listed twice')
+        elif name not in defined:
+            problems.append(
+                f'undefined notifier "{name}" used in {label}; defined: {", ".join(defined)}'
+            )
+        else:
+            result.append(name)
+    return tuple(result)
+
+
+def _describe(err: ErrorDetails, label: str) -> str:
+    """A pydantic error as a rules.yaml message: 'rule "x": throttle: unknown key "per"; ...'."""
+    loc = [str(p) for p in err["loc"]]
+    head = f"{label}: " if label else ""
+    where = ".".join(loc)
+    if err["type"] == "extra_forbidden":
+        parent, key = loc[:-1], loc[-1]
+        allowed = THROTTLE_KEYS if parent else RULE_KEYS if label else TOP_KEYS
+        scope = f"{'.'.join(parent)}: " if parent else ""
+        kind = "key" if label else "top-level key"
+        return f'{head}{scope}unknown {kind} "{key}"; allowed: {", ".join(allowed)}'
+    if err["type"] == "missing":
+        parent = loc[:-1]
+        scope = f"{'.'.join(parent)}: " if parent else ""
+        return f'{head}{scope}missing required key "{loc[-1]}"'
+    expected = _EXPECTED.get(loc[-1], err["msg"].lower().removeprefix("input should be "))
+    # Top-level values may hold notifier urls: name their kind, never their text.
+    got = _kind(err["input"]) if not label else show(err["input"])
+    return f"{head}{where}: expected {expected}, got {got}"
+
+
+def _parse_yaml(text: str, source: str) -> dict[Any, Any]:
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        # Only the position and the problem: the offending line may hold a token.
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"yaml syntax error{where}: {exc.problem}", source=source) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"yaml syntax error: {type(exc).__name__}", source=source) from None
+    if data is None:
+        raise ConfigError(
+            "the file is empty; expected a mapping with keys notifiers, rules", source=source
+        )
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"expected a mapping with keys notifiers, rules at the top level, got {_kind(data)}",
+            source=source,
+        )
+    return data
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key repeated in one mapping is an error, not a silent win."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            ident = (key_node.tag, key_node.value)
+            if ident in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f'duplicate key "{key_node.value}"', key_node.start_mark
+                )
+            seen.add(ident)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "a mapping" if isinstance(value, dict) else f"a {type(value).__name__}"

@@ -1,0 +1,122 @@
+"""Notifiers: named lists of apprise URLs, ${VAR} substitution, checks that never echo a URL.
+
+A URL usually carries a token, so no message, repr or summary here ever shows
+one: problems name the notifier, the URL's position and its scheme only.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CONSOLE = "console"
+CONSOLE_URL = "console://"
+SERVICES_DOC = "https://appriseit.com/services/"
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_VAR_RE = re.compile(r"\$\{([^}]*)\}")
+_VAR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True, repr=False)
+class Notifier:
+    """A named destination; ``urls`` are apprise URLs with ${VAR} already substituted.
+
+    The repr hides the URLs because they carry tokens.
+    """
+
+    name: str
+    urls: tuple[str, ...]
+
+    def __repr__(self) -> str:
+        count = len(self.urls)
+        return f"Notifier(name={self.name!r}, urls=<{count} url{'s' if count != 1 else ''} hidden>)"
+
+    __str__ = __repr__
+
+
+def build_notifier(
+    name: Any, raw: Any, env: Mapping[str, str]
+) -> tuple[Notifier | None, list[str]]:
+    """The notifier for one `notifiers:` entry, or None and every problem found."""
+    label = f"notifier {_quote(name)}"
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        return None, [
+            f"{label}: invalid name; allowed: letters, digits, '_', '.', '-', "
+            "starting with a letter or digit"
+        ]
+    templates = [raw] if isinstance(raw, str) else raw
+    if not isinstance(templates, list) or not templates:
+        return None, [f"{label}: expected an apprise url or a non-empty list of them"]
+    problems: list[str] = []
+    urls: list[str] = []
+    for number, template in enumerate(templates, start=1):
+        where = f"{label}: url #{number}" if len(templates) > 1 else label
+        if not isinstance(template, str) or not template.strip():
+            problems.append(f"{where}: expected a non-empty apprise url string")
+            continue
+        url, missing = substitute(template.strip(), env)
+        problems.extend(f"{where}: {m}" for m in missing)
+        if not missing:
+            if not is_valid_url(url):
+                problems.append(
+                    f"{where}: apprise cannot parse this url (scheme {_scheme(template)}); "
+                    f"see {SERVICES_DOC}"
+                )
+            urls.append(url)
+    if problems:
+        return None, problems
+    return Notifier(name, tuple(urls)), []
+
+
+def substitute(template: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
+    """Replace each ${VAR} from env; the problems name variables, never values."""
+    problems: list[str] = []
+
+    def replace(found: re.Match[str]) -> str:
+        var = found.group(1)
+        if not _VAR_NAME_RE.fullmatch(var):
+            problems.append(
+                f"invalid variable reference {_quote('${' + var + '}')}; "
+                "allowed: ${NAME} with letters, digits and '_'"
+            )
+        elif var not in env:
+            problems.append(f"environment variable {var} is not set")
+        elif not env[var]:
+            problems.append(f"environment variable {var} is empty")
+        else:
+            return env[var]
+        return ""
+
+    return _VAR_RE.sub(replace, template), problems
+
+
+def is_valid_url(url: str) -> bool:
+    """Whether apprise can build a notification target from url (console:// is ours)."""
+    if url == CONSOLE_URL:
+        return True
+    import apprise
+
+    # Apprise imports its plugins lazily, and one of them imports the deprecated
+    # imghdr module; keep that warning from becoming an error under -W error.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return apprise.Apprise.instantiate(url, suppress_exceptions=True) is not None
+
+
+def _scheme(template: str) -> str:
+    # Taken from the text as written in rules.yaml, before substitution, so a
+    # secret coming from the environment cannot end up in the message.
+    scheme, sep, _ = template.partition("://")
+    if not sep:
+        return "missing"
+    if "$" in scheme or not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme):
+        return "not shown"
+    return f'"{scheme.lower()}"'
+
+
+def _quote(value: Any) -> str:
+    return f'"{value}"' if isinstance(value, str) else repr(value)

@@ -1,0 +1,135 @@
+"""One compiled rule: does it match a payload, and what notifications does it produce."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jinja2 import Template
+
+from receiver.rules import templates
+from receiver.rules.match import Condition
+from receiver.rules.notifiers import Notifier
+
+RULE_WIDE_KEY = "*"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One notification to send: one per (rule, notifier, url) of a matching rule.
+
+    ``throttle_key`` is None exactly when ``throttle_seconds`` is; a rule
+    throttled without a ``key`` template uses the single key ``"*"``.
+    """
+
+    rule: str
+    notifier: str
+    target: int
+    title: str
+    body: str
+    throttle_key: str | None
+    throttle_seconds: float | None
+    fallback: bool
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A matching rule's texts, rendered once for all of its notifiers."""
+
+    title: str
+    body: str
+    throttle_key: str | None
+    throttle_seconds: float | None
+    fallback: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A rule from rules.yaml, compiled: conditions, notifier names and templates."""
+
+    name: str
+    conditions: tuple[Condition, ...]
+    notify: tuple[str, ...]
+    title: str
+    body: str
+    throttle_key: str | None = None
+    throttle_every: float | None = None
+    continue_: bool = False
+    _compiled: tuple[Template, Template, Template | None] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def test(self, payload: Mapping[str, Any]) -> list[tuple[bool, str]]:
+        """Every condition's verdict and reason, in order (all hold for a match)."""
+        return [c.test(payload) for c in self.conditions]
+
+    def matches(self, payload: Mapping[str, Any]) -> bool:
+        return all(c.test(payload)[0] for c in self.conditions)
+
+    def render(self, payload: Mapping[str, Any]) -> Rendered:
+        """Title, body and throttle key for payload; a failing template yields the fallback.
+
+        A failing key template throttles under the rule-wide key "*" rather than
+        not at all, so a broken template cannot flood a channel.
+        """
+        title_t, body_t, key_t = self._templates()
+        ctx = templates.context(payload, self.name)
+        seconds = self.throttle_every
+        key: str | None = None if seconds is None else RULE_WIDE_KEY
+        failed: tuple[str, Exception] | None = None
+        title = body = ""
+        what = "title"
+        try:
+            title = templates.render(title_t, ctx)
+            what = "body"
+            body = templates.render(body_t, ctx)
+            if not body:
+                raise ValueError("it rendered empty text")
+        except Exception as exc:  # any template failure must still produce a message
+            failed = (what, exc)
+        if key_t is not None:
+            try:
+                key = templates.render(key_t, ctx)
+            except Exception as key_exc:
+                failed = failed or ("throttle key", key_exc)
+        if failed is None:
+            return Rendered(title, body, key, seconds, fallback=False)
+        what, error = failed
+        return Rendered(
+            title=templates.fallback_title(self.name, payload),
+            body=templates.fallback_body(self.name, what, error, payload),
+            throttle_key=key,
+            throttle_seconds=seconds,
+            fallback=True,
+            error=f"{what}: {str(error).strip()[:200] or type(error).__name__}",
+        )
+
+    def decisions(self, rendered: Rendered, notifiers: Mapping[str, Notifier]) -> list[Decision]:
+        return [
+            Decision(
+                rule=self.name,
+                notifier=name,
+                target=index,
+                title=rendered.title,
+                body=rendered.body,
+                throttle_key=rendered.throttle_key,
+                throttle_seconds=rendered.throttle_seconds,
+                fallback=rendered.fallback,
+            )
+            for name in self.notify
+            for index in range(len(notifiers[name].urls))
+        ]
+
+    def _templates(self) -> tuple[Template, Template, Template | None]:
+        if self._compiled is not None:
+            return self._compiled
+        # Built directly (tests, callers): compile on first use; the loader pre-compiles.
+        compiled = (
+            templates.compile_template(self.title),
+            templates.compile_template(self.body),
+            None if self.throttle_key is None else templates.compile_template(self.throttle_key),
+        )
+        object.__setattr__(self, "_compiled", compiled)
+        return compiled

@@ -1,0 +1,86 @@
+"""A loaded rules.yaml: its notifiers and rules, routing a payload to decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from receiver.rules.duration import format_duration
+from receiver.rules.explain import Explanation, explain
+from receiver.rules.notifiers import Notifier
+from receiver.rules.rule import Decision, Rule
+
+
+class Ruleset:
+    """Rules in file order and the notifiers they name. Build one with rules.load_file().
+
+    Example:
+
+        rs = rules.load_file("rules.yaml")
+        for decision in rs.route(event.payload()):
+            outbox.add(decision)
+        print(rs.explain(payload).format())
+    """
+
+    def __init__(
+        self,
+        *,
+        notifiers: dict[str, Notifier],
+        rules: list[Rule],
+        digest: str,
+        source: str = "rules.yaml",
+        builtin: frozenset[str] = frozenset(),
+    ) -> None:
+        self.notifiers = notifiers
+        self.rules = rules
+        self.digest = digest
+        self.source = source
+        self._builtin = builtin
+
+    def route(self, payload: Mapping[str, Any]) -> list[Decision]:
+        """The notifications payload produces: rules in order, the first match wins
+        unless it has ``continue: true``. Never raises for a template failure."""
+        decisions: list[Decision] = []
+        for rule in self.rules:
+            if not rule.matches(payload):
+                continue
+            decisions.extend(rule.decisions(rule.render(payload), self.notifiers))
+            if not rule.continue_:
+                break
+        return decisions
+
+    def explain(self, payload: Mapping[str, Any]) -> Explanation:
+        """Each rule's verdict on payload with reasons; ``.format()`` for humans."""
+        return explain(self.rules, self.notifiers, payload)
+
+    def summary(self) -> str:
+        """A few lines for `receiver check`: counts, then each rule and its notifiers."""
+        count = len(self.rules)
+        lines = [
+            f"{self.source}: {count} rule{'s' if count != 1 else ''}, "
+            f"{len(self.notifiers)} notifier{'s' if len(self.notifiers) != 1 else ''} "
+            f"(digest {self.digest})"
+        ]
+        for rule in self.rules:
+            extras = []
+            if rule.throttle_every is not None:
+                extras.append(f"throttle {format_duration(rule.throttle_every)}")
+            if rule.continue_:
+                extras.append("continue")
+            tail = f" ({', '.join(extras)})" if extras else ""
+            lines.append(f"  {rule.name} -> {', '.join(rule.notify)}{tail}")
+        described = []
+        for name, notifier in self.notifiers.items():
+            if name in self._builtin:
+                described.append(f"{name} (built-in)")
+            else:
+                n = len(notifier.urls)
+                described.append(f"{name} ({n} url{'s' if n != 1 else ''})")
+        lines.append("notifiers: " + ", ".join(described))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Ruleset {self.source} digest={self.digest} rules={len(self.rules)} "
+            f"notifiers={sorted(self.notifiers)}>"
+        )

@@ -1,0 +1,148 @@
+"""Title, body and throttle-key templates: a Jinja2 sandbox, its context and its filters.
+
+Templates see every payload field by name, plus ``event`` (the whole payload),
+``rule`` (the rule's name) and ``delta`` (threshold - score, when both are
+numbers). Undefined names are errors (StrictUndefined): a typo shows up as a
+fallback message saying what failed instead of a silently empty notification.
+The sandbox is the immutable one, so a template cannot change the payload that
+later rules and templates see.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from jinja2 import StrictUndefined, Template, TemplateSyntaxError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from receiver.rules.duration import format_duration
+from receiver.rules.match import lookup, show
+
+DEFAULT_TITLE = (
+    "[{{ rule }}] {{ event.type | default('event') }}"
+    " for {{ event.sessionId | default('unknown session') }}"
+)
+DEFAULT_BODY = (
+    "{% if event.userId is defined %}user {{ event.userId }}, {% endif %}"
+    "session {{ event.sessionId | default('?') }}\n"
+    "{% if event.score is defined %}score {{ event.score }}"
+    "{{ ' (threshold %s)' % event.threshold if event.threshold is defined else '' }}\n"
+    "{% endif %}"
+    "event {{ event.id | default('?') }} at {{ event.timestamp | default('?') }}"
+)
+
+_FALLBACK_FIELDS = ("id", "type", "sessionId", "userId", "score", "threshold", "timestamp")
+
+
+def _time(value: Any, fmt: str = "%Y-%m-%d %H:%M UTC") -> str:
+    """Format an ISO-8601 timestamp (or epoch seconds) in UTC: {{ timestamp | time("%H:%M") }}."""
+    if isinstance(value, bool):
+        raise ValueError(f"time: expected a timestamp, got {show(value)}")
+    if isinstance(value, int | float):
+        moment = datetime.fromtimestamp(value, UTC)
+    elif isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"time: {show(value)} is not an ISO-8601 timestamp") from None
+    else:
+        raise ValueError(f"time: expected a timestamp, got {show(value)}")
+    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return moment.strftime(fmt)
+
+
+def _duration(value: Any) -> str:
+    """Seconds as a short duration: {{ 5400 | duration }} -> 1h30m."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"duration: expected a number of seconds, got {show(value)}")
+    return format_duration(value)
+
+
+def _json(value: Any) -> str:
+    """Plain JSON (unlike the built-in tojson, which escapes < > & for HTML)."""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _finalize(value: Any) -> Any:
+    # Print null and booleans as the event's JSON does, not as Python's None/True.
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        undefined=StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=_finalize,
+    )
+    env.filters.update(time=_time, duration=_duration, json=_json)
+    return env
+
+
+ENV = _environment()
+
+
+def compile_template(source: str) -> Template:
+    """Compile one template; raises ValueError describing a syntax error or unknown filter."""
+    try:
+        return ENV.from_string(source)
+    except TemplateSyntaxError as exc:
+        message = (exc.message or "invalid syntax").rstrip(".")
+        message = message[:1].lower() + message[1:]
+        raise ValueError(f"template syntax error at line {exc.lineno}: {message}") from None
+
+
+def context(payload: Mapping[str, Any], rule: str) -> dict[str, Any]:
+    """What a template sees: payload fields, then event, rule and delta (these names win).
+
+    delta is set only when score and threshold are both numbers.
+    """
+    ctx = dict(payload)
+    ctx["event"] = payload
+    ctx["rule"] = rule
+    score, threshold = payload.get("score"), payload.get("threshold")
+    if (
+        isinstance(score, int | float)
+        and isinstance(threshold, int | float)
+        and not (isinstance(score, bool) or isinstance(threshold, bool))
+    ):
+        delta = threshold - score
+        ctx["delta"] = delta if isinstance(delta, int) else round(delta, 6)
+    return ctx
+
+
+def render(template: Template, ctx: Mapping[str, Any]) -> str:
+    """Render, stripped of surrounding whitespace; any failure propagates to the caller."""
+    return template.render(ctx).strip()
+
+
+def fallback_title(rule: str, payload: Mapping[str, Any]) -> str:
+    """``[deep-drop] score.drop for sess_1``: what is sent when a template fails."""
+    kind = _text(lookup(payload, "type"), "event")
+    session = _text(lookup(payload, "sessionId"), "unknown session")
+    return f"[{rule}] {kind} for {session}"
+
+
+def fallback_body(rule: str, what: str, error: BaseException, payload: Mapping[str, Any]) -> str:
+    """A body naming the failed template and the error, then the event's key fields."""
+    message = str(error).strip() or type(error).__name__
+    lines = [f'the {what} template of rule "{rule}" failed: {message[:200]}']
+    for name in _FALLBACK_FIELDS:
+        value = lookup(payload, name)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            lines.append(f"{name}: {value}")
+    return "\n".join(lines)
+
+
+def _text(value: Any, default: str) -> str:
+    return value if isinstance(value, str) and value else default

@@ -1,0 +1,260 @@
+"""Matching: every form a `match:` value takes, with the reason explain shows for it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from receiver import rules
+from receiver.rules.match import compile_match, lookup
+
+EVENT = {
+    "id": "evt_1",
+    "type": "score.drop",
+    "sessionId": "sess_1",
+    "userId": "user_42",
+    "score": 20,
+    "threshold": 40,
+    "timestamp": "2026-11-21T10:00:00Z",
+    "ratio": 0.5,
+    "flagged": True,
+    "note": None,
+    "tags": ["urgent", "mobile"],
+    "meta": {"page": "/checkout", "step": 3, "items": [{"sku": "a1"}]},
+    "a.b": "literal dotted key",
+}
+
+
+def verdicts(match_yaml: str, payload: dict[str, Any] = EVENT) -> list[tuple[bool, str]]:
+    conditions, problems = compile_match(yaml.safe_load(match_yaml))
+    assert problems == []
+    return [c.test(payload) for c in conditions]
+
+
+def one(ok: bool, reason: str) -> list[tuple[bool, str]]:
+    return [(ok, reason)]
+
+
+@pytest.mark.parametrize(
+    ("match", "expected"),
+    [
+        # exact strings
+        pytest.param(
+            "type: score.drop",
+            one(True, 'type: "score.drop" is "score.drop"'),
+            id="exact-string-matches",
+        ),
+        pytest.param(
+            "type: score.recover",
+            one(False, 'type: "score.drop" is not "score.recover"'),
+            id="exact-string-differs",
+        ),
+        pytest.param(
+            "type: Score.Drop",
+            one(False, 'type: "score.drop" is not "Score.Drop"'),
+            id="exact-string-is-case-sensitive",
+        ),
+        pytest.param(
+            "score: '20'",
+            one(False, "score: 20 is not a string"),
+            id="string-never-matches-a-number",
+        ),
+        # globs
+        pytest.param(
+            "type: score.*", one(True, 'type: "score.drop" matches glob "score.*"'), id="glob-star"
+        ),
+        pytest.param(
+            "type: session.*",
+            one(False, 'type: "score.drop" does not match glob "session.*"'),
+            id="glob-star-differs",
+        ),
+        pytest.param(
+            "userId: user_4?",
+            one(True, 'userId: "user_42" matches glob "user_4?"'),
+            id="glob-question-mark",
+        ),
+        pytest.param(
+            "userId: 'user_[0-3]*'",
+            one(False, 'userId: "user_42" does not match glob "user_[0-3]*"'),
+            id="glob-character-class",
+        ),
+        # regexes
+        pytest.param(
+            "userId: '~^user_(4|5)'",
+            one(True, 'userId: "user_42" matches regex "^user_(4|5)"'),
+            id="regex-matches",
+        ),
+        pytest.param(
+            "userId: '~_4'",
+            one(True, 'userId: "user_42" matches regex "_4"'),
+            id="regex-searches-anywhere",
+        ),
+        pytest.param(
+            "userId: '~(?i)^USER_'",
+            one(True, 'userId: "user_42" matches regex "(?i)^USER_"'),
+            id="regex-inline-flags",
+        ),
+        pytest.param(
+            "userId: '~^user_(1|3)'",
+            one(False, 'userId: "user_42" does not match regex "^user_(1|3)"'),
+            id="regex-differs",
+        ),
+        # numbers and booleans
+        pytest.param("score: 20", one(True, "score: 20 is 20"), id="number-equal"),
+        pytest.param("score: 20.0", one(True, "score: 20 is 20.0"), id="int-equals-float"),
+        pytest.param("score: 21", one(False, "score: 20 is not 21"), id="number-differs"),
+        pytest.param("flagged: true", one(True, "flagged: true is true"), id="bool-equal"),
+        pytest.param(
+            "flagged: 1", one(False, "flagged: true is not 1"), id="true-is-not-the-number-1"
+        ),
+        pytest.param(
+            "userId: 42",
+            one(False, 'userId: "user_42" is not 42'),
+            id="number-never-matches-a-string",
+        ),
+        # operators
+        pytest.param("score: {lt: 30}", one(True, "score: 20 is lt 30"), id="lt"),
+        pytest.param("score: {lt: 20}", one(False, "score: 20 is not lt 20"), id="lt-is-strict"),
+        pytest.param("score: {lte: 20}", one(True, "score: 20 is lte 20"), id="lte"),
+        pytest.param("score: {gt: 20}", one(False, "score: 20 is not gt 20"), id="gt-is-strict"),
+        pytest.param("score: {gte: 20}", one(True, "score: 20 is gte 20"), id="gte"),
+        pytest.param("score: {eq: 20}", one(True, "score: 20 is eq 20"), id="eq"),
+        pytest.param("ratio: {lt: 0.75}", one(True, "ratio: 0.5 is lt 0.75"), id="float"),
+        pytest.param(
+            "score: {between: [20, 30]}",
+            one(True, "score: 20 is between 20 and 30"),
+            id="between-is-inclusive",
+        ),
+        pytest.param(
+            "score: {between: [21, 30]}",
+            one(False, "score: 20 is not between 21 and 30"),
+            id="between-outside",
+        ),
+        pytest.param(
+            "score: {gte: 10, lt: 30}",
+            one(True, "score: 20 is gte 10 and lt 30"),
+            id="several-operators-all-hold",
+        ),
+        pytest.param(
+            "score: {gte: 10, lt: 15}",
+            one(False, "score: 20 is not lt 15"),
+            id="several-operators-one-fails",
+        ),
+        pytest.param(
+            "userId: {lt: 30}",
+            one(False, 'userId: "user_42" is not a number'),
+            id="operator-on-a-string-never-matches",
+        ),
+        pytest.param(
+            "flagged: {eq: 1}",
+            one(False, "flagged: true is not a number"),
+            id="operator-on-a-boolean-never-matches",
+        ),
+        pytest.param(
+            "note: {lt: 1}",
+            one(False, "note: null is not a number"),
+            id="operator-on-null-never-matches",
+        ),
+        # lists: any of
+        pytest.param(
+            "type: [score.recover, score.drop]",
+            one(True, 'type: "score.drop" is "score.drop"'),
+            id="list-any-item",
+        ),
+        pytest.param(
+            "score: [{lt: 10}, {gt: 90}, 20]", one(True, "score: 20 is 20"), id="list-mixes-forms"
+        ),
+        pytest.param(
+            "type: [session.*, '~^intervention']",
+            one(
+                False,
+                'type: none of the alternatives holds: "score.drop" does not match glob '
+                '"session.*"; "score.drop" does not match regex "^intervention"',
+            ),
+            id="list-no-item-holds",
+        ),
+        # fields
+        pytest.param(
+            "sessionId: sess_1\nuserId: '~^user_'",
+            [
+                (True, 'sessionId: "sess_1" is "sess_1"'),
+                (True, 'userId: "user_42" matches regex "^user_"'),
+            ],
+            id="every-condition-is-tested",
+        ),
+        pytest.param("missing: x", one(False, "missing: field missing"), id="missing-field"),
+        pytest.param(
+            "missing: {lt: 1}",
+            one(False, "missing: field missing"),
+            id="missing-field-under-operator",
+        ),
+        pytest.param(
+            "meta.page: /check*",
+            one(True, 'meta.page: "/checkout" matches glob "/check*"'),
+            id="dotted-path",
+        ),
+        pytest.param(
+            "meta.step: {gte: 3}", one(True, "meta.step: 3 is gte 3"), id="dotted-path-number"
+        ),
+        pytest.param(
+            "meta.items.0.sku: a1",
+            one(True, 'meta.items.0.sku: "a1" is "a1"'),
+            id="dotted-path-list-index",
+        ),
+        pytest.param(
+            "meta.nope: x", one(False, "meta.nope: field missing"), id="dotted-path-missing"
+        ),
+        pytest.param(
+            "a.b: literal*",
+            one(True, 'a.b: "literal dotted key" matches glob "literal*"'),
+            id="literal-dotted-key-wins",
+        ),
+        pytest.param(
+            "tags: urgent", one(True, 'tags: item "urgent" is "urgent"'), id="list-field-any-item"
+        ),
+        pytest.param(
+            "tags: desktop",
+            one(False, 'tags: no item of ["urgent", "mobile"] matches'),
+            id="list-field-no-item",
+        ),
+        pytest.param(
+            "meta: x",
+            one(
+                False,
+                'meta: {"page": "/checkout", "step": 3, "items": [{"sku": "a1"}]} is not a string',
+            ),
+            id="object-field-is-not-a-string",
+        ),
+    ],
+)
+def test_match_value_forms(match: str, expected: list[tuple[bool, str]]) -> None:
+    assert verdicts(match) == expected
+
+
+def test_literal_tilde_string_is_matched_with_an_escaped_regex() -> None:
+    assert verdicts("note: '~^~home$'", {"note": "~home"}) == [
+        (True, 'note: "~home" matches regex "^~home$"')
+    ]
+
+
+def test_lookup_reads_nested_fields_and_reports_missing_ones() -> None:
+    assert lookup(EVENT, "meta.page") == "/checkout"
+    assert lookup(EVENT, "meta.items.0.sku") == "a1"
+    assert lookup(EVENT, "meta.items.5") is lookup(EVENT, "nope")
+
+
+@pytest.mark.parametrize(
+    ("match_block", "routed"),
+    [
+        pytest.param("", True, id="absent-match-matches-everything"),
+        pytest.param("    match: {}\n", True, id="empty-match-matches-everything"),
+        pytest.param("    match:\n", True, id="null-match-matches-everything"),
+        pytest.param("    match: {type: score.drop, score: {lt: 30}}\n", True, id="all-hold"),
+        pytest.param("    match: {type: score.drop, score: {lt: 10}}\n", False, id="one-fails"),
+    ],
+)
+def test_rule_matches_only_when_every_condition_holds(match_block: str, routed: bool) -> None:
+    rs = rules.load_text(f"rules:\n  - name: r\n    notify: console\n{match_block}", env={})
+    assert bool(rs.route(EVENT)) is routed
