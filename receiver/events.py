@@ -99,7 +99,9 @@ def loads(body: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise InvalidJSONError(f"body is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     except json.JSONDecodeError as exc:
-        raise InvalidJSONError(f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from exc
+        raise InvalidJSONError(
+            f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
     except (ValueError, RecursionError) as exc:
         raise InvalidJSONError(f"body is not acceptable JSON: {str(exc)[:200]}") from exc
     if not isinstance(data, dict):

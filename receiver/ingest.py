@@ -1,4 +1,4 @@
-"""POST /v1/events: size check -> signature -> JSON -> event -> store.accept, and its error contract.
+"""POST /v1/events: size -> signature -> JSON -> event -> store.accept, and its error contract.
 
 A lean ASGI endpoint rather than a Starlette Request/Response pair: this is the
 hot path, and the framework objects cost more per request than HMAC and JSON
@@ -158,4 +158,3 @@ def _guess_id(body: bytes) -> str | None:
         return None
     value = data.get("id") if isinstance(data, dict) else None
     return value[:256] if isinstance(value, str) else None
-

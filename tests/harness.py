@@ -23,8 +23,14 @@ STARTUP_TIMEOUT = 20.0
 class Receiver:
     """Start, stop, kill and restart the receiver on one database file and port."""
 
-    def __init__(self, tmp: Path, *, rules: str | None = None, env: dict[str, str] | None = None,
-                 secret: str = SECRET) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        *,
+        rules: str | None = None,
+        env: dict[str, str] | None = None,
+        secret: str = SECRET,
+    ) -> None:
         self.tmp = tmp
         self.db = tmp / "receiver.db"
         self.rules = tmp / "rules.yaml"
@@ -78,15 +84,21 @@ class Receiver:
     def logs(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def post(self, body: bytes, headers: dict[str, str] | None = None,
-             client: httpx.Client | None = None) -> httpx.Response:
-        return (client or httpx).post(f"{self.url}/v1/events", content=body,  # type: ignore[attr-defined, no-any-return]
-                                      headers=headers or {}, timeout=15)
+    def post(
+        self, body: bytes, headers: dict[str, str] | None = None, client: httpx.Client | None = None
+    ) -> httpx.Response:
+        return (client or httpx).post(
+            f"{self.url}/v1/events",
+            content=body,  # type: ignore[attr-defined, no-any-return]
+            headers=headers or {},
+            timeout=15,
+        )
 
     def send(self, event: dict[str, Any], client: httpx.Client | None = None) -> httpx.Response:
         body = json.dumps(event).encode()
-        return self.post(body, {signature.SIGNATURE_HEADER: signature.sign(self.secret.encode(), body)},
-                         client)
+        return self.post(
+            body, {signature.SIGNATURE_HEADER: signature.sign(self.secret.encode(), body)}, client
+        )
 
     def get(self, path: str) -> httpx.Response:
         return httpx.get(f"{self.url}{path}", timeout=10)

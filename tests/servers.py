@@ -1,10 +1,10 @@
 """Real local servers that catch notifications: an HTTP sink and an SMTP sink.
 
-    sink = HTTPSink().start()
-    sink.fail_with(500)             # answer 500 until sink.ok()
-    ...send json:// to sink.json_url() ...
-    [req] = sink.wait_for(1)        # bounded wait, raises AssertionError on timeout
-    sink.stop(); sink.start()       # down for a while, then up again on the same port
+sink = HTTPSink().start()
+sink.fail_with(500)             # answer 500 until sink.ok()
+...send json:// to sink.json_url() ...
+[req] = sink.wait_for(1)        # bounded wait, raises AssertionError on timeout
+sink.stop(); sink.start()       # down for a while, then up again on the same port
 """
 
 from __future__ import annotations

@@ -7,8 +7,13 @@ from receiver import events
 from receiver.errors import InvalidEventError, InvalidJSONError
 
 DROP = {
-    "id": "evt_1", "type": "score.drop", "sessionId": "sess_1", "userId": "user_42",
-    "score": 22, "threshold": 40, "timestamp": "2026-11-21T10:00:00Z",
+    "id": "evt_1",
+    "type": "score.drop",
+    "sessionId": "sess_1",
+    "userId": "user_42",
+    "score": 22,
+    "threshold": 40,
+    "timestamp": "2026-11-21T10:00:00Z",
 }
 
 
@@ -30,9 +35,16 @@ def test_unknown_fields_are_kept() -> None:
 
 
 def test_other_types_need_only_id_type_timestamp_session() -> None:
-    event = events.parse(json.dumps({
-        "id": "e", "type": "session.stopped", "sessionId": "s", "timestamp": "2026-11-21T10:00:00Z",
-    }).encode())
+    event = events.parse(
+        json.dumps(
+            {
+                "id": "e",
+                "type": "session.stopped",
+                "sessionId": "s",
+                "timestamp": "2026-11-21T10:00:00Z",
+            }
+        ).encode()
+    )
     assert event.userId is None and event.score is None
 
 
@@ -40,13 +52,19 @@ INVALID_EVENTS = [
     pytest.param(body(id=...), "id: field required", id="missing-id"),
     pytest.param(body(type=...), "field required|type", id="missing-type"),
     pytest.param(body(timestamp=...), "timestamp: field required", id="missing-timestamp"),
-    pytest.param(body(type="score.spike"), 'type: must be one of .*got "score.spike"', id="unknown-type"),
+    pytest.param(
+        body(type="score.spike"), 'type: must be one of .*got "score.spike"', id="unknown-type"
+    ),
     pytest.param(body(type=7), "type: must be one of .*got 7", id="type-not-string"),
     pytest.param(body(id=12), "id: input should be a valid string", id="id-not-string"),
     pytest.param(body(id=""), "id: string should have at least 1 character", id="id-empty"),
     pytest.param(body(score="low"), "score", id="score-not-number"),
     pytest.param(body(score=True), "score", id="score-bool"),
-    pytest.param(body(timestamp="yesterday"), "timestamp: input should be a valid datetime", id="bad-timestamp"),
+    pytest.param(
+        body(timestamp="yesterday"),
+        "timestamp: input should be a valid datetime",
+        id="bad-timestamp",
+    ),
     pytest.param(body(sessionId=...), "sessionId: field required", id="missing-session"),
     pytest.param(body(threshold=...), "threshold: field required", id="drop-without-threshold"),
 ]
@@ -80,8 +98,10 @@ def test_invalid_json_says_why(raw: bytes, message: str) -> None:
 
 
 def test_duplicate_keys_take_the_last_value() -> None:
-    event = events.parse(b'{"id": "a", "id": "b", "type": "session.stopped",'
-                         b' "sessionId": "s", "timestamp": "2026-11-21T10:00:00Z"}')
+    event = events.parse(
+        b'{"id": "a", "id": "b", "type": "session.stopped",'
+        b' "sessionId": "s", "timestamp": "2026-11-21T10:00:00Z"}'
+    )
     assert event.id == "b"
 
 

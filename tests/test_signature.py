@@ -8,21 +8,43 @@ from receiver.errors import InvalidSignatureError, MissingSignatureError
 
 # RFC 4231, "Identifiers and Test Vectors for HMAC-SHA-224, -256, -384, and -512", HMAC-SHA-256.
 RFC4231 = [
-    pytest.param(b"\x0b" * 20, b"Hi There",
-                 "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7", id="case1"),
-    pytest.param(b"Jefe", b"what do ya want for nothing?",
-                 "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843", id="case2"),
-    pytest.param(b"\xaa" * 20, b"\xdd" * 50,
-                 "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe", id="case3"),
-    pytest.param(bytes(range(1, 26)), b"\xcd" * 50,
-                 "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b", id="case4"),
-    pytest.param(b"\xaa" * 131, b"Test Using Larger Than Block-Size Key - Hash Key First",
-                 "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54", id="case6"),
+    pytest.param(
+        b"\x0b" * 20,
+        b"Hi There",
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7",
+        id="case1",
+    ),
+    pytest.param(
+        b"Jefe",
+        b"what do ya want for nothing?",
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843",
+        id="case2",
+    ),
+    pytest.param(
+        b"\xaa" * 20,
+        b"\xdd" * 50,
+        "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe",
+        id="case3",
+    ),
+    pytest.param(
+        bytes(range(1, 26)),
+        b"\xcd" * 50,
+        "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b",
+        id="case4",
+    ),
+    pytest.param(
+        b"\xaa" * 131,
+        b"Test Using Larger Than Block-Size Key - Hash Key First",
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+        id="case6",
+    ),
     pytest.param(
         b"\xaa" * 131,
         b"This is a test using a larger than block-size key and a larger than block-size data."
         b" The key needs to be hashed before being used by the HMAC algorithm.",
-        "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2", id="case7"),
+        "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2",
+        id="case7",
+    ),
 ]
 
 BODY = b'{"id":"evt_1","type":"score.drop"}'

@@ -41,25 +41,33 @@ def test_accept_is_new_then_duplicate(tmp_path: Path) -> None:
 def test_rows_keep_columns_and_raw_body(tmp_path: Path) -> None:
     e, raw = event(1, context="checkout")
     run(tmp_path / "r.db", lambda s: s.accept(e, raw))
-    row = sqlite3.connect(tmp_path / "r.db").execute(
-        "SELECT id, type, session_id, user_id, score, threshold, body, routed_at FROM events"
-    ).fetchone()
+    row = (
+        sqlite3.connect(tmp_path / "r.db")
+        .execute(
+            "SELECT id, type, session_id, user_id, score, threshold, body, routed_at FROM events"
+        )
+        .fetchone()
+    )
     assert row == ("evt_1", "score.drop", "sess_demo", "user_42", 22, 40, raw.decode(), None)
 
 
 def test_wal_and_full_sync_by_default(tmp_path: Path) -> None:
     async def go(store: SQLiteStore) -> tuple[Any, Any]:
         def pragmas(conn: sqlite3.Connection) -> tuple[Any, Any]:
-            return (conn.execute("PRAGMA journal_mode").fetchone()[0],
-                    conn.execute("PRAGMA synchronous").fetchone()[0])
+            return (
+                conn.execute("PRAGMA journal_mode").fetchone()[0],
+                conn.execute("PRAGMA synchronous").fetchone()[0],
+            )
+
         return await store._call(pragmas, write=False)
 
     assert run(tmp_path / "r.db", go) == ("wal", 2)  # 2 = FULL
     assert run(tmp_path / "n.db", go, synchronous="normal") == ("wal", 1)
 
 
-def test_concurrent_accepts_share_commits_and_dedupe(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_concurrent_accepts_share_commits_and_dedupe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     batches = []
     real = SQLiteStore._commit_accepts
 
@@ -83,8 +91,9 @@ def test_concurrent_accepts_share_commits_and_dedupe(tmp_path: Path,
 def test_schema_is_versioned_and_reopening_does_not_migrate_again(tmp_path: Path) -> None:
     run(tmp_path / "r.db", lambda s: s.accept(*event(1)))
     run(tmp_path / "r.db", lambda s: s.counts())
-    versions = sqlite3.connect(tmp_path / "r.db").execute(
-        "SELECT version FROM schema_version").fetchall()
+    versions = (
+        sqlite3.connect(tmp_path / "r.db").execute("SELECT version FROM schema_version").fetchall()
+    )
     assert versions == [(v,) for v in range(1, len(MIGRATIONS) + 1)]
 
 
@@ -112,10 +121,17 @@ def test_locked_database_is_unavailable_then_recovers(tmp_path: Path) -> None:
 
 
 def test_quarantine_keeps_the_bytes(tmp_path: Path) -> None:
-    run(tmp_path / "r.db", lambda s: s.quarantine(b"\xff{", reason="invalid_json: x",
-                                                   client="127.0.0.1", event_id=None))
-    row = sqlite3.connect(tmp_path / "r.db").execute(
-        "SELECT reason, client, body FROM quarantine").fetchone()
+    run(
+        tmp_path / "r.db",
+        lambda s: s.quarantine(
+            b"\xff{", reason="invalid_json: x", client="127.0.0.1", event_id=None
+        ),
+    )
+    row = (
+        sqlite3.connect(tmp_path / "r.db")
+        .execute("SELECT reason, client, body FROM quarantine")
+        .fetchone()
+    )
     assert row == ("invalid_json: x", "127.0.0.1", b"\xff{")
 
 
@@ -154,7 +170,9 @@ def test_claim_lease_retry_and_dead(tmp_path: Path) -> None:
         [row] = await store.claim_due(now=100.0, limit=5, lease=30)
         assert row.state == "sending" and row.attempts == 1
         assert await store.claim_due(now=110.0, limit=5, lease=30) == []  # leased
-        [again] = await store.claim_due(now=131.0, limit=5, lease=30)  # lease ran out: at least once
+        [again] = await store.claim_due(
+            now=131.0, limit=5, lease=30
+        )  # lease ran out: at least once
         assert again.attempts == 2
         await store.mark_failed(row.id, error="down", now=131.0, retry_at=200.0)
         assert await store.next_due() == 200.0
@@ -180,3 +198,25 @@ def test_replay_routes_a_stored_event_again(tmp_path: Path) -> None:
 
     replayed, missing, unrouted = run(tmp_path / "r.db", go)
     assert replayed is True and missing is False and [e.id for e in unrouted] == ["evt_1"]
+
+
+def test_throttle_is_decided_once_per_event_for_all_targets(tmp_path: Path) -> None:
+    async def go(store: SQLiteStore) -> list[str]:
+        for i in range(2):
+            await store.accept(*event(i))
+            both = [
+                Notification(
+                    rule="r",
+                    notifier="two",
+                    target=t,
+                    title="t",
+                    body="b",
+                    throttle_key="k",
+                    throttle_seconds=60,
+                )
+                for t in (0, 1)
+            ]
+            await store.route([(f"evt_{i}", both)], now=100.0 + i)
+        return [r.state for r in reversed(await store.deliveries())]
+
+    assert run(tmp_path / "r.db", go) == ["pending", "pending", "throttled", "throttled"]

@@ -22,7 +22,7 @@ IDLE_POLL = 5.0  # upper bound on an idle sleep: picks up `receiver retry` from 
 
 @dataclass(frozen=True)
 class Backoff:
-    """Exponential backoff with jitter: initial, doubling, capped at maximum, given up after give_up.
+    """Exponential backoff with jitter: initial, doubling, capped at maximum, dead after give_up.
 
     >>> Backoff(initial=30, maximum=3600, give_up=86400, jitter=0).delay(3)
     120.0
@@ -35,7 +35,7 @@ class Backoff:
 
     def delay(self, attempts: int) -> float:
         base = min(self.maximum, self.initial * 2 ** max(0, attempts - 1))
-        return base * (1 + random.uniform(-self.jitter, self.jitter))
+        return float(base * (1 + random.uniform(-self.jitter, self.jitter)))
 
     def retry_at(self, row: OutboxRow, now: float) -> float | None:
         """When to try row again after a failure at now, or None when it is dead."""
@@ -143,9 +143,13 @@ class Worker:
     def _url(self, row: OutboxRow) -> str:
         notifier = self.rules().notifiers.get(row.notifier)
         if notifier is None:
-            raise DeliveryError(f'notifier "{row.notifier}" is no longer defined in the rules')
+            raise DeliveryError(
+                f'notifier "{row.notifier}" is no longer defined in the rules', label=row.label
+            )
         if row.target >= len(notifier.urls):
-            raise DeliveryError(f'notifier "{row.notifier}" no longer has target {row.target}')
+            raise DeliveryError(
+                f'notifier "{row.notifier}" no longer has target {row.target}', label=row.label
+            )
         return notifier.urls[row.target]
 
     async def _failed(self, row: OutboxRow, error: str) -> None:
@@ -155,13 +159,20 @@ class Worker:
             self.metrics.notifications["dead"].inc()
             log.error(
                 "gave up on %s for event %s after %d attempts: %s",
-                row.label, row.event_id, row.attempts, error,
+                row.label,
+                row.event_id,
+                row.attempts,
+                error,
             )
         else:
             self.metrics.notifications["retried"].inc()
             log.warning(
                 "sending %s for event %s failed (attempt %d): %s; retry in %.0fs",
-                row.label, row.event_id, row.attempts, error, retry_at - now,
+                row.label,
+                row.event_id,
+                row.attempts,
+                error,
+                retry_at - now,
             )
         await self._record(self.store.mark_failed(row.id, error=error, now=now, retry_at=retry_at))
 

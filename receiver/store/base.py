@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from receiver.events import _Event as Event
 
+OnAccepted = Callable[[], None]
 OUTBOX_STATES = ("pending", "sending", "delivered", "dead", "throttled")
 
 
@@ -56,15 +57,19 @@ class OutboxRow:
 
 
 class Store(Protocol):
+    on_accepted: OnAccepted | None
+
     async def open(self) -> None: ...
     async def close(self) -> None: ...
     async def accept(self, event: Event, raw: bytes) -> bool:
         """Keep event durably; True if new, False if its id was already stored."""
+
     async def quarantine(
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
     ) -> None: ...
     async def check_writable(self) -> None:
         """Raise StorageUnavailableError unless a write transaction can start."""
+
     async def unrouted(self, limit: int) -> list[StoredEvent]: ...
     async def route(
         self, routed: Sequence[tuple[str, Sequence[Notification]]], *, now: float
@@ -72,6 +77,7 @@ class Store(Protocol):
         """Write each event's outbox rows and mark it routed, in one transaction.
 
         Returns (rows written, rows of those held back by a throttle)."""
+
     async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]: ...
     async def next_due(self) -> float | None: ...
     async def mark_delivered(self, row_id: int, *, now: float) -> None: ...
@@ -84,6 +90,3 @@ class Store(Protocol):
     async def retry_dead(self, row_id: int | None, *, now: float) -> int: ...
     async def replay(self, event_id: str) -> bool: ...
     async def counts(self) -> dict[str, Any]: ...
-
-
-OnAccepted = Callable[[], None]

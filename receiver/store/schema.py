@@ -64,7 +64,7 @@ def migrate(conn: sqlite3.Connection) -> int:
     """Bring the database to the newest schema; return the version it is at."""
     db = sqlite_utils.Database(conn)
     if "schema_version" not in db.table_names():
-        db["schema_version"].create({"version": int}, pk="version")
+        db.table("schema_version").create({"version": int}, pk="version")
     row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
     current = row[0] or 0
     if current > len(MIGRATIONS):

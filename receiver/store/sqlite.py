@@ -49,7 +49,9 @@ class _Accept:
 class _Call:
     __slots__ = ("future", "fn", "write")
 
-    def __init__(self, future: asyncio.Future[Any], fn: Callable[[sqlite3.Connection], Any], write: bool) -> None:
+    def __init__(
+        self, future: asyncio.Future[Any], fn: Callable[[sqlite3.Connection], Any], write: bool
+    ) -> None:
         self.future = future
         self.fn = fn
         self.write = write
@@ -262,6 +264,9 @@ class SQLiteStore:
         def write(conn: sqlite3.Connection) -> tuple[int, int]:
             written = throttled = 0
             for event_id, notifications in routed:
+                # One throttle decision per (rule, key) for the whole event, so a notifier's
+                # second URL is not held back by its first.
+                decided: dict[tuple[str, str], bool] = {}
                 cur = conn.execute(
                     "UPDATE events SET routed_at = ? WHERE id = ? AND routed_at IS NULL",
                     (now, event_id),
@@ -272,23 +277,30 @@ class SQLiteStore:
                     state, reason = "pending", None
                     if n.throttle_seconds:
                         key = n.throttle_key or ""
-                        held = conn.execute(
-                            "SELECT until FROM throttle WHERE rule = ? AND key = ?", (n.rule, key)
-                        ).fetchone()
-                        if held is not None and held[0] > now:
-                            state, reason = "throttled", f"throttled: key {key!r} until {held[0]:.0f}"
-                            throttled += 1
-                        else:
-                            conn.execute(
-                                "INSERT OR REPLACE INTO throttle (rule, key, until) VALUES (?, ?, ?)",
-                                (n.rule, key, now + n.throttle_seconds),
+                        if (n.rule, key) not in decided:
+                            decided[n.rule, key] = _throttle(
+                                conn, n.rule, key, now, n.throttle_seconds
                             )
+                        if decided[n.rule, key]:
+                            state, reason = "throttled", f"throttled: key {key!r}"
+                            throttled += 1
                     conn.execute(
                         "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state,"
                         " reason, next_at, created_at, updated_at)"
                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (event_id, n.rule, n.notifier, n.target, n.title, n.body, state, reason,
-                         now, now, now),
+                        (
+                            event_id,
+                            n.rule,
+                            n.notifier,
+                            n.target,
+                            n.title,
+                            n.body,
+                            state,
+                            reason,
+                            now,
+                            now,
+                            now,
+                        ),
                     )
                     written += 1
             return written, throttled
@@ -376,10 +388,12 @@ class SQLiteStore:
 
     async def replay(self, event_id: str) -> bool:
         return await self._call(
-            lambda conn: conn.execute(
-                "UPDATE events SET routed_at = NULL WHERE id = ?", (event_id,)
-            ).rowcount
-            == 1
+            lambda conn: (
+                conn.execute(
+                    "UPDATE events SET routed_at = NULL WHERE id = ?", (event_id,)
+                ).rowcount
+                == 1
+            )
         )
 
     async def counts(self) -> dict[str, Any]:
@@ -396,3 +410,17 @@ class SQLiteStore:
             return out
 
         return await self._call(select, write=False)
+
+
+def _throttle(conn: sqlite3.Connection, rule: str, key: str, now: float, every: float) -> bool:
+    """True if (rule, key) sent within the last `every` seconds; else open a new window."""
+    held = conn.execute(
+        "SELECT until FROM throttle WHERE rule = ? AND key = ?", (rule, key)
+    ).fetchone()
+    if held is not None and held[0] > now:
+        return True
+    conn.execute(
+        "INSERT OR REPLACE INTO throttle (rule, key, until) VALUES (?, ?, ?)",
+        (rule, key, now + every),
+    )
+    return False

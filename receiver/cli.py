@@ -1,0 +1,396 @@
+"""The `receiver` command: serve, sign, send, check, explain, deliveries, retry, replay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import httpx
+
+from receiver import __version__, events, rules, signature
+from receiver.config import DEV_SECRET, Settings
+from receiver.errors import ConfigError, ReceiverError
+from receiver.store import Store, open_store
+
+T = TypeVar("T")
+DEFAULT_URL = "http://127.0.0.1:4000/v1/events"
+
+
+@click.group()
+@click.version_option(__version__, prog_name="attention-receiver")
+def cli() -> None:
+    """attention-receiver: verify, keep and route the Attention Scoring Service's webhooks.
+
+    Example:
+
+        receiver serve                      # 127.0.0.1:4000, SQLite in ./data
+        receiver send --type score.drop     # sign a sample event and POST it
+    """
+
+
+# -- serve ----------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--host", help="Listen address [RECEIVER_HOST, 127.0.0.1].")
+@click.option("--port", type=int, help="Listen port [RECEIVER_PORT, 4000].")
+@click.option("--db", help="SQLite file [RECEIVER_DB, ./data/receiver.db].")
+@click.option(
+    "--rules",
+    "rules_path",
+    type=click.Path(path_type=Path),
+    help="Rules file [RECEIVER_RULES, ./rules.yaml].",
+)
+@click.option("--max-body", type=int, help="Largest body in bytes [RECEIVER_MAX_BODY, 65536].")
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), help="[RECEIVER_LOG_FORMAT, text]"
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="[RECEIVER_LOG_LEVEL, info]",
+)
+@click.option(
+    "--synchronous",
+    type=click.Choice(["full", "normal"]),
+    help="SQLite durability [RECEIVER_SYNCHRONOUS, full].",
+)
+def serve(rules_path: Path | None, **flags: Any) -> None:
+    """Serve POST /v1/events, /healthz, /readyz and /metrics.
+
+    Every flag has a RECEIVER_* environment variable; a flag wins. Signing
+    secrets come only from RECEIVER_SECRETS, never from a flag, so they stay
+    out of shell history and process listings.
+
+    Example:
+
+        RECEIVER_SECRETS=s3cret receiver serve --port 4000 --log-format json
+    """
+    import uvicorn
+
+    from receiver import logs
+    from receiver.app import create_app
+
+    if rules_path is not None:
+        flags["rules"] = rules_path
+    settings = Settings(**{k: v for k, v in flags.items() if v is not None})
+    logs.configure(settings.log_format, settings.log_level)
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        server_header=False,
+    )
+    uvicorn.Server(config).run()
+
+
+# -- sign and send --------------------------------------------------------------------------
+
+
+def _secret(given: str | None) -> bytes:
+    if given:
+        return given.encode()
+    env = [s for s in os.environ.get("RECEIVER_SECRETS", "").split(",") if s.strip()]
+    return (env[0].strip() if env else DEV_SECRET).encode()
+
+
+_secret_option = click.option(
+    "--secret",
+    envvar="RECEIVER_SIGN_SECRET",
+    help="Signing secret [RECEIVER_SIGN_SECRET, else the first of RECEIVER_SECRETS, "
+    "else the development secret]. Never printed.",
+)
+
+
+@cli.command()
+@click.argument("file", type=click.File("rb"), default="-")
+@_secret_option
+def sign(file: Any, secret: str | None) -> None:
+    """Print the X-Service-Signature header for the body in FILE (default: stdin).
+
+    Example:
+
+        receiver sign event.json
+        curl -H "$(receiver sign event.json)" --data-binary @event.json localhost:4000/v1/events
+    """
+    body = file.read()
+    click.echo(f"{signature.SIGNATURE_HEADER}: {signature.sign(_secret(secret), body)}")
+
+
+def _event_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option(
+            "--type",
+            "kind",
+            type=click.Choice(events.EVENT_TYPES),
+            default="score.drop",
+            show_default=True,
+            help="Event type.",
+        ),
+        click.option("--id", "event_id", help="Event id [random evt_...]."),
+        click.option("--session", "sessionId", help="sessionId [sess_demo]."),
+        click.option("--user", "userId", help="userId [user_42]."),
+        click.option("--score", type=float, help="score [22 for a drop, 61 for a recover]."),
+        click.option("--threshold", type=float, help="threshold [40]."),
+        click.option("--timestamp", help="ISO 8601 UTC timestamp [now]."),
+        click.option(
+            "--field",
+            "fields",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Any other field; VALUE is JSON if it parses, else a string. Repeatable.",
+        ),
+        click.option(
+            "--file",
+            "from_file",
+            type=click.File("rb"),
+            help="Use this JSON body as is instead of building one ('-' for stdin).",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _build_body(
+    kind: str, event_id: str | None, fields: tuple[str, ...], from_file: Any, **values: Any
+) -> bytes:
+    if from_file is not None:
+        return bytes(from_file.read())
+    extra: dict[str, Any] = {}
+    for item in fields:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--field")
+        try:
+            extra[key] = json.loads(raw)
+        except ValueError:
+            extra[key] = raw
+    for key in ("score", "threshold"):
+        if values.get(key) is not None and float(values[key]).is_integer():
+            values[key] = int(values[key])
+    event = events.sample(kind, id=event_id, **values)
+    event.update(extra)
+    return json.dumps(event).encode()
+
+
+@cli.command()
+@_event_options
+@click.option(
+    "--url",
+    envvar="RECEIVER_URL",
+    default=DEFAULT_URL,
+    show_default=True,
+    help="Where to POST [RECEIVER_URL].",
+)
+@_secret_option
+@click.option("--unsigned", is_flag=True, help="Send without a signature header (to test 401).")
+def send(url: str, secret: str | None, unsigned: bool, **event_args: Any) -> None:
+    """Sign a sample event and POST it; print the status and the answer.
+
+    Exits 1 unless the answer is 2xx.
+
+    Example:
+
+        receiver send --type score.drop --id evt_1 --score 12 --field context=checkout
+    """
+    body = _build_body(**event_args)
+    headers = {"content-type": "application/json"}
+    if not unsigned:
+        headers[signature.SIGNATURE_HEADER] = signature.sign(_secret(secret), body)
+    try:
+        response = httpx.post(url, content=body, headers=headers, timeout=10)
+    except httpx.HTTPError as exc:
+        raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+    click.echo(f"{response.status_code} {response.text}")
+    if not response.is_success:
+        sys.exit(1)
+
+
+# -- rules ----------------------------------------------------------------------------------
+
+_rules_option = click.option(
+    "--rules",
+    "rules_path",
+    type=click.Path(path_type=Path),
+    envvar="RECEIVER_RULES",
+    default="rules.yaml",
+    show_default=True,
+    help="Rules file [RECEIVER_RULES].",
+)
+
+
+def _load_rules(path: Path) -> rules.Ruleset:
+    try:
+        return rules.load_file(path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path), required=False)
+@_rules_option
+def check(path: Path | None, rules_path: Path) -> None:
+    """Validate a rules file with the server's own loader; exit 1 on any problem.
+
+    Example:
+
+        receiver check rules.yaml
+    """
+    ruleset = _load_rules(path or rules_path)
+    click.echo(f"{path or rules_path}: OK")
+    click.echo(ruleset.summary())
+
+
+@cli.command()
+@_event_options
+@_rules_option
+def explain(rules_path: Path, **event_args: Any) -> None:
+    """Show what the rules would do with an event, without sending anything.
+
+    Which rules match, which condition failed for the others, the rendered
+    title and body, and the notifiers by name.
+
+    Example:
+
+        receiver explain --type score.drop --score 12 --user user_42
+        receiver explain --file event.json
+    """
+    ruleset = _load_rules(rules_path)
+    body = _build_body(**event_args)
+    try:
+        event = events.parse(body)
+    except ReceiverError as exc:
+        raise click.ClickException(f"not a valid event: {exc}") from exc
+    click.echo(ruleset.explain(event.payload()).format())
+
+
+# -- the outbox -----------------------------------------------------------------------------
+
+_db_option = click.option(
+    "--db",
+    envvar="RECEIVER_DB",
+    default="./data/receiver.db",
+    show_default=True,
+    help="Database [RECEIVER_DB].",
+)
+
+
+def _with_store(db: str, fn: Callable[[Store], Awaitable[T]]) -> T:
+    if not db.startswith("postgres") and not Path(db.removeprefix("sqlite:///")).exists():
+        raise click.ClickException(f"no database at {db}; start `receiver serve` first")
+
+    async def run() -> T:
+        store = open_store(db)
+        await store.open()
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(run())
+    except ReceiverError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+@cli.command()
+@_db_option
+@click.option(
+    "--state",
+    type=click.Choice(["pending", "sending", "delivered", "dead", "throttled"]),
+    help="Only rows in this state.",
+)
+@click.option("--event", "event_id", help="Only rows of this event id.")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_json: bool) -> None:
+    """List recent notifications, newest first. Names notifiers, never their URLs.
+
+    Example:
+
+        receiver deliveries --state dead
+    """
+    rows = _with_store(db, lambda s: s.deliveries(state=state, event_id=event_id, limit=limit))
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row.__dict__))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("id", "event", "rule", "notifier", "state", "tries", "updated", "detail")
+    for row in rows:
+        table.add_row(
+            str(row.id),
+            row.event_id,
+            row.rule,
+            row.label,
+            row.state,
+            str(row.attempts),
+            _when(row.updated_at),
+            row.last_error or row.reason or "",
+        )
+    Console(width=max(100, Console().width)).print(table)
+    if not rows:
+        click.echo("no deliveries match")
+
+
+@cli.command()
+@_db_option
+@click.argument("row_id", type=int, required=False)
+@click.option("--all-dead", is_flag=True, help="Retry every dead row.")
+def retry(db: str, row_id: int | None, all_dead: bool) -> None:
+    """Send a dead notification again (its id from `receiver deliveries`), or all of them.
+
+    A running server picks the rows up within a few seconds.
+
+    Example:
+
+        receiver retry 17
+        receiver retry --all-dead
+    """
+    if (row_id is None) == (not all_dead):
+        raise click.UsageError("give a row id or --all-dead (not both)")
+    n = _with_store(db, lambda s: s.retry_dead(row_id, now=time.time()))
+    if row_id is not None and n == 0:
+        raise click.ClickException(f"no dead delivery with id {row_id}")
+    click.echo(f"{n} notification(s) queued again")
+
+
+@cli.command()
+@_db_option
+@click.argument("event_id")
+def replay(db: str, event_id: str) -> None:
+    """Route a stored event again through the current rules (it notifies again).
+
+    Example:
+
+        receiver replay evt_1
+    """
+    if not _with_store(db, lambda s: s.replay(event_id)):
+        raise click.ClickException(f"no stored event with id {event_id!r}")
+    click.echo(f"event {event_id} queued for routing again")
+
+
+from receiver.simulate import simulate as _simulate  # noqa: E402
+
+cli.add_command(_simulate)
