@@ -309,7 +309,7 @@ def _with_store(db: str, fn: Callable[[Store], Awaitable[T]]) -> T:
 
 
 def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    return time.strftime("%m-%d %H:%M:%S", time.localtime(ts))
 
 
 @cli.command()
@@ -334,6 +334,9 @@ def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_
         for row in rows:
             click.echo(json.dumps(row.__dict__))
         return
+    if not rows:
+        click.echo("no deliveries match")
+        return
     from rich.console import Console
     from rich.table import Table
 
@@ -349,9 +352,7 @@ def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_
             _when(row.updated_at),
             row.last_error or row.reason or "",
         )
-    Console(width=max(100, Console().width)).print(table)
-    if not rows:
-        click.echo("no deliveries match")
+    Console(width=max(120, Console().width)).print(table)
 
 
 @cli.command()

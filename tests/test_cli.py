@@ -1,0 +1,203 @@
+"""The `receiver` command through click's CliRunner; send/deliveries against a real server."""
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from receiver import signature
+from receiver.cli import cli
+from receiver.config import DEV_SECRET
+from tests.harness import SECRET, Receiver
+from tests.servers import HTTPSink
+
+
+def invoke(*args: str, input: str | bytes | None = None, **env: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), input=input, env=env or None)
+    return result.exit_code, result.output
+
+
+def test_sign_prints_the_header_for_stdin_with_the_dev_secret_by_default() -> None:
+    code, out = invoke("sign", input=b'{"a":1}', RECEIVER_SECRETS="", RECEIVER_SIGN_SECRET="")
+    assert code == 0
+    expected = signature.sign(DEV_SECRET.encode(), b'{"a":1}')
+    assert out.strip() == f"X-Service-Signature: {expected}"
+
+
+def test_sign_uses_the_first_configured_secret_and_never_prints_it(tmp_path: Path) -> None:
+    body = tmp_path / "event.json"
+    body.write_bytes(b'{"id":"x"}')
+    code, out = invoke("sign", str(body), RECEIVER_SECRETS="first-secret,second")
+    assert code == 0 and signature.sign(b"first-secret", b'{"id":"x"}') in out
+    assert "first-secret" not in out
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Receiver]:
+    receiver = Receiver(tmp_path_factory.mktemp("cli")).start()
+    yield receiver
+    receiver.stop()
+
+
+def test_send_twice_is_accepted_then_duplicate(server: Receiver) -> None:
+    url = f"{server.url}/v1/events"
+    args = ("send", "--type", "score.drop", "--id", "evt_cli_1", "--url", url)
+    assert invoke(*args, RECEIVER_SECRETS=SECRET) == (
+        0,
+        '202 {"id": "evt_cli_1", "status": "accepted"}\n',
+    )
+    assert invoke(*args, RECEIVER_SECRETS=SECRET) == (
+        0,
+        '200 {"id": "evt_cli_1", "status": "duplicate"}\n',
+    )
+
+
+def test_send_builds_every_field_from_flags(server: Receiver) -> None:
+    code, _ = invoke(
+        "send",
+        "--type",
+        "score.recover",
+        "--id",
+        "evt_cli_2",
+        "--session",
+        "s9",
+        "--user",
+        "u9",
+        "--score",
+        "55",
+        "--threshold",
+        "40",
+        "--timestamp",
+        "2026-11-21T09:00:00Z",
+        "--field",
+        "context=checkout",
+        "--field",
+        'meta={"page": "/pay"}',
+        "--url",
+        f"{server.url}/v1/events",
+        RECEIVER_SECRETS=SECRET,
+    )
+    assert code == 0
+    with sqlite3.connect(server.db) as conn:
+        (body,) = conn.execute("SELECT body FROM events WHERE id = 'evt_cli_2'").fetchone()
+    assert json.loads(body) == {
+        "id": "evt_cli_2",
+        "type": "score.recover",
+        "sessionId": "s9",
+        "userId": "u9",
+        "score": 55,
+        "threshold": 40,
+        "timestamp": "2026-11-21T09:00:00Z",
+        "context": "checkout",
+        "meta": {"page": "/pay"},
+    }
+
+
+def test_send_exits_1_on_a_refusal(server: Receiver) -> None:
+    code, out = invoke("send", "--url", f"{server.url}/v1/events", "--secret", "wrong")
+    assert code == 1 and out.startswith("401 ") and "invalid_signature" in out
+    assert "wrong" not in out.replace("invalid_signature", "")
+
+
+def test_send_explains_an_unreachable_receiver() -> None:
+    code, out = invoke("send", "--url", "http://127.0.0.1:9/v1/events")
+    assert code == 1 and "Error: cannot reach http://127.0.0.1:9/v1/events" in out
+
+
+def test_check_ok_prints_a_summary() -> None:
+    code, out = invoke("check", "rules.yaml")
+    assert code == 0 and "rules.yaml: OK" in out and "score-drop -> console" in out
+
+
+def test_check_reports_problems_and_exits_1(tmp_path: Path) -> None:
+    bad = tmp_path / "rules.yaml"
+    bad.write_text(
+        "rules:\n  - name: deep-drop\n    notify: [ops]\n    match: {score: {less: 3}}\n"
+    )
+    code, out = invoke("check", "--rules", str(bad))
+    assert code == 1
+    assert 'undefined notifier "ops" used in rule "deep-drop"' in out
+    assert 'unknown operator "less"' in out
+
+
+def test_explain_shows_matches_and_why_others_did_not(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("""
+rules:
+  - name: deep-drop
+    match: {type: score.drop, score: {lt: 30}}
+    notify: console
+    title: "Dropped {{ userId }}"
+  - name: all
+    notify: console
+""")
+    code, out = invoke("explain", "--rules", str(rules), "--score", "45")
+    assert code == 0
+    assert "deep-drop: not matched" in out and "score: 45 is not lt 30" in out
+    assert "all: matched" in out
+    code, out = invoke("explain", "--rules", str(rules), "--score", "12", "--user", "user_7")
+    assert "deep-drop: matched" in out and "Dropped user_7" in out
+
+
+def test_explain_refuses_an_invalid_event(tmp_path: Path) -> None:
+    code, out = invoke("explain", "--file", "-", input='{"type": "score.drop"}')
+    assert code == 1 and "not a valid event" in out and "id: field required" in out
+
+
+def test_deliveries_retry_and_replay(tmp_path: Path, http_sink: HTTPSink) -> None:
+    http_sink.fail_with(500)
+    rules = (
+        f'notifiers:\n  hook: "{http_sink.json_url()}"\nrules:\n  - name: all\n    notify: hook\n'
+    )
+    server = Receiver(tmp_path, rules=rules, env={"RECEIVER_RETRY_FOR": "1"}).start()
+    db = str(server.db)
+    try:
+        server.send(
+            {
+                "id": "evt_r",
+                "type": "session.stopped",
+                "sessionId": "s",
+                "timestamp": "2026-11-21T10:00:00Z",
+            }
+        )
+        http_sink.wait_for(1)
+        deadline = 50
+        while invoke("deliveries", "--db", db, "--state", "dead")[1].startswith("no deliveries"):
+            deadline -= 1
+            assert deadline, "the row never went dead"
+            time.sleep(0.1)
+        code, out = invoke("deliveries", "--db", db, "--json")
+        [row] = [json.loads(line) for line in out.splitlines()]
+        assert (row["state"], row["notifier"], row["event_id"]) == ("dead", "hook", "evt_r")
+        assert "answered HTTP 500" in row["last_error"] and "127.0.0.1" not in out
+        http_sink.ok()
+        attempts = len(http_sink.requests)
+        assert invoke("retry", "--db", db, str(row["id"])) == (
+            0,
+            "1 notification(s) queued again\n",
+        )
+        assert http_sink.wait_for(attempts + 1)[-1].status == 200  # picked up by the server
+        assert invoke("retry", "--db", db, "999")[0] == 1
+        assert invoke("replay", "--db", db, "evt_r") == (
+            0,
+            "event evt_r queued for routing again\n",
+        )
+        assert http_sink.wait_for(attempts + 2)[-1].status == 200
+        code, out = invoke("replay", "--db", db, "nope")
+        assert code == 1 and "no stored event with id 'nope'" in out
+    finally:
+        server.stop()
+
+
+def test_outbox_commands_need_an_existing_database(tmp_path: Path) -> None:
+    code, out = invoke("deliveries", "--db", str(tmp_path / "none.db"))
+    assert code == 1 and "no database at" in out
+
+
+def test_retry_needs_an_id_or_all_dead(tmp_path: Path) -> None:
+    code, out = invoke("retry", "--db", str(tmp_path / "x.db"))
+    assert code == 2 and "give a row id or --all-dead" in out
