@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint clean
+.PHONY: run test lint clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,3 +29,8 @@ lint: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Not part of `make test`: the receiver vs a ceiling and adnanh/webhook, writes bench/RESULTS.md.
+bench: $(VENV)/.installed-dev
+	command -v wrk >/dev/null && command -v webhook >/dev/null || (apt-get update && apt-get install -y wrk webhook)
+	$(BIN)/python bench/run.py

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import click
 import httpx
+from pydantic import ValidationError
 
 from receiver import __version__, events, rules, signature
 from receiver.config import DEV_SECRET, Settings
@@ -80,7 +81,14 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
 
     if rules_path is not None:
         flags["rules"] = rules_path
-    settings = Settings(**{k: v for k, v in flags.items() if v is not None})
+    try:
+        settings = Settings(**{k: v for k, v in flags.items() if v is not None})
+    except ValidationError as exc:
+        problems = [
+            f"RECEIVER_{'_'.join(map(str, e['loc'])).upper()}: {e['msg'].lower()}"
+            for e in exc.errors(include_url=False, include_input=False)
+        ]
+        raise click.ClickException("invalid settings: " + "; ".join(problems)) from None
     logs.configure(settings.log_format, settings.log_level)
     try:
         app = create_app(settings)

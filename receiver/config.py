@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Used when RECEIVER_SECRETS is unset, so `make run` + `receiver send` work with no account.
@@ -29,6 +29,16 @@ class Settings(BaseSettings):
     retry_initial: float = Field(default=30.0, gt=0)
     retry_max: float = Field(default=3600.0, gt=0)
     retry_for: float = Field(default=86400.0, gt=0)
+
+    @field_validator("notify_timeout", "retry_initial", "retry_max", "retry_for", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        """Seconds as a number, or a duration such as 30s, 15m, 1h30m, 1d."""
+        if isinstance(value, str) and value.strip() and not value.strip()[-1].isdigit():
+            from receiver.rules import parse_duration
+
+            return parse_duration(value.strip())
+        return value
 
     @property
     def secret_list(self) -> list[bytes]:
