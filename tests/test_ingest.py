@@ -285,3 +285,17 @@ def test_locked_store_answers_503_and_recovers(tmp_path: Path) -> None:
         assert server.get("/readyz").status_code == 200
     finally:
         server.stop()
+
+
+def test_json_log_format_gives_one_object_a_line(tmp_path: Path) -> None:
+    server = Receiver(tmp_path, env={"RECEIVER_LOG_FORMAT": "json"}).start()
+    try:
+        body = drop("evt_jsonlog")
+        server.post(body, {signature.SIGNATURE_HEADER: "sha256=" + "2" * 64})
+    finally:
+        server.stop()
+    lines = [json.loads(line) for line in server.logs().splitlines() if line.startswith("{")]
+    [rejected] = [line for line in lines if line.get("code") == "invalid_signature"]
+    assert rejected["level"] == "warning" and rejected["logger"] == "receiver.ingest"
+    assert rejected["msg"].startswith("rejected invalid_signature from 127.0.0.1")
+    assert len(lines) == len(server.logs().splitlines())  # every line is JSON, uvicorn's too
