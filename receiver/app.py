@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,6 @@ class RulesHolder:
     current: rules.Ruleset
     loaded_at: float = field(default_factory=time.time)
     last_error: str | None = None
-    on_change: Callable[[], None] | None = None
 
     def __call__(self) -> rules.Ruleset:
         return self.current
@@ -62,8 +61,6 @@ class RulesHolder:
         self.current, self.loaded_at, self.last_error = fresh, time.time(), None
         metrics.reloads["ok"].inc()
         metrics.rules_ok.set(1)
-        if self.on_change:
-            self.on_change()
         return True
 
     def status(self) -> dict[str, Any]:
@@ -81,7 +78,7 @@ def create_app(settings: Settings, *, ruleset: rules.Ruleset | None = None) -> S
     metrics = Metrics()
     holder = RulesHolder(settings.rules, ruleset or rules.load_file(settings.rules))
     store = open_store(settings.db, synchronous=settings.synchronous)
-    targets = Targets(timeout=settings.notify_timeout)
+    targets = Targets(timeout=settings.notify_timeout, max_workers=settings.notify_concurrency)
     worker = Worker(
         store,
         targets,

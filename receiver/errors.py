@@ -27,6 +27,7 @@ class ReceiverError(Exception):
 class RequestError(ReceiverError):
     status: int = 400
     code: str = "bad_request"
+    event_id: str | None = None  # set when known, for the log line
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -54,7 +54,7 @@ class IngestEndpoint:
             status, payload = await self._handle(scope, receive)
         except RequestError as exc:
             status, payload = exc.status, exc.to_dict()
-            event_id = getattr(exc, "event_id", None)
+            event_id = exc.event_id
             self.metrics.rejected[exc.code].inc()
             client = scope.get("client")
             log.warning(
@@ -104,13 +104,13 @@ class IngestEndpoint:
         except RequestError as exc:
             # Signed but unusable: keep the bytes so nothing the sender signed is lost.
             event_id = _guess_id(body)
-            exc.event_id = event_id  # type: ignore[attr-defined]
+            exc.event_id = event_id
             await self._quarantine(body, exc, client[0] if client else None, event_id)
             raise
         try:
             new = await self.store.accept(event, body)
         except StorageUnavailableError as exc:
-            exc.event_id = event.id  # type: ignore[attr-defined]
+            exc.event_id = event.id
             raise
         if new:
             self.metrics.accepted.inc()
