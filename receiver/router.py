@@ -8,6 +8,7 @@ is still unrouted.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import contextlib
 import json
 import logging
@@ -92,12 +93,7 @@ class Router:
 
 
 def _notification(d: Decision) -> Notification:
-    return Notification(
-        rule=d.rule,
-        notifier=d.notifier,
-        target=d.target,
-        title=d.title,
-        body=d.body,
-        throttle_key=d.throttle_key,
-        throttle_seconds=d.throttle_seconds,
-    )
+    """The rules' decision as the store's outbox row; `fallback` is only counted."""
+    fields = dataclasses.asdict(d)
+    del fields["fallback"]
+    return Notification(**fields)
