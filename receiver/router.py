@@ -8,8 +8,8 @@ is still unrouted.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -22,7 +22,7 @@ from receiver.store import Notification, Store
 
 log = logging.getLogger("receiver.router")
 
-BATCH = 256
+BATCH = 64  # small batches keep rule evaluation from holding the event loop long
 RETRY_AFTER = 1.0  # seconds to wait when the store refuses a routing write
 IDLE_POLL = (
     5.0  # an idle router still looks now and then: `receiver replay` runs in another process

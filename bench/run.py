@@ -1,0 +1,501 @@
+"""`make bench`: the receiver's ingest path against a ceiling and adnanh/webhook, side by side.
+
+One invocation, one machine: each server is pinned to core 0 (taskset -c 0),
+wrk and this script to core 1, and every target gets the same pre-signed
+request stream (bench/events.lua). Targets run in rounds, ceiling -> receiver ->
+webhook, twice, so drift on a shared machine shows as a difference between
+rounds instead of hiding in one target's figure. Writes bench/RESULTS.md.
+
+    .venv/bin/python bench/run.py                 # what `make bench` runs
+    .venv/bin/python bench/run.py --duration 5 --rounds 1 --events 20000   # a quick look
+
+The stream: --events distinct signed events (default 150000) from the same
+random walk `receiver simulate` uses. The receiver gets a fresh database each
+run and the warm-up replays a separate file, so as long as a run sends fewer
+requests than --events the receiver sees no duplicate; the measured share of
+duplicates is reported either way (requests answered minus rows stored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(ROOT))
+
+from receiver import rules, signature  # noqa: E402
+from receiver.simulate import event_stream  # noqa: E402
+
+SECRET = "bench-secret-0123456789abcdef"
+SERVER_CPU = "0"
+LOAD_CPU = "1"
+TARGETS = ("ceiling", "receiver", "webhook")
+
+
+# -- the request stream ---------------------------------------------------------------------
+
+
+def write_stream(path: Path, *, count: int, seed: int, run: str) -> list[dict[str, Any]]:
+    """count signed deliveries, one "<signature>\\t<body>" a line; returns the events."""
+    stream = event_stream(seed=seed, sessions=200, threshold=40, run=run)
+    written = list(islice(stream, count))
+    with path.open("w") as out:
+        for event in written:
+            body = json.dumps(event, separators=(",", ":")).encode()
+            out.write(f"{signature.sign(SECRET.encode(), body)}\t{body.decode()}\n")
+    return written
+
+
+# -- the notification sink ------------------------------------------------------------------
+
+
+class Sink:
+    """A local HTTP server the bench rules' json:// notifier posts to; it only counts."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                sink.count += 1
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# -- servers --------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+    path: str
+    ready: str  # a GET path answering 200 when up, or "" to wait for the port
+    log: Path
+    db: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, pin: bool) -> None:
+        argv = ["taskset", "-c", SERVER_CPU, *self.argv] if pin else self.argv
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                argv, env=self.env, stdout=log, stderr=log, start_new_session=True
+            )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(
+                    f"{self.name} exited {self.proc.returncode}; see {self.log}:\n"
+                    + self.log.read_text(errors="replace")[-2000:]
+                )
+            if _answers(self.port, self.ready):
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise SystemExit(f"{self.name} did not start within 30s; see {self.log}")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+
+def _answers(port: int, path: str) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            if not path:
+                return True
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            return s.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def make_server(name: str, work: Path, sink_port: int) -> Server:
+    port = free_port()
+    env = {
+        **os.environ,
+        "RECEIVER_SECRETS": SECRET,
+        "BENCH_SECRET": SECRET,
+        "BENCH_SINK_PORT": str(sink_port),
+        "PYTHONPATH": str(ROOT),
+    }
+    log = work / f"{name}.log"
+    if name == "ceiling":
+        return Server(
+            name,
+            [sys.executable, str(BENCH / "ceiling.py"), "--port", str(port)],
+            env,
+            port,
+            "/v1/events",
+            "/healthz",
+            log,
+        )
+    if name == "receiver":
+        db = work / f"receiver-{time.monotonic_ns()}.db"
+        env |= {
+            "RECEIVER_PORT": str(port),
+            "RECEIVER_DB": str(db),
+            "RECEIVER_RULES": str(BENCH / "rules.yaml"),
+            "RECEIVER_LOG_LEVEL": "warning",
+        }
+        return Server(
+            name,
+            [sys.executable, "-m", "receiver", "serve"],
+            env,
+            port,
+            "/v1/events",
+            "/healthz",
+            log,
+            db=db,
+        )
+    webhook = shutil.which("webhook")
+    assert webhook is not None
+    return Server(
+        name,
+        [
+            webhook,
+            "-ip",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-template",
+            "-hooks",
+            str(BENCH / "webhook-hooks.json"),
+        ],
+        env,
+        port,
+        "/hooks/events",
+        "",
+        log,
+    )
+
+
+# -- wrk ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    target: str
+    round: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    errors: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+
+
+def wrk(
+    port: int, path: str, stream: Path, *, seconds: int, connections: int, pin: bool
+) -> dict[str, Any]:
+    argv = [
+        "wrk",
+        "-t1",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "--timeout",
+        "5s",
+        "--latency",
+        "-s",
+        str(BENCH / "events.lua"),
+        f"http://127.0.0.1:{port}",
+        "--",
+        str(stream),
+        path,
+    ]
+    if pin:
+        argv = ["taskset", "-c", LOAD_CPU, *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
+    match = re.search(r"^BENCH (\{.*\})$", done.stdout, re.MULTILINE)
+    if done.returncode != 0 or match is None:
+        raise SystemExit(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    figures: dict[str, Any] = json.loads(match.group(1))
+    return figures
+
+
+def measure(
+    server: Server, round_no: int, args: argparse.Namespace, stream: Path, warmup: Path, pin: bool
+) -> Result:
+    server.start(pin)
+    try:
+        wrk(
+            server.port,
+            server.path,
+            warmup,
+            seconds=args.warmup,
+            connections=args.connections,
+            pin=pin,
+        )
+        before = _rows(server.db)
+        got = wrk(
+            server.port,
+            server.path,
+            stream,
+            seconds=args.duration,
+            connections=args.connections,
+            pin=pin,
+        )
+        notes = []
+        if got["requests"] > args.events * 0.95 and server.name == "receiver":
+            notes.append(
+                f"stream nearly exhausted ({got['requests']} requests of "
+                f"{args.events}): raise --events"
+            )
+        if server.db is not None:
+            stored = _rows(server.db) - before
+            dupes = max(0, got["requests"] - stored)
+            notes.append(
+                f"{stored} stored, {dupes} duplicates ({dupes / max(got['requests'], 1):.1%})"
+            )
+            unrouted = _unrouted(server.db)
+            notes.append(f"{unrouted} not yet routed when wrk stopped")
+    finally:
+        server.stop()
+    errors = {k: got[k] for k in ("connect", "read", "write", "status", "timeout") if got[k]}
+    return Result(
+        server.name,
+        round_no,
+        got["requests"] / (got["duration_us"] / 1e6),
+        got["p50_us"] / 1000,
+        got["p99_us"] / 1000,
+        got["requests"],
+        errors,
+        notes,
+    )
+
+
+def _rows(db: Path | None) -> int:
+    if db is None or not db.exists():
+        return 0
+    with sqlite3.connect(db, timeout=30) as conn:
+        count: int = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+        return count
+
+
+def _unrouted(db: Path) -> int:
+    with sqlite3.connect(db, timeout=30) as conn:
+        count: int = conn.execute("SELECT count(*) FROM events WHERE routed_at IS NULL").fetchone()[
+            0
+        ]
+        return count
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+def machine() -> list[str]:
+    cpuinfo = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = re.search(r"^model name\s*:\s*(.*)$", cpuinfo, re.MULTILINE)
+    import starlette
+    import uvicorn
+
+    wrk_version = subprocess.run(["wrk", "-v"], capture_output=True, text=True).stdout
+    webhook = shutil.which("webhook")
+    hook_version = (
+        subprocess.run([webhook, "-version"], capture_output=True, text=True).stdout.strip()
+        if webhook
+        else "not installed"
+    )
+    loops = [m for m in ("uvloop", "httptools") if _importable(m)]
+    return [
+        f"CPU: {model.group(1) if model else platform.processor() or 'unknown'}, "
+        f"{os.cpu_count()} cores visible",
+        f"OS: {platform.platform()}",
+        f"Python {platform.python_version()}, uvicorn {uvicorn.__version__} "
+        f"({' + '.join(loops) or 'asyncio + h11'}), starlette {starlette.__version__}",
+        f"wrk {wrk_version.split()[1] if wrk_version else 'unknown'}; {hook_version}",
+    ]
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def table(results: list[Result]) -> list[str]:
+    by = {(r.target, r.round): r for r in results}
+    lines = [
+        "| target | run | events/s | p50 ms | p99 ms | vs ceiling | vs webhook | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in sorted(results, key=lambda r: (TARGETS.index(r.target), r.round)):
+        ceiling, hook = by.get(("ceiling", r.round)), by.get(("webhook", r.round))
+        errors = ", ".join(f"{k} {v}" for k, v in r.errors.items()) or "-"
+        lines.append(
+            f"| {r.target} | {r.round} | {r.rps:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
+            f"{_ratio(r, ceiling)} | {_ratio(r, hook)} | {errors} |"
+        )
+    return lines
+
+
+def _ratio(r: Result, base: Result | None) -> str:
+    return f"{r.rps / base.rps:.2f}x" if base and base.rps else "-"
+
+
+def report(results: list[Result], args: argparse.Namespace, extra: list[str]) -> str:
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    notes = [f"- {r.target} run {r.round}: {'; '.join(r.notes)}" for r in results if r.notes]
+    return "\n".join(
+        [
+            "# bench/RESULTS.md",
+            "",
+            f"Written by `make bench` (bench/run.py) on {when}. Each target ran {args.rounds} "
+            f"time(s), in rounds (ceiling, receiver, webhook), {args.duration}s each after a "
+            f"{args.warmup}s warm-up, wrk -t1 -c{args.connections} on core {LOAD_CPU}, the server "
+            f"on core {SERVER_CPU}. Ratios compare runs of the same round. Numbers from a shared "
+            "machine are noisy: compare rounds before trusting a difference.",
+            "",
+            *table(results),
+            "",
+            "## Machine",
+            "",
+            *[f"- {line}" for line in machine()],
+            "",
+            "## What ran",
+            "",
+            "- ceiling: bench/ceiling.py, Starlette endpoint on the receiver's uvicorn settings: "
+            "read body, verify HMAC, json.loads, 202.",
+            "- receiver: `python -m receiver serve`, fresh SQLite file per run (default "
+            "RECEIVER_SYNCHRONOUS=full), bench/rules.yaml (10 rules), RECEIVER_LOG_LEVEL=warning; "
+            "verify, validate, durable dedupe, routed.",
+            "- webhook: adnanh/webhook with bench/webhook-hooks.json: payload-hmac-sha256 on "
+            "X-Service-Signature, then forks and runs /bin/true for every delivery (its model: "
+            "one command per hook call), answering without waiting for it.",
+            "- latency is wrk's, with 32 connections kept busy: mostly queueing, so p50 is about "
+            "connections / throughput; p99 shows stalls.",
+            *[f"- {line}" for line in extra],
+            *notes,
+            "",
+        ]
+    )
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=int, default=15, help="seconds per measured run")
+    parser.add_argument("--warmup", type=int, default=3, help="seconds of warm-up per run")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument(
+        "--events", type=int, default=150_000, help="distinct signed events in the measured stream"
+    )
+    parser.add_argument("--targets", default=",".join(TARGETS))
+    parser.add_argument("--output", type=Path, default=BENCH / "RESULTS.md")
+    args = parser.parse_args()
+
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install -y wrk webhook")
+    targets = [t for t in args.targets.split(",") if t]
+    extra: list[str] = []
+    if "webhook" in targets and shutil.which("webhook") is None:
+        targets.remove("webhook")
+        extra.append("webhook skipped: not installed (apt-get install -y webhook)")
+        print("note: webhook is not installed; skipping it", file=sys.stderr)
+    pin = shutil.which("taskset") is not None and (os.cpu_count() or 1) >= 2
+    if pin:
+        os.sched_setaffinity(0, {int(LOAD_CPU)})  # this script and its sink stay off core 0
+    else:
+        extra.append("NOT PINNED: taskset missing or fewer than 2 cores")
+
+    with tempfile.TemporaryDirectory(prefix="receiver-bench-") as tmp:
+        work = Path(tmp)
+        sink = Sink()
+        os.environ["BENCH_SINK_PORT"] = str(sink.port)
+        started = time.monotonic()
+        stream, warmup = work / "stream.tsv", work / "warmup.tsv"
+        sent = write_stream(stream, count=args.events, seed=1, run="bench")
+        write_stream(warmup, count=20_000, seed=2, run="warmup")
+        ruleset = rules.load_file(BENCH / "rules.yaml")
+        matching = sum(1 for event in sent if ruleset.route(event))
+        extra.append(
+            f"stream: {args.events} distinct events (random walk of 200 sessions), "
+            f"{matching} ({matching / len(sent):.2%}) match a rule and notify the "
+            f"json:// sink; warm-up replays a separate 20000-event file"
+        )
+        print(
+            f"{len(sent)} signed events written in {time.monotonic() - started:.1f}s; "
+            f"{matching} match a rule",
+            file=sys.stderr,
+        )
+        results: list[Result] = []
+        try:
+            for round_no in range(1, args.rounds + 1):
+                for name in targets:
+                    server = make_server(name, work, sink.port)
+                    print(f"round {round_no}: {name} ...", file=sys.stderr, flush=True)
+                    result = measure(server, round_no, args, stream, warmup, pin)
+                    print(
+                        f"  {result.rps:,.0f} events/s, p50 {result.p50_ms:.2f} ms, "
+                        f"p99 {result.p99_ms:.2f} ms {result.errors or ''} "
+                        f"{'; '.join(result.notes)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    results.append(result)
+        finally:
+            sink.stop()
+        extra.append(f"json:// sink received {sink.count} notifications over all receiver runs")
+    text = report(results, args, extra)
+    args.output.write_text(text)
+    print("\n".join(table(results)))
+    print(f"\nwritten to {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
