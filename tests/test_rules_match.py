@@ -258,3 +258,118 @@ def test_lookup_reads_nested_fields_and_reports_missing_ones() -> None:
 def test_rule_matches_only_when_every_condition_holds(match_block: str, routed: bool) -> None:
     rs = rules.load_text(f"rules:\n  - name: r\n    notify: console\n{match_block}", env={})
     assert bool(rs.route(EVENT)) is routed
+
+
+# The fast path (Matcher.ok, Condition.holds, Rule.matches) must give exactly the
+# verdict test() gives: every matcher form against a spread of values and shapes.
+FAST_PATH_FORMS = [
+    "score.drop",  # exact
+    "Score.Drop",
+    "''",
+    "'20'",
+    "score.*",  # glob
+    "'*'",
+    "'[a-c]?'",
+    "'~^user_[0-9]+$'",  # regex
+    "'~^.$'",
+    "'~^~home$'",
+    "20",  # equality
+    "0",
+    "1",
+    "0.5",
+    "-3",
+    "true",
+    "false",
+    "{lt: 30}",  # operators
+    "{lte: 20}",
+    "{gt: 20}",
+    "{gte: 20.5}",
+    "{eq: 1}",
+    "{between: [10, 30]}",
+    "{between: [0.5, 0.5]}",
+    "{gt: 0, lt: 100, between: [10, 50]}",
+    "[score.recover, score.drop]",  # any-of
+    "[{lt: 10}, {gt: 90}, 20]",
+    "[session.*, '~^intervention', true, 0.5]",
+]
+FAST_PATH_VALUES: list[Any] = [
+    "score.drop",
+    "score.recover",
+    "Score.Drop",
+    "",
+    "20",
+    "user_42",
+    "user_x",
+    "ab",
+    "~home",
+    "~",
+    "*",
+    20,
+    20.0,
+    20.5,
+    0,
+    0.0,
+    1,
+    1.0,
+    0.5,
+    -3,
+    10,
+    30,
+    50,
+    100,
+    10**30,
+    float("nan"),
+    float("inf"),
+    -float("inf"),
+    True,
+    False,
+    None,
+    {},
+    {"score": 20},
+    [],
+    ["urgent", "score.drop"],
+    [5, 95],
+    [True, 0],
+    [[20], ["score.drop"]],
+    [None, "x", 40.0],
+]
+_ABSENT: Any = object()
+FAST_PATH_FIELDS = ("f", "meta.f", "meta.items.0")
+
+
+def _payload(field: str, value: Any) -> dict[str, Any]:
+    if value is _ABSENT:
+        return {"meta": {"items": []}}
+    if field == "f":
+        return {"f": value}
+    if field == "meta.f":
+        return {"meta": {"f": value}}
+    return {"meta": {"items": [value]}}
+
+
+@pytest.mark.parametrize("form", FAST_PATH_FORMS)
+def test_fast_path_agrees_with_test(form: str) -> None:
+    for field in FAST_PATH_FIELDS:
+        conditions, problems = compile_match(yaml.safe_load(f"{field}: {form}"))
+        assert problems == []
+        (condition,) = conditions
+        rule = rules.Rule("r", conditions, ("console",), "t", "b")
+        for value in [*FAST_PATH_VALUES, _ABSENT]:
+            payload = _payload(field, value)
+            verdict, reason = condition.test(payload)
+            where = f"{field}: {form} against {payload!r} ({reason})"
+            assert condition.holds(payload) is verdict, where
+            assert rule.matches(payload) is verdict, where
+            if value is not _ABSENT:
+                assert condition.matcher.ok(value) is condition.matcher.test(value)[0], where
+
+
+def test_rule_matches_agrees_with_explain_on_multi_condition_rules() -> None:
+    forms = ["type: score.*", "score: {lt: 30}", "tags: urgent", "meta.step: 3", "nope: x"]
+    for mask in range(1 << len(forms)):
+        block = "\n".join(f for bit, f in enumerate(forms) if mask >> bit & 1)
+        conditions, problems = compile_match(yaml.safe_load(block) if block else None)
+        assert problems == []
+        rule = rules.Rule("r", conditions, ("console",), "t", "b")
+        for payload in (EVENT, {**EVENT, "score": 45}, {**EVENT, "tags": "urgent"}, {}):
+            assert rule.matches(payload) is all(ok for ok, _ in rule.test(payload))

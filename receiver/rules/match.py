@@ -3,25 +3,32 @@
 A value is an exact string, a glob (``score.*``), a regex (``~^user_``), a
 number or boolean (equality), a mapping of numeric operators (``{lt: 30}``) or a
 list of any of these (any one must hold). Every test returns the verdict and a
-reason, so explain output and routing can never disagree.
+reason (``test``, for explain); routing uses ``ok`` / ``Condition.holds``, which
+decide the same verdict without formatting anything (tests check they agree).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
+from dataclasses import field as dataclass_field
+from fnmatch import translate
 from typing import Any, Protocol
 
 OPERATORS = ("lt", "lte", "gt", "gte", "eq", "between")
 _GLOB_CHARS = frozenset("*?[")
 _MISSING: Any = object()
+_NUMBER = (int, float)
 
 
 class Matcher(Protocol):
+    def ok(self, value: Any) -> bool:
+        """Whether value satisfies the matcher; the routing hot path, so it formats nothing."""
+
     def test(self, value: Any) -> tuple[bool, str]:
         """Whether value satisfies the matcher, and a phrase saying so ("45 is not lt 30")."""
 
@@ -30,21 +37,34 @@ class Matcher(Protocol):
 class Exact:
     value: str
 
+    def ok(self, value: Any) -> bool:
+        return isinstance(value, str) and value == self.value
+
     def test(self, value: Any) -> tuple[bool, str]:
         if not isinstance(value, str):
             return False, f"{show(value)} is not a string"
-        ok = value == self.value
+        ok = self.ok(value)
         return ok, f"{show(value)} {'is' if ok else 'is not'} {show(self.value)}"
 
 
 @dataclass(frozen=True)
 class Glob:
     pattern: str
+    # fnmatchcase(value, pattern), compiled once instead of looked up per call.
+    _match: Callable[[str], re.Match[str] | None] = dataclass_field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_match", re.compile(translate(self.pattern)).match)
+
+    def ok(self, value: Any) -> bool:
+        return isinstance(value, str) and self._match(value) is not None
 
     def test(self, value: Any) -> tuple[bool, str]:
         if not isinstance(value, str):
             return False, f"{show(value)} is not a string"
-        ok = fnmatchcase(value, self.pattern)
+        ok = self.ok(value)
         verb = "matches" if ok else "does not match"
         return ok, f"{show(value)} {verb} glob {show(self.pattern)}"
 
@@ -53,10 +73,13 @@ class Glob:
 class Regex:
     pattern: re.Pattern[str]
 
+    def ok(self, value: Any) -> bool:
+        return isinstance(value, str) and self.pattern.search(value) is not None
+
     def test(self, value: Any) -> tuple[bool, str]:
         if not isinstance(value, str):
             return False, f"{show(value)} is not a string"
-        ok = self.pattern.search(value) is not None
+        ok = self.ok(value)
         verb = "matches" if ok else "does not match"
         return ok, f"{show(value)} {verb} regex {show(self.pattern.pattern)}"
 
@@ -65,10 +88,13 @@ class Regex:
 class Equal:
     value: int | float | bool
 
-    def test(self, value: Any) -> tuple[bool, str]:
+    def ok(self, value: Any) -> bool:
         # bool is an int in Python; keep true and 1 apart as JSON does.
         same_kind = isinstance(value, bool) == isinstance(self.value, bool)
-        ok = same_kind and _is_number(value) and value == self.value
+        return same_kind and isinstance(value, _NUMBER) and value == self.value
+
+    def test(self, value: Any) -> tuple[bool, str]:
+        ok = self.ok(value)
         return ok, f"{show(value)} {'is' if ok else 'is not'} {show(self.value)}"
 
 
@@ -77,6 +103,17 @@ class Compare:
     """All operators must hold; ``between`` is inclusive at both ends."""
 
     ops: tuple[tuple[str, float | tuple[float, float]], ...]
+
+    def ok(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, _NUMBER):
+            return False
+        for op, operand in self.ops:
+            if isinstance(operand, tuple):
+                if not operand[0] <= value <= operand[1]:
+                    return False
+            elif not _COMPARE[op](value, operand):
+                return False
+        return True
 
     def test(self, value: Any) -> tuple[bool, str]:
         if isinstance(value, bool) or not _is_number(value):
@@ -100,6 +137,12 @@ class Compare:
 class AnyOf:
     items: tuple[Matcher, ...]
 
+    def ok(self, value: Any) -> bool:
+        for item in self.items:
+            if item.ok(value):
+                return True
+        return False
+
     def test(self, value: Any) -> tuple[bool, str]:
         reasons = []
         for item in self.items:
@@ -116,6 +159,25 @@ class Condition:
 
     field: str
     matcher: Matcher
+    _parts: tuple[str, ...] = dataclass_field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_parts", tuple(self.field.split(".")))
+
+    def holds(self, payload: Mapping[str, Any]) -> bool:
+        """test()'s verdict alone, formatting nothing: the routing hot path."""
+        name = self.field
+        value = payload[name] if name in payload else _walk(payload, self._parts)
+        if value is _MISSING:
+            return False
+        ok = self.matcher.ok
+        if isinstance(value, list):
+            # A list field holds when any of its items does (tags: urgent).
+            for item in value:
+                if ok(item):
+                    return True
+            return False
+        return ok(value)
 
     def test(self, payload: Mapping[str, Any]) -> tuple[bool, str]:
         """The verdict and a reason naming the field: ``score: 45 is not lt 30``."""
@@ -140,8 +202,12 @@ def lookup(payload: Mapping[str, Any], path: str) -> Any:
     """
     if path in payload:
         return payload[path]
+    return _walk(payload, path.split("."))
+
+
+def _walk(payload: Mapping[str, Any], parts: tuple[str, ...] | list[str]) -> Any:
     value: Any = payload
-    for part in path.split("."):
+    for part in parts:
         if isinstance(value, Mapping) and part in value:
             value = value[part]
         elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
@@ -227,12 +293,12 @@ def _compile_operators(raw: Mapping[Any, Any], problems: list[str]) -> Matcher |
     return Compare(tuple(ops)) if len(problems) == before else None
 
 
-_COMPARE = {
-    "lt": lambda a, b: a < b,
-    "lte": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "gte": lambda a, b: a >= b,
-    "eq": lambda a, b: a == b,
+_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
+    "lt": operator.lt,
+    "lte": operator.le,
+    "gt": operator.gt,
+    "gte": operator.ge,
+    "eq": operator.eq,
 }
 
 

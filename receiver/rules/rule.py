@@ -66,7 +66,14 @@ class Rule:
         return [c.test(payload) for c in self.conditions]
 
     def matches(self, payload: Mapping[str, Any]) -> bool:
-        return all(c.test(payload)[0] for c in self.conditions)
+        """Whether every condition holds: test()'s verdict without building any reason.
+
+        This is route()'s hot path, run for every rule on every event.
+        """
+        for condition in self.conditions:
+            if not condition.holds(payload):
+                return False
+        return True
 
     def render(self, payload: Mapping[str, Any]) -> Rendered:
         """Title, body and throttle key for payload; a failing template yields the fallback.
