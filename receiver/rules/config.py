@@ -23,13 +23,14 @@ from pydantic_core import ErrorDetails
 from receiver.errors import ConfigError
 from receiver.rules import templates
 from receiver.rules.duration import parse_duration
+from receiver.rules.lifecycle import LIFECYCLE_KEYS, check_heartbeat, check_options
 from receiver.rules.match import compile_match, show
 from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, NAME_RE, Notifier, build_notifier
 from receiver.rules.rule import Rule
 from receiver.rules.ruleset import Ruleset
 
-TOP_KEYS = ("notifiers", "rules")
-RULE_KEYS = ("name", "match", "notify", "title", "body", "throttle", "continue")
+TOP_KEYS = ("notifiers", "rules", "heartbeat")
+RULE_KEYS = ("name", "match", "notify", "title", "body", "throttle", "continue", *LIFECYCLE_KEYS)
 THROTTLE_KEYS = ("key", "every")
 _EXPECTED = {
     "notifiers": "a mapping of notifier names to apprise urls",
@@ -64,11 +65,20 @@ class RuleSpec(_Strict):
     body: str | None = None
     throttle: ThrottleSpec | None = None
     continue_: bool = Field(default=False, alias="continue")
+    # The lifecycle options are checked by lifecycle.check_options, with their own messages.
+    hold: Any = None
+    resolve: Any = None
+    resolved_title: str | None = None
+    resolved_body: str | None = None
+    group: Any = None
+    repeat: Any = None
+    active: Any = None
 
 
 class FileSpec(_Strict):
     notifiers: dict[Any, Any] | None = None
     rules: list[Any] | None = None
+    heartbeat: Any = None
 
 
 def load_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Ruleset:
@@ -117,10 +127,23 @@ def load_text(
         problems.extend(found)
         if rule is not None:
             rules.append(rule)
+    heartbeat, names = check_heartbeat(raw.get("heartbeat"), problems)
+    for name in names:
+        if name not in defined:
+            problems.append(
+                f'undefined notifier "{name}" used in heartbeat; defined: {", ".join(defined)}'
+            )
     if problems:
         raise ConfigError(problems, source=source)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-    return Ruleset(notifiers=notifiers, rules=rules, digest=digest, source=source, builtin=builtin)
+    return Ruleset(
+        notifiers=notifiers,
+        rules=rules,
+        digest=digest,
+        source=source,
+        builtin=builtin,
+        heartbeat=heartbeat,
+    )
 
 
 def _check_rule(
@@ -154,9 +177,12 @@ def _check_rule(
     problems.extend(f"{label}: {p}" for p in found)
     notify = _check_notify(raw.get("notify"), label, defined, problems) if "notify" in raw else ()
 
+    options = check_options(raw, label, problems)
     sources: dict[str, str | None] = {
         "title": templates.DEFAULT_TITLE if raw.get("title") is None else raw["title"],
         "body": templates.DEFAULT_BODY if raw.get("body") is None else raw["body"],
+        "resolved_title": raw.get("resolved_title") or templates.DEFAULT_RESOLVED_TITLE,
+        "resolved_body": raw.get("resolved_body") or templates.DEFAULT_RESOLVED_BODY,
     }
     every: float | None = None
     throttle = raw.get("throttle")
@@ -192,6 +218,8 @@ def _check_rule(
         throttle_every=every,
         continue_=bool(raw.get("continue", False)),
         _compiled=(compiled["title"], compiled["body"], compiled.get("throttle.key")),
+        _resolved=(compiled["resolved_title"], compiled["resolved_body"]),
+        **options,
     ), []
 
 

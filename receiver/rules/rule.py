@@ -9,6 +9,7 @@ from typing import Any
 from jinja2 import Template
 
 from receiver.rules import templates
+from receiver.rules.lifecycle import ActiveWindow, GroupSpec
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 
@@ -60,6 +61,37 @@ class Rule:
     _compiled: tuple[Template, Template, Template | None] | None = field(
         default=None, repr=False, compare=False
     )
+    _resolved: tuple[Template, Template] | None = field(default=None, repr=False, compare=False)
+    # The alert lifecycle (rules/lifecycle.py): all off by default.
+    hold: float | None = None
+    resolve: bool = False
+    group: GroupSpec | None = None
+    repeat: float | None = None
+    active: ActiveWindow | None = None
+
+    def render_resolved(self, payload: Mapping[str, Any], extra: Mapping[str, Any]) -> Rendered:
+        """The resolved message: the closing event's payload plus opener, opened_at, duration."""
+        if self._resolved is None:
+            compiled = (
+                templates.compile_template(templates.DEFAULT_RESOLVED_TITLE),
+                templates.compile_template(templates.DEFAULT_RESOLVED_BODY),
+            )
+            object.__setattr__(self, "_resolved", compiled)
+        assert self._resolved is not None
+        title_t, body_t = self._resolved
+        ctx = {**templates.context(payload, self.name), **extra}
+        try:
+            return Rendered(
+                templates.render(title_t, ctx), templates.render(body_t, ctx), None, None, False
+            )
+        except Exception as exc:  # a resolved message is never lost to a template either
+            return Rendered(
+                title=f"[{self.name}] resolved: {payload.get('sessionId', '?')}",
+                body=templates.fallback_body(self.name, "resolved template", exc, payload),
+                throttle_key=None,
+                throttle_seconds=None,
+                fallback=True,
+            )
 
     def test(self, payload: Mapping[str, Any]) -> list[tuple[bool, str]]:
         """Every condition's verdict and reason, in order (all hold for a match)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from receiver.rules.duration import format_duration
 from receiver.rules.explain import Explanation, explain
+from receiver.rules.lifecycle import Heartbeat
 from receiver.rules.notifiers import Notifier
 from receiver.rules.rule import Decision, Rule
 
@@ -30,9 +31,12 @@ class Ruleset:
         digest: str,
         source: str = "rules.yaml",
         builtin: frozenset[str] = frozenset(),
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.notifiers = notifiers
         self.rules = rules
+        self.by_name = {rule.name: rule for rule in rules}
+        self.heartbeat = heartbeat
         self.digest = digest
         self.source = source
         self._builtin = builtin
@@ -67,6 +71,17 @@ class Ruleset:
                 extras.append(f"throttle {format_duration(rule.throttle_every)}")
             if rule.continue_:
                 extras.append("continue")
+            for option in ("hold", "repeat"):
+                if getattr(rule, option) is not None:
+                    extras.append(f"{option} {format_duration(getattr(rule, option))}")
+            if rule.resolve:
+                extras.append("resolve")
+            if rule.group is not None:
+                extras.append(f"group by {', '.join(rule.group.by) or '-'} "
+                              f"every {format_duration(rule.group.wait)}")
+            if rule.active is not None:
+                extras.append(f"active {rule.active.text}" + (" (defer)" if rule.active.defer
+                                                               else ""))
             tail = f" ({', '.join(extras)})" if extras else ""
             lines.append(f"  {rule.name} -> {', '.join(rule.notify)}{tail}")
         described = []
@@ -77,6 +92,9 @@ class Ruleset:
                 n = len(notifier.urls)
                 described.append(f"{name} ({n} url{'s' if n != 1 else ''})")
         lines.append("notifiers: " + ", ".join(described))
+        if self.heartbeat is not None:
+            lines.append(f"heartbeat: after {format_duration(self.heartbeat.silent_for)} "
+                         f"without events -> {', '.join(self.heartbeat.notify)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -34,6 +34,14 @@ DEFAULT_BODY = (
     "event {{ event.id | default('?') }} at {{ event.timestamp | default('?') }}"
 )
 
+# Resolved messages see the closing event's fields, plus opener (the event that opened the
+# alert), opened_at (its timestamp) and duration (seconds between the two).
+DEFAULT_RESOLVED_TITLE = "[{{ rule }}] resolved: {{ event.sessionId | default('unknown session') }}"
+DEFAULT_RESOLVED_BODY = (
+    "{{ opener.type }} at {{ opened_at | time('%H:%M UTC') }} ended by {{ type }}"
+    " at {{ timestamp | time('%H:%M UTC') }}, after {{ duration | duration }}"
+)
+
 _FALLBACK_FIELDS = ("id", "type", "sessionId", "userId", "score", "threshold", "timestamp")
 
 

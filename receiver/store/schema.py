@@ -57,6 +57,62 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (rule, key)
     );
     """,
+    # 2: the alert lifecycle: alert state, what each rule notified, digests, silences,
+    # and small named state (the heartbeat). Outbox rows learn their alert and kind.
+    """
+    ALTER TABLE outbox ADD COLUMN kind TEXT NOT NULL DEFAULT 'event';
+    ALTER TABLE outbox ADD COLUMN alert TEXT;
+    ALTER TABLE outbox ADD COLUMN episode INTEGER;
+    ALTER TABLE outbox ADD COLUMN group_id INTEGER;
+    DROP INDEX outbox_due;
+    CREATE INDEX outbox_due ON outbox (next_at) WHERE state IN ('pending', 'sending', 'held');
+    CREATE INDEX outbox_alert ON outbox (alert, episode) WHERE alert IS NOT NULL;
+    CREATE TABLE alerts (
+        id TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        episode INTEGER NOT NULL,
+        opened_ts TEXT,
+        opened_event TEXT,
+        last_ts TEXT NOT NULL,
+        resolved_ts TEXT,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX alerts_open ON alerts (state) WHERE state = 'open';
+    CREATE TABLE notices (
+        alert TEXT NOT NULL,
+        episode INTEGER NOT NULL,
+        rule TEXT NOT NULL,
+        notified_at REAL NOT NULL,
+        next_repeat_at REAL,
+        repeats INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (alert, episode, rule)
+    );
+    CREATE INDEX notices_repeat ON notices (next_repeat_at) WHERE next_repeat_at IS NOT NULL;
+    CREATE TABLE groups (
+        id INTEGER PRIMARY KEY,
+        rule TEXT NOT NULL,
+        key TEXT NOT NULL,
+        opened_at REAL NOT NULL,
+        closes_at REAL NOT NULL,
+        count INTEGER NOT NULL,
+        members TEXT NOT NULL,
+        state TEXT NOT NULL
+    );
+    CREATE INDEX groups_open ON groups (rule, key) WHERE state = 'open';
+    CREATE TABLE silences (
+        id INTEGER PRIMARY KEY,
+        matchers TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        starts_at REAL NOT NULL,
+        ends_at REAL NOT NULL,
+        expired_at REAL
+    );
+    CREATE TABLE state (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    """,
 ]
 
 
