@@ -38,10 +38,13 @@ class Metrics:
         self.routed = Counter("receiver_events_routed", "Events routed by the rules.", registry=r)
         outbox = Counter(
             "receiver_notifications",
-            "Notification outcomes: delivered, retried, dead, throttled, fallback.",
+            "Notification outcomes: delivered, retried, dead, fallback; pending, held, resolved,"
+            " repeat, heartbeat when queued; throttled, cancelled, muted, deferred, silenced,"
+            " grouped, stale when suppressed.",
             ["outcome"],
             registry=r,
         )
+        self._outbox = outbox
         self.notifications = {
             o: outbox.labels(o) for o in ("delivered", "retried", "dead", "throttled", "fallback")
         }
@@ -58,3 +61,9 @@ class Metrics:
             "receiver_rules_last_reload_ok", "1 if the last rules reload succeeded.", registry=r
         )
         self.rules_ok.set(1)
+
+    def outcome(self, name: str) -> Counter:
+        """The notifications counter for one outcome (created on first use)."""
+        if name not in self.notifications:
+            self.notifications[name] = self._outbox.labels(name)
+        return self.notifications[name]

@@ -1,32 +1,38 @@
-"""The router: events stored but not yet routed -> rules -> outbox rows, one transaction a batch.
+"""The router: events stored but not yet routed -> rules -> lifecycle -> outbox rows, one
+transaction a batch, run in the store's writer thread (so rule evaluation never holds the
+event loop).
 
 It is woken in-process when ingest commits a new event; the store stays the
 source of truth, so on start (or after any failure) it simply routes whatever
-is still unrouted.
+is still unrouted. Between events it runs the timers: repeats and the heartbeat.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from receiver.errors import StorageUnavailableError
+from receiver.lifecycle import Pipeline
 from receiver.metrics import Metrics
-from receiver.rules import Decision, Ruleset
-from receiver.store import Notification, Store
+from receiver.rules import Ruleset
+from receiver.store import Store
+from receiver.store.tx import SQLiteTx
 
 log = logging.getLogger("receiver.router")
 
 BATCH = 64  # small batches keep rule evaluation from holding the event loop long
 RETRY_AFTER = 1.0  # seconds to wait when the store refuses a routing write
-IDLE_POLL = (
-    5.0  # an idle router still looks now and then: `receiver replay` runs in another process
-)
+# An idle router still looks now and then: `receiver replay` and `receiver silence` run in
+# other processes, and repeats and the heartbeat are due by the clock.
+IDLE_POLL = 5.0
+# Outcomes after which the notify worker has something to send.
+_SENDABLE = ("pending", "resolved", "repeat", "heartbeat")
 
 
 class Router:
@@ -46,6 +52,8 @@ class Router:
         self.clock = clock
         self._wake = asyncio.Event()
         self._poisoned: set[str] = set()
+        self._last_event: float | None = None  # when the newest event arrived (heartbeat)
+        self._started = clock()
         self._wake.set()  # route what a previous run left behind
 
     def wake(self) -> None:
@@ -59,6 +67,7 @@ class Router:
             try:
                 while await self.route_pending() == BATCH:
                     pass
+                await self.tick()
             except StorageUnavailableError as exc:
                 log.error("routing paused: %s; retrying in %.0fs", exc.message, RETRY_AFTER)
                 await asyncio.sleep(RETRY_AFTER)
@@ -66,34 +75,54 @@ class Router:
 
     async def route_pending(self) -> int:
         """Route one batch of unrouted events; return how many were read."""
-        rows = await self.store.unrouted(BATCH + len(self._poisoned))
-        pending = [e for e in rows if e.id not in self._poisoned][:BATCH]
-        if not pending:
-            return 0
-        ruleset = self.rules()
-        routed = []
-        fallbacks = 0
-        for event in pending:
+        ruleset, now = self.rules(), self.clock()
+        routed, counts = await self.store.transact(lambda tx: self._route(tx, ruleset, now))
+        self._count(counts)
+        self.metrics.routed.inc(routed)
+        return routed
+
+    async def tick(self) -> None:
+        """Repeats that are due, and the heartbeat when nothing has arrived for too long."""
+        ruleset, now = self.rules(), self.clock()
+        if ruleset.heartbeat is None and not any(r.repeat for r in ruleset.rules):
+            return
+
+        def work(tx: SQLiteTx) -> Counter[str]:
+            pipeline = Pipeline(tx, ruleset, now)
+            pipeline.repeats()
+            pipeline.heartbeat(self._last(tx), arrived=False)
+            return pipeline.counts
+
+        self._count(await self.store.transact(work))
+
+    def _route(self, tx: SQLiteTx, ruleset: Ruleset, now: float) -> tuple[int, Counter[str]]:
+        pipeline = Pipeline(tx, ruleset, now)
+        events = tx.unrouted(BATCH, self._poisoned)
+        for event in events:
+            tx.conn.execute("SAVEPOINT event")
             try:
-                decisions = ruleset.route(json.loads(event.body))
+                payload = json.loads(event.body)
+                pipeline.event(event.id, payload, ruleset.route(payload))
+                tx.mark_routed(event.id, now)
             except Exception:  # a bug, not a bad event: leave it unrouted for the next start
+                tx.conn.execute("ROLLBACK TO event")
                 log.exception("routing failed for event %s; left unrouted", event.id)
                 self._poisoned.add(event.id)
-                continue
-            fallbacks += sum(d.fallback for d in decisions)
-            routed.append((event.id, [_notification(d) for d in decisions]))
-        written, throttled = await self.store.route(routed, now=self.clock())
-        self.metrics.routed.inc(len(routed))
-        self.metrics.notifications["throttled"].inc(throttled)
-        self.metrics.notifications["fallback"].inc(fallbacks)
-        if written > throttled:
+            tx.conn.execute("RELEASE event")
+        if events:
+            self._last_event = max(self._last(tx), *(e.received_at for e in events))
+            pipeline.heartbeat(self._last_event, arrived=True)
+        log.debug("routed %d events: %s", len(events), dict(pipeline.counts))
+        return len(events), pipeline.counts
+
+    def _last(self, tx: SQLiteTx) -> float:
+        if self._last_event is None:
+            self._last_event = tx.last_received() or self._started
+        return self._last_event
+
+    def _count(self, counts: Counter[str]) -> None:
+        for outcome, n in counts.items():
+            if n:
+                self.metrics.outcome(outcome).inc(n)
+        if any(counts[o] for o in _SENDABLE) or counts["held"] or counts["deferred"]:
             self.on_routed()
-        log.debug("routed %d events into %d notifications", len(routed), written)
-        return len(pending)
-
-
-def _notification(d: Decision) -> Notification:
-    """The rules' decision as the store's outbox row; `fallback` is only counted."""
-    fields = dataclasses.asdict(d)
-    del fields["fallback"]
-    return Notification(**fields)

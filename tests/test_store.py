@@ -139,34 +139,34 @@ def note(rule: str = "r", **fields: Any) -> Notification:
     return Notification(rule=rule, notifier="console", target=0, title="t", body="b", **fields)
 
 
+async def queue(store: SQLiteStore, event_id: str, notes: list[Notification], now: float) -> int:
+    """Mark event_id routed and queue notes for it, as the router does; rows written."""
+
+    def work(tx: Any) -> int:
+        if not tx.mark_routed(event_id, now):
+            return 0
+        return len([tx.add(event_id, n, state="pending", now=now) for n in notes])
+
+    return await store.transact(work)
+
+
 def test_route_writes_outbox_once_and_marks_routed(tmp_path: Path) -> None:
     async def go(store: SQLiteStore) -> Any:
         await store.accept(*event(1))
         [pending] = await store.unrouted(10)
-        first = await store.route([(pending.id, [note(), note("s")])], now=100.0)
-        again = await store.route([(pending.id, [note()])], now=101.0)  # a racing second pass
+        first = await queue(store, pending.id, [note(), note("s")], now=100.0)
+        again = await queue(store, pending.id, [note()], now=101.0)  # a racing second pass
         return first, again, await store.unrouted(10), await store.deliveries()
 
     first, again, unrouted, rows = run(tmp_path / "r.db", go)
-    assert first == (2, 0) and again == (0, 0) and unrouted == []
+    assert first == 2 and again == 0 and unrouted == []
     assert [(r.rule, r.state) for r in rows] == [("s", "pending"), ("r", "pending")]
-
-
-def test_throttle_records_rows_instead_of_dropping_them(tmp_path: Path) -> None:
-    async def go(store: SQLiteStore) -> list[str]:
-        for i, now in enumerate([100.0, 150.0, 250.0]):
-            await store.accept(*event(i))
-            n = note(throttle_key="sess_1", throttle_seconds=120)
-            await store.route([(f"evt_{i}", [n])], now=now)
-        return [r.state for r in reversed(await store.deliveries())]
-
-    assert run(tmp_path / "r.db", go) == ["pending", "throttled", "pending"]
 
 
 def test_claim_lease_retry_and_dead(tmp_path: Path) -> None:
     async def go(store: SQLiteStore) -> None:
         await store.accept(*event(1))
-        await store.route([("evt_1", [note()])], now=100.0)
+        await queue(store, "evt_1", [note()], now=100.0)
         [row] = await store.claim_due(now=100.0, limit=5, lease=30)
         assert row.state == "sending" and row.attempts == 1
         assert await store.claim_due(now=110.0, limit=5, lease=30) == []  # leased
@@ -193,30 +193,8 @@ def test_claim_lease_retry_and_dead(tmp_path: Path) -> None:
 def test_replay_routes_a_stored_event_again(tmp_path: Path) -> None:
     async def go(store: SQLiteStore) -> Any:
         await store.accept(*event(1))
-        await store.route([("evt_1", [note()])], now=1.0)
+        await queue(store, "evt_1", [note()], now=1.0)
         return await store.replay("evt_1"), await store.replay("nope"), await store.unrouted(5)
 
     replayed, missing, unrouted = run(tmp_path / "r.db", go)
     assert replayed is True and missing is False and [e.id for e in unrouted] == ["evt_1"]
-
-
-def test_throttle_is_decided_once_per_event_for_all_targets(tmp_path: Path) -> None:
-    async def go(store: SQLiteStore) -> list[str]:
-        for i in range(2):
-            await store.accept(*event(i))
-            both = [
-                Notification(
-                    rule="r",
-                    notifier="two",
-                    target=t,
-                    title="t",
-                    body="b",
-                    throttle_key="k",
-                    throttle_seconds=60,
-                )
-                for t in (0, 1)
-            ]
-            await store.route([(f"evt_{i}", both)], now=100.0 + i)
-        return [r.state for r in reversed(await store.deliveries())]
-
-    assert run(tmp_path / "r.db", go) == ["pending", "pending", "throttled", "throttled"]

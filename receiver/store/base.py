@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from receiver.events import _Event as Event
 
+if TYPE_CHECKING:
+    from receiver.store.tx import SQLiteTx
+
+T = TypeVar("T")
+
 OnAccepted = Callable[[], None]
-OUTBOX_STATES = ("pending", "sending", "delivered", "dead", "throttled")
+# held: waiting for a hold, an active window (defer) or a digest window to pass.
+# The last six are suppressed notifications, kept with their reason.
+OUTBOX_STATES = ("pending", "held", "sending", "delivered", "dead",
+                 "throttled", "cancelled", "muted", "silenced", "grouped", "stale")
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class OutboxRow:
     updated_at: float
     reason: str | None = None
     last_error: str | None = None
+    kind: str = "event"
 
     @property
     def label(self) -> str:
@@ -71,13 +80,8 @@ class Store(Protocol):
         """Raise StorageUnavailableError unless a write transaction can start."""
 
     async def unrouted(self, limit: int) -> list[StoredEvent]: ...
-    async def route(
-        self, routed: Sequence[tuple[str, Sequence[Notification]]], *, now: float
-    ) -> tuple[int, int]:
-        """Write each event's outbox rows and mark it routed, in one transaction.
-
-        Returns (rows written, rows of those held back by a throttle)."""
-
+    async def transact(self, fn: Callable[[SQLiteTx], T]) -> T:
+        """Run fn in one write transaction: all of its writes commit, or none."""
     async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]: ...
     async def next_due(self) -> float | None: ...
     async def mark_delivered(self, row_id: int, *, now: float) -> None: ...

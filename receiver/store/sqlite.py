@@ -14,15 +14,16 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.events import to_utc
-from receiver.store.base import Notification, OnAccepted, OutboxRow, StoredEvent
+from receiver.store.base import OnAccepted, OutboxRow, StoredEvent
 from receiver.store.schema import migrate
+from receiver.store.tx import SQLiteTx
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
@@ -34,7 +35,7 @@ _INSERT_EVENT = (
 )
 _OUTBOX_COLUMNS = (
     "id, event_id, rule, notifier, target, title, body, state, attempts, next_at,"
-    " created_at, updated_at, reason, last_error"
+    " created_at, updated_at, reason, last_error, kind"
 )
 
 
@@ -247,6 +248,10 @@ class SQLiteStore:
 
     # -- routing ----------------------------------------------------------------------------
 
+    async def transact(self, fn: Callable[[SQLiteTx], T]) -> T:
+        """Run fn in one write transaction of the writer thread: all of it commits, or none."""
+        return await self._call(lambda conn: fn(SQLiteTx(conn)))
+
     async def unrouted(self, limit: int) -> list[StoredEvent]:
         def select(conn: sqlite3.Connection) -> list[StoredEvent]:
             rows = conn.execute(
@@ -258,55 +263,6 @@ class SQLiteStore:
 
         return await self._call(select, write=False)
 
-    async def route(
-        self, routed: Sequence[tuple[str, Sequence[Notification]]], *, now: float
-    ) -> tuple[int, int]:
-        def write(conn: sqlite3.Connection) -> tuple[int, int]:
-            written = throttled = 0
-            for event_id, notifications in routed:
-                # One throttle decision per (rule, key) for the whole event, so a notifier's
-                # second URL is not held back by its first.
-                decided: dict[tuple[str, str], bool] = {}
-                cur = conn.execute(
-                    "UPDATE events SET routed_at = ? WHERE id = ? AND routed_at IS NULL",
-                    (now, event_id),
-                )
-                if cur.rowcount != 1:
-                    continue  # routed meanwhile (a replay raced us): never write its rows twice
-                for n in notifications:
-                    state, reason = "pending", None
-                    if n.throttle_seconds:
-                        key = n.throttle_key or ""
-                        if (n.rule, key) not in decided:
-                            decided[n.rule, key] = _throttle(
-                                conn, n.rule, key, now, n.throttle_seconds
-                            )
-                        if decided[n.rule, key]:
-                            state, reason = "throttled", f"throttled: key {key!r}"
-                            throttled += 1
-                    conn.execute(
-                        "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state,"
-                        " reason, next_at, created_at, updated_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            event_id,
-                            n.rule,
-                            n.notifier,
-                            n.target,
-                            n.title,
-                            n.body,
-                            state,
-                            reason,
-                            now,
-                            now,
-                            now,
-                        ),
-                    )
-                    written += 1
-            return written, throttled
-
-        return await self._call(write)
-
     # -- delivery ---------------------------------------------------------------------------
 
     async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]:
@@ -314,7 +270,8 @@ class SQLiteStore:
             rows = conn.execute(
                 "UPDATE outbox SET state = 'sending', lease_until = ?, attempts = attempts + 1,"
                 " updated_at = ? WHERE id IN (SELECT id FROM outbox WHERE"
-                " (state = 'pending' AND next_at <= ?) OR (state = 'sending' AND lease_until <= ?)"
+                " (state IN ('pending', 'held') AND next_at <= ?)"
+                " OR (state = 'sending' AND lease_until <= ?)"
                 f" ORDER BY next_at LIMIT ?) RETURNING {_OUTBOX_COLUMNS}",
                 (now + lease, now, now, now, limit),
             ).fetchall()
@@ -325,8 +282,8 @@ class SQLiteStore:
     async def next_due(self) -> float | None:
         def select(conn: sqlite3.Connection) -> float | None:
             row = conn.execute(
-                "SELECT min(CASE state WHEN 'pending' THEN next_at ELSE lease_until END)"
-                " FROM outbox WHERE state IN ('pending', 'sending')"
+                "SELECT min(CASE state WHEN 'sending' THEN lease_until ELSE next_at END)"
+                " FROM outbox WHERE state IN ('pending', 'sending', 'held')"
             ).fetchone()
             return None if row[0] is None else float(row[0])
 
@@ -411,16 +368,3 @@ class SQLiteStore:
 
         return await self._call(select, write=False)
 
-
-def _throttle(conn: sqlite3.Connection, rule: str, key: str, now: float, every: float) -> bool:
-    """True if (rule, key) sent within the last `every` seconds; else open a new window."""
-    held = conn.execute(
-        "SELECT until FROM throttle WHERE rule = ? AND key = ?", (rule, key)
-    ).fetchone()
-    if held is not None and held[0] > now:
-        return True
-    conn.execute(
-        "INSERT OR REPLACE INTO throttle (rule, key, until) VALUES (?, ?, ?)",
-        (rule, key, now + every),
-    )
-    return False

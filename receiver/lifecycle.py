@@ -1,0 +1,374 @@
+"""The alert lifecycle: what one routed event does to its alert, and where each notification
+goes: sent, held, cancelled, muted, deferred, silenced, grouped into a digest, or throttled.
+
+A session's attention is an alert: score.drop opens it, score.recover or
+session.stopped resolves it; intervention.fired opens an intervention alert that
+intervention.resolved closes. Events apply in the order of their own timestamp:
+one older than the newest already applied to its alert is stale and notifies no
+one, so a late drop cannot reopen an alert that has recovered.
+
+Everything here runs inside one store transaction (store.tx.SQLiteTx).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from receiver.events import to_utc
+from receiver.rules import Decision, Rule, Ruleset, format_duration
+from receiver.rules.match import Condition, compile_match
+from receiver.store.base import Notification
+from receiver.store.tx import Alert, Group, Silence, SQLiteTx
+
+OPENS = {"score.drop": "session", "intervention.fired": "intervention"}
+CLOSES = {
+    "score.recover": "session",
+    "session.stopped": "session",
+    "intervention.resolved": "intervention",
+}
+HEARTBEAT = "(heartbeat)"
+DIGEST_MEMBERS = 100  # members kept per digest; the count goes on
+
+
+def alert_id(payload: Mapping[str, Any]) -> str | None:
+    """The alert an event belongs to: session:<id> or intervention:<session>:<intervention>."""
+    kind = OPENS.get(payload.get("type", "")) or CLOSES.get(payload.get("type", ""))
+    if kind == "session":
+        return f"session:{payload.get('sessionId', '')}"
+    if kind == "intervention":
+        return f"intervention:{payload.get('sessionId', '')}:{payload.get('interventionId', '')}"
+    return None
+
+
+def event_time(payload: Mapping[str, Any]) -> str:
+    """The event's timestamp normalised so that text order is time order."""
+    ts = datetime.fromisoformat(str(payload["timestamp"]))
+    return to_utc(ts).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class Transition:
+    what: str  # open | update | resolve | close | stale | none
+    alert: Alert | None = None
+
+
+def apply(tx: SQLiteTx, payload: Mapping[str, Any], event_id: str, now: float) -> Transition:
+    """Apply one event to its alert's stored state and say what happened."""
+    aid = alert_id(payload)
+    if aid is None:
+        return Transition("none")
+    ts = event_time(payload)
+    alert = tx.alert(aid)
+    if alert is not None and ts < alert.last_ts:
+        return Transition("stale", alert)
+    opening = payload["type"] in OPENS
+    if alert is None:
+        alert = Alert(aid, "resolved", 0, ts)
+    alert.last_ts = ts
+    if opening and alert.state != "open":
+        alert.state, alert.episode = "open", alert.episode + 1
+        alert.opened_ts, alert.opened_event, alert.resolved_ts = ts, event_id, None
+        what = "open"
+    elif opening:
+        what = "update"
+    elif alert.state == "open":
+        alert.state, alert.resolved_ts = "resolved", ts
+        what = "resolve"
+    else:
+        what = "close"
+    tx.save_alert(alert, now)
+    return Transition(what, alert)
+
+
+class Pipeline:
+    """Routes one batch: each event's decisions placed through the lifecycle into the outbox."""
+
+    def __init__(self, tx: SQLiteTx, ruleset: Ruleset, now: float) -> None:
+        self.tx = tx
+        self.ruleset = ruleset
+        self.now = now
+        self.counts: Counter[str] = Counter()
+        self.silences = [(s, compile_match(s.matchers)[0]) for s in tx.silences(now)]
+
+    def event(
+        self, event_id: str, payload: Mapping[str, Any], decisions: Sequence[Decision]
+    ) -> None:
+        transition = apply(self.tx, payload, event_id, self.now)
+        if transition.what == "resolve":
+            self._resolve(event_id, payload, transition.alert)
+        for name, group in itertools.groupby(decisions, key=lambda d: d.rule):
+            self._place(event_id, payload, self.ruleset.by_name[name], list(group), transition)
+
+    def _place(
+        self,
+        event_id: str,
+        payload: Mapping[str, Any],
+        rule: Rule,
+        decisions: list[Decision],
+        transition: Transition,
+    ) -> None:
+        alert = transition.alert
+        where: dict[str, Any] = {
+            "alert": alert.id if alert else None,
+            "episode": alert.episode if alert else None,
+        }
+        state, reason, next_at, group = self._state(
+            event_id, payload, rule, decisions[0], transition
+        )
+        for d in decisions:
+            self.tx.add(
+                event_id,
+                _notification(d),
+                state=state,
+                now=self.now,
+                next_at=next_at,
+                reason=reason,
+                group_id=group,
+                **where,
+            )
+        self.counts[state if state != "held" or rule.hold is None else "held"] += 1
+        self.counts["fallback"] += decisions[0].fallback
+        if (
+            alert is not None
+            and state in ("pending", "held")
+            and transition.what in ("open", "update")
+            and (rule.resolve or rule.repeat)
+        ):
+            self.tx.add_notice(alert.id, alert.episode, rule.name, self.now, rule.repeat)
+
+    def _state(
+        self,
+        event_id: str,
+        payload: Mapping[str, Any],
+        rule: Rule,
+        first: Decision,
+        transition: Transition,
+    ) -> tuple[str, str | None, float | None, int | None]:
+        """(state, reason, next_at, group id) for a rule's notifications of one event."""
+        if transition.what == "stale" and transition.alert is not None:
+            return "stale", f"stale: alert already at {transition.alert.last_ts}", None, None
+        silence = self._silenced(payload)
+        if silence is not None:
+            return "silenced", f"silence #{silence.id}: {silence.reason}", None, None
+        window = rule.active
+        if window is not None and not window.contains(self.now):
+            if window.defer:
+                opens = window.next_open(self.now)
+                self.counts["deferred"] += 1
+                return "held", f"deferred to the active window ({window.text})", opens, None
+            return "muted", f"muted outside the active window ({window.text})", None, None
+        if rule.group is not None:
+            group = self._group(event_id, payload, rule)
+            return "grouped", f"in digest #{group}", None, group
+        if first.throttle_seconds and self.tx.throttled(
+            rule.name, first.throttle_key or "", self.now, first.throttle_seconds
+        ):
+            return "throttled", f"throttled: key {first.throttle_key!r}", None, None
+        if rule.hold and transition.what == "open":
+            return "held", f"hold {format_duration(rule.hold)}", self.now + rule.hold, None
+        return "pending", None, None, None
+
+    def _silenced(self, payload: Mapping[str, Any]) -> Silence | None:
+        for silence, conditions in self.silences:
+            if _holds(conditions, payload):
+                return silence
+        return None
+
+    # -- resolve ------------------------------------------------------------------------------
+
+    def _resolve(self, event_id: str, payload: Mapping[str, Any], alert: Alert | None) -> None:
+        assert alert is not None
+        self.counts["cancelled"] += self.tx.cancel_held(
+            alert.id, alert.episode, self.now, "cancelled: resolved before it was sent"
+        )
+        opener = _json(self.tx.event_body(alert.opened_event or ""))
+        extra = {
+            "opener": opener,
+            "opened_at": alert.opened_ts,
+            "duration": _seconds(alert.opened_ts, alert.resolved_ts),
+        }
+        for notice in self.tx.notices(alert.id, alert.episode):
+            rule = self.ruleset.by_name.get(notice.rule)
+            if (
+                rule is None
+                or not rule.resolve
+                or not self.tx.sent(alert.id, alert.episode, rule.name)
+            ):
+                continue  # never a resolved message for an alert that was never sent
+            rendered = rule.render_resolved(payload, extra)
+            for d in rule.decisions(rendered, self.ruleset.notifiers):
+                self.tx.add(
+                    event_id,
+                    _notification(d),
+                    state="pending",
+                    now=self.now,
+                    kind="resolved",
+                    alert=alert.id,
+                    episode=alert.episode,
+                )
+            self.counts["resolved"] += 1
+        self.tx.end_repeats(alert.id, alert.episode)
+
+    # -- digests ------------------------------------------------------------------------------
+
+    def _group(self, event_id: str, payload: Mapping[str, Any], rule: Rule) -> int:
+        spec = rule.group
+        assert spec is not None
+        key = spec.key(dict(payload))
+        group = self.tx.open_group(rule.name, key, self.now)
+        if group is None:
+            group = self.tx.new_group(rule.name, key, self.now, self.now + spec.wait)
+            blank = rule.decisions(rule.render(payload), self.ruleset.notifiers)
+            for d in blank:
+                self.tx.add(
+                    event_id,
+                    _notification(d),
+                    state="held",
+                    now=self.now,
+                    next_at=group.closes_at,
+                    kind="digest",
+                    group_id=group.id,
+                    reason=f"digest of {rule.name} for {key}",
+                )
+        members = group.members[: DIGEST_MEMBERS - 1] + [
+            {k: payload.get(k) for k in ("id", "type", "sessionId", "userId", "score")}
+        ]
+        group = Group(group.id, group.rule, group.key, group.closes_at, group.count + 1, members)
+        release = group.count >= spec.max
+        title, body = digest_text(rule, group)
+        self.tx.update_group(group, title=title, body=body, now=self.now, release=release)
+        return group.id
+
+    # -- timers: repeats and the heartbeat ------------------------------------------------------
+
+    def repeats(self) -> None:
+        for notice in self.tx.due_repeats(self.now):
+            alert = self.tx.alert(notice.alert)
+            rule = self.ruleset.by_name.get(notice.rule)
+            if (
+                alert is None
+                or alert.state != "open"
+                or alert.episode != notice.episode
+                or rule is None
+                or rule.repeat is None
+                or not self.tx.sent(alert.id, alert.episode, rule.name)
+            ):
+                self.tx.repeated(notice, None)
+                continue
+            opener = _json(self.tx.event_body(alert.opened_event or ""))
+            rendered = rule.render(opener)
+            open_for = format_duration(max(1.0, self.now - notice.notified_at))
+            state, reason = "pending", None
+            if self._silenced(opener) is not None:
+                state, reason = "silenced", "silenced"
+            elif rule.active is not None and not rule.active.contains(self.now):
+                state, reason = "muted", f"muted outside the active window ({rule.active.text})"
+            for d in rule.decisions(rendered, self.ruleset.notifiers):
+                n = _notification(d)
+                n = Notification(
+                    n.rule,
+                    n.notifier,
+                    n.target,
+                    f"[still open] {n.title}",
+                    f"{n.body}\nopen for {open_for}, repeat {notice.repeats + 1}",
+                )
+                self.tx.add(
+                    alert.opened_event or "-",
+                    n,
+                    state=state,
+                    reason=reason,
+                    now=self.now,
+                    kind="repeat",
+                    alert=alert.id,
+                    episode=alert.episode,
+                )
+            self.counts["repeat"] += 1
+            self.tx.repeated(notice, self.now + rule.repeat)
+
+    def heartbeat(self, last_event: float, *, arrived: bool) -> None:
+        """Fire when nothing arrived for silent_for; resolve when events flow again."""
+        beat = self.ruleset.heartbeat
+        firing = bool((self.tx.get_state("heartbeat") or {}).get("firing"))
+        if beat is None:
+            return
+        silent = self.now - last_event
+        if not firing and not arrived and silent >= beat.silent_for:
+            since = datetime.fromtimestamp(last_event).astimezone().strftime("%Y-%m-%d %H:%M %Z")
+            self._heartbeat(
+                beat.notify,
+                f"No events for {format_duration(beat.silent_for)}",
+                f"No event has arrived since {since}. Is the Attention Scoring "
+                "Service still sending to this receiver?",
+            )
+            self.tx.set_state("heartbeat", {"firing": True, "since": last_event})
+        elif firing and arrived:
+            state = self.tx.get_state("heartbeat") or {}
+            gap = format_duration(max(1.0, last_event - float(state.get("since", last_event))))
+            self._heartbeat(
+                beat.notify,
+                "Events are arriving again",
+                f"Events are arriving again after {gap} of silence.",
+                kind="resolved",
+            )
+            self.tx.set_state("heartbeat", {"firing": False, "since": last_event})
+
+    def _heartbeat(
+        self, names: Sequence[str], title: str, body: str, kind: str = "heartbeat"
+    ) -> None:
+        for name in names:
+            for target in range(len(self.ruleset.notifiers[name].urls)):
+                n = Notification(HEARTBEAT, name, target, title, body)
+                self.tx.add("-", n, state="pending", now=self.now, kind=kind, alert=HEARTBEAT)
+        self.counts["heartbeat"] += 1
+
+
+def digest_text(rule: Rule, group: Group) -> tuple[str, str]:
+    """One message for a digest: the count, the worst scores and the sessions."""
+    members = group.members
+    types = sorted({str(m.get("type")) for m in members})
+    title = f"[{rule.name}] {group.count} × {', '.join(types)}"
+    if group.key != "*":
+        title += f" ({group.key.replace('|', ', ')})"
+    scored = sorted(
+        (m for m in members if isinstance(m.get("score"), int | float)), key=lambda m: m["score"]
+    )[:5]
+    lines = [f"{group.count} events in {format_duration(rule.group.wait if rule.group else 0)}"]
+    if scored:
+        lines.append(
+            "worst scores: "
+            + ", ".join(f"{m.get('userId') or m.get('sessionId')} {m['score']}" for m in scored)
+        )
+    sessions = list(dict.fromkeys(str(m.get("sessionId")) for m in members))
+    more = f" (+{len(sessions) - 10} more)" if len(sessions) > 10 else ""
+    lines.append(f"sessions: {', '.join(sessions[:10])}{more}")
+    return title, "\n".join(lines)
+
+
+def _notification(d: Decision) -> Notification:
+    return Notification(
+        d.rule, d.notifier, d.target, d.title, d.body, d.throttle_key, d.throttle_seconds
+    )
+
+
+def _holds(conditions: Sequence[Condition], payload: Mapping[str, Any]) -> bool:
+    return all(c.holds(payload) for c in conditions)
+
+
+def _seconds(start: str | None, end: str | None) -> float:
+    if not start or not end:
+        return 0.0
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def _json(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,290 @@
+"""One routing transaction on the SQLite store: the reads and writes the router and the alert
+lifecycle make, run inside the writer thread so each batch commits as a whole."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from receiver.store.base import Notification, StoredEvent
+
+SENT_STATES = ("pending", "sending", "delivered")
+
+
+@dataclass
+class Alert:
+    """A session's attention (or an intervention) as an alert: open or resolved, per episode."""
+
+    id: str
+    state: str  # "open" | "resolved"
+    episode: int
+    last_ts: str  # the newest event timestamp applied; older events are stale
+    opened_ts: str | None = None
+    opened_event: str | None = None
+    resolved_ts: str | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A rule notified about an alert's episode: the basis of resolved and repeat messages."""
+
+    alert: str
+    episode: int
+    rule: str
+    notified_at: float
+    next_repeat_at: float | None
+    repeats: int
+
+
+@dataclass(frozen=True)
+class Group:
+    id: int
+    rule: str
+    key: str
+    closes_at: float
+    count: int
+    members: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Silence:
+    id: int
+    matchers: dict[str, Any]
+    reason: str
+    starts_at: float
+    ends_at: float
+    expired_at: float | None = None
+    created_at: float = 0.0
+
+
+class SQLiteTx:
+    """Synchronous helpers over one connection with an open write transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    # -- events ------------------------------------------------------------------------------
+
+    def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
+        skip = set(skip)
+        rows = self.conn.execute(
+            "SELECT id, type, body, received_at FROM events WHERE routed_at IS NULL"
+            " ORDER BY received_at LIMIT ?",
+            (limit + len(skip),),
+        )
+        return [StoredEvent(*row) for row in rows if row[0] not in skip][:limit]
+
+    def mark_routed(self, event_id: str, now: float) -> bool:
+        cur = self.conn.execute(
+            "UPDATE events SET routed_at = ? WHERE id = ? AND routed_at IS NULL", (now, event_id)
+        )
+        return cur.rowcount == 1
+
+    def event_body(self, event_id: str) -> str | None:
+        row = self.conn.execute("SELECT body FROM events WHERE id = ?", (event_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def last_received(self) -> float | None:
+        # rowid order is arrival order, so this reads one row, not the table.
+        row = self.conn.execute(
+            "SELECT received_at FROM events ORDER BY rowid DESC LIMIT 1"
+        ).fetchone()
+        return None if row is None else float(row[0])
+
+    # -- the outbox ----------------------------------------------------------------------------
+
+    def add(
+        self,
+        event_id: str,
+        n: Notification,
+        *,
+        state: str,
+        now: float,
+        next_at: float | None = None,
+        reason: str | None = None,
+        kind: str = "event",
+        alert: str | None = None,
+        episode: int | None = None,
+        group_id: int | None = None,
+    ) -> int:
+        cur = self.conn.execute(
+            "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state, reason,"
+            " next_at, created_at, updated_at, kind, alert, episode, group_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                event_id,
+                n.rule,
+                n.notifier,
+                n.target,
+                n.title,
+                n.body,
+                state,
+                reason,
+                now if next_at is None else next_at,
+                now,
+                now,
+                kind,
+                alert,
+                episode,
+                group_id,
+            ),
+        )
+        return int(cur.lastrowid or 0)
+
+    def throttled(self, rule: str, key: str, now: float, every: float) -> bool:
+        """True if (rule, key) notified within the last `every` seconds; else open a window."""
+        held = self.conn.execute(
+            "SELECT until FROM throttle WHERE rule = ? AND key = ?", (rule, key)
+        ).fetchone()
+        if held is not None and held[0] > now:
+            return True
+        self.conn.execute(
+            "INSERT OR REPLACE INTO throttle (rule, key, until) VALUES (?, ?, ?)",
+            (rule, key, now + every),
+        )
+        return False
+
+    def cancel_held(self, alert: str, episode: int, now: float, reason: str) -> int:
+        return self.conn.execute(
+            "UPDATE outbox SET state = 'cancelled', reason = ?, updated_at = ?"
+            " WHERE alert = ? AND episode = ? AND state = 'held' AND kind = 'event'",
+            (reason, now, alert, episode),
+        ).rowcount
+
+    def sent(self, alert: str, episode: int, rule: str) -> bool:
+        """Whether rule's notification about this episode went out (or is on its way)."""
+        row = self.conn.execute(
+            "SELECT 1 FROM outbox WHERE alert = ? AND episode = ? AND rule = ? AND kind = 'event'"
+            f" AND state IN {SENT_STATES} LIMIT 1",
+            (alert, episode, rule),
+        ).fetchone()
+        return row is not None
+
+    # -- alerts and notices ----------------------------------------------------------------------
+
+    def alert(self, alert_id: str) -> Alert | None:
+        row = self.conn.execute(
+            "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts"
+            " FROM alerts WHERE id = ?",
+            (alert_id,),
+        ).fetchone()
+        return None if row is None else Alert(*row)
+
+    def save_alert(self, alert: Alert, now: float) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO alerts (id, state, episode, last_ts, opened_ts, opened_event,"
+            " resolved_ts, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                alert.id,
+                alert.state,
+                alert.episode,
+                alert.last_ts,
+                alert.opened_ts,
+                alert.opened_event,
+                alert.resolved_ts,
+                now,
+            ),
+        )
+
+    def open_alerts(self, limit: int = 1000) -> list[Alert]:
+        rows = self.conn.execute(
+            "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts"
+            " FROM alerts WHERE state = 'open' ORDER BY opened_ts LIMIT ?",
+            (limit,),
+        )
+        return [Alert(*row) for row in rows]
+
+    def add_notice(
+        self, alert: str, episode: int, rule: str, now: float, repeat: float | None
+    ) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO notices (alert, episode, rule, notified_at, next_repeat_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (alert, episode, rule, now, None if repeat is None else now + repeat),
+        )
+
+    def notices(self, alert: str, episode: int) -> list[Notice]:
+        rows = self.conn.execute(
+            "SELECT alert, episode, rule, notified_at, next_repeat_at, repeats FROM notices"
+            " WHERE alert = ? AND episode = ?",
+            (alert, episode),
+        )
+        return [Notice(*row) for row in rows]
+
+    def end_repeats(self, alert: str, episode: int) -> None:
+        self.conn.execute(
+            "UPDATE notices SET next_repeat_at = NULL WHERE alert = ? AND episode = ?",
+            (alert, episode),
+        )
+
+    def due_repeats(self, now: float, limit: int = 100) -> list[Notice]:
+        rows = self.conn.execute(
+            "SELECT alert, episode, rule, notified_at, next_repeat_at, repeats FROM notices"
+            " WHERE next_repeat_at IS NOT NULL AND next_repeat_at <= ? LIMIT ?",
+            (now, limit),
+        )
+        return [Notice(*row) for row in rows]
+
+    def repeated(self, notice: Notice, next_at: float | None) -> None:
+        self.conn.execute(
+            "UPDATE notices SET next_repeat_at = ?, repeats = repeats + 1"
+            " WHERE alert = ? AND episode = ? AND rule = ?",
+            (next_at, notice.alert, notice.episode, notice.rule),
+        )
+
+    # -- digests ------------------------------------------------------------------------------
+
+    def open_group(self, rule: str, key: str, now: float) -> Group | None:
+        row = self.conn.execute(
+            "SELECT id, rule, key, closes_at, count, members FROM groups"
+            " WHERE rule = ? AND key = ? AND state = 'open' AND closes_at > ?"
+            " ORDER BY id DESC LIMIT 1",
+            (rule, key, now),
+        ).fetchone()
+        if row is None:
+            return None
+        return Group(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]))
+
+    def new_group(self, rule: str, key: str, now: float, closes_at: float) -> Group:
+        cur = self.conn.execute(
+            "INSERT INTO groups (rule, key, opened_at, closes_at, count, members, state)"
+            " VALUES (?, ?, ?, ?, 0, '[]', 'open')",
+            (rule, key, now, closes_at),
+        )
+        return Group(int(cur.lastrowid or 0), rule, key, closes_at, 0, [])
+
+    def update_group(
+        self, group: Group, *, title: str, body: str, now: float, release: bool
+    ) -> None:
+        self.conn.execute(
+            "UPDATE groups SET count = ?, members = ?, state = ? WHERE id = ?",
+            (group.count, json.dumps(group.members), "sent" if release else "open", group.id),
+        )
+        self.conn.execute(
+            "UPDATE outbox SET title = ?, body = ?, updated_at = ?"
+            + (", next_at = ?" if release else "")
+            + " WHERE group_id = ? AND kind = 'digest' AND state = 'held'",
+            (title, body, now, *((now,) if release else ()), group.id),
+        )
+
+    # -- silences and named state -------------------------------------------------------------
+
+    def silences(self, now: float) -> list[Silence]:
+        rows = self.conn.execute(
+            "SELECT id, matchers, reason, starts_at, ends_at, expired_at, created_at FROM silences"
+            " WHERE expired_at IS NULL AND starts_at <= ? AND ends_at > ?",
+            (now, now),
+        )
+        return [Silence(r[0], json.loads(r[1]), *r[2:]) for r in rows]
+
+    def get_state(self, name: str) -> Any:
+        row = self.conn.execute("SELECT value FROM state WHERE name = ?", (name,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set_state(self, name: str, value: Any) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO state (name, value) VALUES (?, ?)", (name, json.dumps(value))
+        )
