@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint clean bench
+.PHONY: run test lint clean bench audit chaos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,3 +34,13 @@ clean:
 bench: $(VENV)/.installed-dev
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk webhook)
 	$(BIN)/python bench/run.py
+
+# Known vulnerabilities in the installed dependencies (pip-audit); says plainly when the
+# vulnerability database cannot be reached instead of passing silently. .ci/run calls it.
+audit: $(VENV)/.installed-dev
+	$(BIN)/python .ci/audit.py
+
+# Not part of `make test`: kill -9 under load, notifier outage, slow sink, SIGTERM;
+# writes docs/RELIABILITY-RESULTS.md. CHAOS_ARGS="--kills 20 --outage 5m" to change.
+chaos: $(VENV)/.installed-dev
+	$(BIN)/python chaos/run.py $(CHAOS_ARGS)

@@ -63,6 +63,18 @@ def cli() -> None:
     type=click.Choice(["full", "normal"]),
     help="SQLite durability [RECEIVER_SYNCHRONOUS, full].",
 )
+@click.option(
+    "--max-event-age",
+    help="Refuse events older than this; 0 = no limit [RECEIVER_MAX_EVENT_AGE, 7d].",
+)
+@click.option("--header-timeout", help="Longest wait for headers [RECEIVER_HEADER_TIMEOUT, 10s].")
+@click.option("--body-timeout", help="Longest wait for a body [RECEIVER_BODY_TIMEOUT, 10s].")
+@click.option(
+    "--limit-concurrency",
+    type=int,
+    help="Connections at once before answering 503; 0 = no limit "
+    "[RECEIVER_LIMIT_CONCURRENCY, 1000].",
+)
 def serve(rules_path: Path | None, **flags: Any) -> None:
     """Serve POST /v1/events, /healthz, /readyz and /metrics.
 
@@ -78,6 +90,7 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
 
     from receiver import logs
     from receiver.app import create_app
+    from receiver.http import guarded_protocol
 
     if rules_path is not None:
         flags["rules"] = rules_path
@@ -102,6 +115,8 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
         access_log=False,
         timeout_graceful_shutdown=10,
         server_header=False,
+        limit_concurrency=settings.limit_concurrency or None,
+        http=guarded_protocol(header_timeout=settings.header_timeout),
     )
     uvicorn.Server(config).run()
 
@@ -289,7 +304,7 @@ def explain(rules_path: Path, **event_args: Any) -> None:
 
 # -- the outbox -----------------------------------------------------------------------------
 
-_db_option = click.option(
+_db_option: Callable[[Callable[..., Any]], Callable[..., Any]] = click.option(
     "--db",
     envvar="RECEIVER_DB",
     default="./data/receiver.db",
@@ -403,3 +418,9 @@ def replay(db: str, event_id: str) -> None:
 from receiver.simulate import simulate as _simulate  # noqa: E402
 
 cli.add_command(_simulate)
+
+from receiver.cli_alerts import alerts as _alerts  # noqa: E402
+from receiver.cli_alerts import silence as _silence  # noqa: E402
+
+cli.add_command(_alerts)
+cli.add_command(_silence)

@@ -29,8 +29,25 @@ class Settings(BaseSettings):
     retry_initial: float = Field(default=30.0, gt=0)
     retry_max: float = Field(default=3600.0, gt=0)
     retry_for: float = Field(default=86400.0, gt=0)
+    # Replay protection: a signed event whose timestamp is older than this is refused
+    # (0 disables). Must stay shorter than retention, which forgets ids after it.
+    max_event_age: float = Field(default=7 * 86400.0, ge=0)
+    # Slow clients: headers, then the body, not fully received within these are refused (408).
+    header_timeout: float = Field(default=10.0, gt=0)
+    body_timeout: float = Field(default=10.0, gt=0)
+    # Connections plus requests in progress beyond which uvicorn answers 503 (0 = no limit).
+    limit_concurrency: int = Field(default=1000, ge=0)
 
-    @field_validator("notify_timeout", "retry_initial", "retry_max", "retry_for", mode="before")
+    @field_validator(
+        "notify_timeout",
+        "retry_initial",
+        "retry_max",
+        "retry_for",
+        "max_event_age",
+        "header_timeout",
+        "body_timeout",
+        mode="before",
+    )
     @classmethod
     def _duration(cls, value: object) -> object:
         """Seconds as a number, or a duration such as 30s, 15m, 1h30m, 1d."""

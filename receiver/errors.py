@@ -3,11 +3,13 @@
     ReceiverError
     ├── RequestError                  an ingest request we refuse; .status and .code
     │   ├── PayloadTooLargeError      413 payload_too_large
+    │   ├── BodyTimeoutError          408 body_timeout
     │   ├── SignatureError            401
     │   │   ├── MissingSignatureError     missing_signature
     │   │   └── InvalidSignatureError     invalid_signature
     │   ├── InvalidJSONError          400 invalid_json
     │   ├── InvalidEventError         422 invalid_event
+    │   ├── EventTooOldError          422 event_too_old
     │   └── StorageUnavailableError   503 storage_unavailable
     ├── StoreError                    the store failed outside a request
     └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
@@ -42,6 +44,11 @@ class PayloadTooLargeError(RequestError):
     code = "payload_too_large"
 
 
+class BodyTimeoutError(RequestError):
+    status = 408
+    code = "body_timeout"
+
+
 class SignatureError(RequestError):
     status = 401
 
@@ -62,6 +69,11 @@ class InvalidJSONError(RequestError):
 class InvalidEventError(RequestError):
     status = 422
     code = "invalid_event"
+
+
+class EventTooOldError(RequestError):
+    status = 422
+    code = "event_too_old"
 
 
 class StorageUnavailableError(RequestError):

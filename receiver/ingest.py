@@ -7,6 +7,7 @@ together. The contract (codes, statuses, shapes) is the README's table.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -17,6 +18,8 @@ from starlette.types import Receive, Scope, Send
 
 from receiver import events, signature
 from receiver.errors import (
+    BodyTimeoutError,
+    EventTooOldError,
     InvalidSignatureError,
     PayloadTooLargeError,
     RequestError,
@@ -40,12 +43,21 @@ class IngestEndpoint:
     """The ASGI app mounted at POST /v1/events."""
 
     def __init__(
-        self, *, store: Store, secrets: Sequence[bytes], max_body: int, metrics: Metrics
+        self,
+        *,
+        store: Store,
+        secrets: Sequence[bytes],
+        max_body: int,
+        metrics: Metrics,
+        max_event_age: float = 0.0,
+        body_timeout: float | None = None,
     ) -> None:
         self.store = store
         self.secrets = list(secrets)
         self.max_body = max_body
         self.metrics = metrics
+        self.max_event_age = max_event_age  # seconds; 0 = no limit
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -65,13 +77,11 @@ class IngestEndpoint:
                 extra={"code": exc.code, "event_id": event_id},
             )
         body = json.dumps(payload).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())],
-            }
-        )
+        headers = [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]
+        if status == BodyTimeoutError.status:
+            # The rest of a trickled body would keep the connection busy: hang up instead.
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
         self.metrics.ingest_seconds.observe(time.perf_counter() - started)
 
@@ -91,7 +101,14 @@ class IngestEndpoint:
             raise PayloadTooLargeError(
                 f"body of {length} bytes exceeds the limit of {self.max_body} bytes"
             )
-        body = await self._read_body(receive)
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                body = await self._read_body(receive)
+        except TimeoutError:
+            # A client trickling its body must not hold a request slot for ever.
+            raise BodyTimeoutError(
+                f"body not received within {self.body_timeout:g}s; send it at once"
+            ) from None
         if signatures > 1:
             raise InvalidSignatureError(
                 f"{signature.SIGNATURE_HEADER} must appear once, got {signatures} headers"
@@ -107,6 +124,17 @@ class IngestEndpoint:
             exc.event_id = event_id
             await self._quarantine(body, exc, client[0] if client else None, event_id)
             raise
+        if self.max_event_age:
+            # Not quarantined: it is a replay (the service stops retrying after about 11 hours),
+            # and keeping each copy would let a captured request fill the disk.
+            age = time.time() - events.to_utc(event.timestamp).timestamp()
+            if age > self.max_event_age:
+                too_old = EventTooOldError(
+                    f"timestamp {event.timestamp.isoformat()} is {_age(age)} old; events older"
+                    f" than {_age(self.max_event_age)} are refused (RECEIVER_MAX_EVENT_AGE)"
+                )
+                too_old.event_id = event.id
+                raise too_old
         try:
             new = await self.store.accept(event, body)
         except StorageUnavailableError as exc:
@@ -148,6 +176,19 @@ class IngestEndpoint:
             raise StorageUnavailableError(
                 f"{exc.code} ({exc.message}), and it could not be quarantined: {store_exc.message}"
             ) from store_exc
+
+
+def _age(seconds: float) -> str:
+    """An age for messages, to the minute: _age(90061) == '1d1h1m', _age(42) == '42s'."""
+    rest = int(seconds)
+    if rest < 60:
+        return f"{rest}s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
 
 
 def _guess_id(body: bytes) -> str | None:

@@ -6,10 +6,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REJECT_REASONS = (
     "payload_too_large",
+    "body_timeout",
     "missing_signature",
     "invalid_signature",
     "invalid_json",
     "invalid_event",
+    "event_too_old",
     "storage_unavailable",
     "method_not_allowed",
 )

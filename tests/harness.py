@@ -114,3 +114,77 @@ class Receiver:
 
 def signed(body: bytes, secret: str = SECRET) -> dict[str, str]:
     return {signature.SIGNATURE_HEADER: signature.sign(secret.encode(), body)}
+
+
+class FakeClock:
+    """Time for the app under test: moves only when the test says so, then wakes the timers."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.now = time.time() if start is None else start
+        self.apps: list[Any] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for app in self.apps:
+            app.state.wake()
+
+
+class InProcessReceiver:
+    """The real app under uvicorn on a free port, in a thread of the test, on a FakeClock."""
+
+    def __init__(self, tmp: Path, rules: str, clock: FakeClock) -> None:
+        self.db = tmp / "receiver.db"
+        self.rules = tmp / "rules.yaml"
+        self.rules.write_text(rules)
+        self.clock = clock
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server: Any = None
+        self.thread: Any = None
+
+    def start(self) -> InProcessReceiver:
+        import threading
+
+        import uvicorn
+
+        from receiver.app import create_app
+        from receiver.config import Settings
+
+        settings = Settings(db=str(self.db), rules=self.rules, secrets=SECRET, port=self.port,
+                            retry_initial=0.2, notify_timeout=3)
+        app = create_app(settings, clock=self.clock)
+        self.clock.apps = [app]
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None,
+                                access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while not self.server.started:
+            assert time.monotonic() < deadline, "in-process receiver did not start"
+            assert self.thread.is_alive(), "in-process receiver failed to start"
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+        assert not self.thread.is_alive(), "in-process receiver did not stop"
+
+    def send(self, event: dict[str, Any]) -> httpx.Response:
+        body = json.dumps(event).encode()
+        return httpx.post(f"{self.url}/v1/events", content=body, timeout=10,
+                          headers={signature.SIGNATURE_HEADER: signature.sign(SECRET.encode(),
+                                                                              body)})
+
+    def outbox(self) -> list[tuple[str, str, str, str]]:
+        """(event id, rule, kind, state) of every outbox row, oldest first."""
+        import sqlite3
+
+        with sqlite3.connect(self.db) as conn:
+            return conn.execute(
+                "SELECT event_id, rule, kind, state FROM outbox ORDER BY id"
+            ).fetchall()

@@ -166,16 +166,19 @@ def _active(raw: Any, where: str, problems: list[str]) -> ActiveWindow | None:
     hours = raw.get("hours", "00:00-24:00")
     match = _HOURS.fullmatch(hours) if isinstance(hours, str) else None
     if match is None:
-        problems.append(f'{where}.hours: expected "HH:MM-HH:MM" such as "08:00-20:00", '
-                        f"got {show(hours)}")
+        problems.append(
+            f'{where}.hours: expected "HH:MM-HH:MM" such as "08:00-20:00", got {show(hours)}'
+        )
         return None
     h1, m1, h2, m2 = (int(g) for g in match.groups())
     tz_name = raw.get("tz", "UTC")
     try:
         tz = ZoneInfo(str(tz_name))
     except (ZoneInfoNotFoundError, ValueError):
-        problems.append(f"{where}.tz: unknown time zone {show(tz_name)}; use an IANA name "
-                        'such as "Europe/Berlin" or "UTC"')
+        problems.append(
+            f"{where}.tz: unknown time zone {show(tz_name)}; use an IANA name "
+            'such as "Europe/Berlin" or "UTC"'
+        )
         return None
     defer = raw.get("defer", False)
     if not isinstance(defer, bool):
@@ -184,12 +187,14 @@ def _active(raw: Any, where: str, problems: list[str]) -> ActiveWindow | None:
         return None
     start, end = h1 * 60 + m1, h2 * 60 + m2
     text = f"{','.join(DAYS[d] for d in sorted(days))} {hours} {tz_name}"
-    return ActiveWindow(frozenset(days), start, end if end != start else start + 24 * 60,
-                        tz, defer is True, text)
+    return ActiveWindow(
+        frozenset(days), start, end if end != start else start + 24 * 60, tz, defer is True, text
+    )
 
 
-def _unknown(raw: dict[str, Any], allowed: tuple[str, ...], where: str,
-             problems: list[str]) -> None:
+def _unknown(
+    raw: dict[str, Any], allowed: tuple[str, ...], where: str, problems: list[str]
+) -> None:
     for key in raw:
         if key not in allowed:
             problems.append(f'{where}: unknown key "{key}"; allowed: {", ".join(allowed)}')

@@ -280,6 +280,32 @@ class SQLiteTx:
         )
         return [Silence(r[0], json.loads(r[1]), *r[2:]) for r in rows]
 
+    def add_silence(self, matchers: dict[str, Any], reason: str, now: float, until: float) -> int:
+        cur = self.conn.execute(
+            "INSERT INTO silences (matchers, reason, created_at, starts_at, ends_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (json.dumps(matchers), reason, now, now, until),
+        )
+        return int(cur.lastrowid or 0)
+
+    def expire_silence(self, silence_id: int, now: float) -> bool:
+        return (
+            self.conn.execute(
+                "UPDATE silences SET expired_at = ? WHERE id = ? AND expired_at IS NULL"
+                " AND ends_at > ?",
+                (now, silence_id, now),
+            ).rowcount
+            == 1
+        )
+
+    def all_silences(self, limit: int = 100) -> list[Silence]:
+        rows = self.conn.execute(
+            "SELECT id, matchers, reason, starts_at, ends_at, expired_at, created_at"
+            " FROM silences ORDER BY id DESC LIMIT ?",
+            (limit,),
+        )
+        return [Silence(r[0], json.loads(r[1]), *r[2:]) for r in rows]
+
     def get_state(self, name: str) -> Any:
         row = self.conn.execute("SELECT value FROM state WHERE name = ?", (name,)).fetchone()
         return None if row is None else json.loads(row[0])

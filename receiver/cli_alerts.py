@@ -1,0 +1,136 @@
+"""`receiver alerts` and `receiver silence ...`: the alert lifecycle from the command line."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from receiver.cli import _db_option, _when, _with_store
+from receiver.rules import parse_duration
+from receiver.rules.match import compile_match
+from receiver.store.tx import SQLiteTx
+
+
+@click.command()
+@_db_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+def alerts(db: str, as_json: bool) -> None:
+    """List the alerts open now: sessions whose attention dropped, interventions not resolved.
+
+    Example:
+
+        receiver alerts
+    """
+    found = _with_store(db, lambda s: s.transact(lambda tx: _open_alerts(tx)))
+    if as_json:
+        for row in found:
+            click.echo(json.dumps(row))
+        return
+    if not found:
+        click.echo("no open alerts")
+        return
+    for row in found:
+        rules = ", ".join(row["notified"]) or "no rule notified"
+        click.echo(f"{row['alert']}  open since {row['opened_ts']} (event {row['opened_event']}, "
+                   f"episode {row['episode']}); last event {row['last_ts']}; {rules}")
+
+
+def _open_alerts(tx: SQLiteTx) -> list[dict[str, Any]]:
+    return [
+        {"alert": a.id, "episode": a.episode, "opened_ts": a.opened_ts,
+         "opened_event": a.opened_event, "last_ts": a.last_ts,
+         "notified": [n.rule for n in tx.notices(a.id, a.episode)]}
+        for a in tx.open_alerts()
+    ]
+
+
+@click.group()
+def silence() -> None:
+    """Silence notifications for events that match, for a while.
+
+    A silenced notification is kept with the reason (state `silenced` in
+    `receiver deliveries`), never sent. A running server sees a new or expired
+    silence within a few seconds.
+    """
+
+
+@silence.command("add")
+@_db_option
+@click.option("--match", "matches", multiple=True, required=True, metavar="FIELD=VALUE",
+              help="A payload field and a rules.yaml match value: exact, glob (user_*) or "
+              "~regex. Repeat for several; all must hold.")
+@click.option("--for", "duration", required=True, help="How long: 30m, 2h, 1d.")
+@click.option("--reason", required=True, help="Why; shown with every silenced notification.")
+def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -> None:
+    """Add a silence.
+
+    Example:
+
+        receiver silence add --match userId=user_42 --for 2h --reason "load test"
+    """
+    matchers: dict[str, Any] = {}
+    for item in matches:
+        field, sep, raw = item.partition("=")
+        if not sep or not field:
+            raise click.BadParameter(f"{item!r} is not FIELD=VALUE", param_hint="--match")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        matchers[field] = value if isinstance(value, int | float | bool) else raw
+    _, problems = compile_match(matchers)
+    if problems:
+        raise click.BadParameter("; ".join(problems), param_hint="--match")
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--for") from None
+    now = time.time()
+    silence_id = _with_store(
+        db, lambda s: s.transact(lambda tx: tx.add_silence(matchers, reason, now, now + seconds))
+    )
+    click.echo(f"silence #{silence_id} until {_when(now + seconds)}: "
+               f"{_describe(matchers)} ({reason})")
+
+
+@silence.command("list")
+@_db_option
+@click.option("--all", "show_all", is_flag=True, help="Include expired silences.")
+def silence_list(db: str, show_all: bool) -> None:
+    """List silences, newest first: active ones, or all with --all."""
+    now = time.time()
+    found = _with_store(db, lambda s: s.transact(lambda tx: tx.all_silences()))
+    shown = 0
+    for s in found:
+        active = s.expired_at is None and s.ends_at > now
+        if not (active or show_all):
+            continue
+        shown += 1
+        status = ("active until " + _when(s.ends_at)) if active else (
+            "expired " + _when(s.expired_at or s.ends_at))
+        click.echo(f"#{s.id}  {_describe(s.matchers)}  {status}  ({s.reason})")
+    if not shown:
+        click.echo("no silences" if show_all else "no active silences")
+
+
+@silence.command("expire")
+@_db_option
+@click.argument("silence_id", type=int)
+def silence_expire(db: str, silence_id: int) -> None:
+    """End a silence now.
+
+    Example:
+
+        receiver silence expire 3
+    """
+    now = time.time()
+    if not _with_store(db, lambda s: s.transact(lambda tx: tx.expire_silence(silence_id, now))):
+        raise click.ClickException(f"no active silence #{silence_id}")
+    click.echo(f"silence #{silence_id} expired")
+
+
+def _describe(matchers: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in matchers.items())

@@ -1,0 +1,293 @@
+"""The alert lifecycle end to end: the real app under uvicorn, a real SQLite file, a real HTTP
+sink receiving notifications, and a clock the tests drive instead of sleeping."""
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from receiver.cli import cli
+from tests.harness import FakeClock, InProcessReceiver
+from tests.servers import HTTPSink, Request
+
+pytestmark = pytest.mark.e2e
+
+T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)  # a Monday
+
+
+def at(minutes: float) -> str:
+    return (T0 + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def event(kind: str, event_id: str, minute: float, session: str = "sess_1",
+          **fields: object) -> dict[str, object]:
+    base: dict[str, object] = {"id": event_id, "type": kind, "sessionId": session,
+                               "userId": "user_42", "timestamp": at(minute)}
+    if kind.startswith("score."):
+        base.update(score=12 if kind == "score.drop" else 55, threshold=40)
+    return {**base, **fields}
+
+
+def quiet(sink: HTTPSink, count: int, seconds: float = 0.6) -> list[Request]:
+    """Wait a little and check that exactly count notifications arrived, no more."""
+    time.sleep(seconds)
+    got = sink.requests
+    assert len(got) == count, [r.json.get("title") for r in got]
+    return got
+
+
+def until(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.03)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(T0.timestamp())
+
+
+@pytest.fixture
+def start(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[[str], InProcessReceiver]]:
+    running: list[InProcessReceiver] = []
+
+    def _start(rules: str) -> InProcessReceiver:
+        server = InProcessReceiver(tmp_path, rules, clock).start()
+        running.append(server)
+        return server
+
+    yield _start
+    for server in running:
+        if server.thread.is_alive():
+            server.stop()
+
+
+def rules(sink: HTTPSink, options: str, match: str = "type: score.drop") -> str:
+    return f"""
+notifiers:
+  hook: "{sink.json_url()}"
+rules:
+  - name: drop
+    match: {{{match}}}
+    notify: hook
+    title: "dropped {{{{ sessionId }}}}"
+{options}
+"""
+
+
+HOLD = "    hold: 60s\n    resolve: true\n"
+
+
+def test_a_recover_inside_hold_sends_nothing(start: Callable[[str], InProcessReceiver],
+                                             clock: FakeClock, http_sink: HTTPSink) -> None:
+    server = start(rules(http_sink, HOLD))
+    assert server.send(event("score.drop", "e1", 0)).status_code == 202
+    clock.advance(30)
+    assert server.send(event("score.recover", "e2", 0.5)).status_code == 202
+    clock.advance(120)
+    quiet(http_sink, 0)
+    assert server.outbox() == [("e1", "drop", "event", "cancelled")]
+
+
+def test_outside_hold_the_drop_then_the_resolved_message_are_sent(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
+    server = start(rules(http_sink, HOLD))
+    server.send(event("score.drop", "e1", 0))
+    quiet(http_sink, 0, 0.3)  # held
+    clock.advance(61)
+    [drop] = http_sink.wait_for(1)
+    assert drop.json["title"] == "dropped sess_1"
+    server.send(event("score.recover", "e2", 5))
+    resolved = http_sink.wait_for(2)[1]
+    assert resolved.json["title"] == "[drop] resolved: sess_1"
+    assert "ended by score.recover" in resolved.json["message"]
+    assert "after 5m" in resolved.json["message"]
+    quiet(http_sink, 2)
+
+
+def test_a_late_out_of_order_drop_after_a_recover_sends_nothing(
+    start: Callable[[str], InProcessReceiver], http_sink: HTTPSink
+) -> None:
+    server = start(rules(http_sink, "    resolve: true\n"))
+    server.send(event("score.drop", "e1", 0))
+    http_sink.wait_for(1)
+    server.send(event("score.recover", "e2", 10))
+    http_sink.wait_for(2)
+    # The sender retried an older drop for hours: it arrives after the recover.
+    assert server.send(event("score.drop", "e0", 5)).status_code == 202
+    quiet(http_sink, 2)
+    assert server.outbox()[-1] == ("e0", "drop", "event", "stale")
+    # And a recover from before the drop cannot resolve a newer drop.
+    server.send(event("score.drop", "e3", 20))
+    http_sink.wait_for(3)
+    server.send(event("score.recover", "e_old", 15))
+    quiet(http_sink, 3)
+
+
+def test_a_recover_that_arrives_before_its_drop_makes_the_drop_stale(
+    start: Callable[[str], InProcessReceiver], http_sink: HTTPSink
+) -> None:
+    server = start(rules(http_sink, ""))
+    server.send(event("score.recover", "e2", 10))
+    server.send(event("score.drop", "e1", 0))
+    quiet(http_sink, 0)
+    assert server.outbox() == [("e1", "drop", "event", "stale")]
+
+
+def test_many_drops_go_out_as_one_digest(start: Callable[[str], InProcessReceiver],
+                                         clock: FakeClock, http_sink: HTTPSink) -> None:
+    server = start(rules(http_sink, "    group: {by: [type], wait: 30s, max: 50}\n"))
+    for i in range(12):
+        server.send(event("score.drop", f"e{i}", 0, session=f"s{i}", score=10 + i))
+    quiet(http_sink, 0, 0.3)
+    clock.advance(31)
+    [digest] = http_sink.wait_for(1)
+    assert digest.json["title"] == "[drop] 12 × score.drop (type=score.drop)"
+    assert "worst scores: user_42 10, user_42 11" in digest.json["message"]
+    assert "sessions: s0, s1" in digest.json["message"] and "(+2 more)" in digest.json["message"]
+    quiet(http_sink, 1)
+    states = [row[3] for row in server.outbox()]
+    assert states.count("grouped") == 12 and states.count("delivered") == 1
+
+
+def test_a_full_digest_goes_out_at_once(start: Callable[[str], InProcessReceiver],
+                                        http_sink: HTTPSink) -> None:
+    server = start(rules(http_sink, "    group: {wait: 10m, max: 3}\n"))
+    for i in range(4):
+        server.send(event("score.drop", f"e{i}", 0, session=f"s{i}"))
+    [digest] = http_sink.wait_for(1)  # no clock moved: max reached
+    assert digest.json["title"].startswith("[drop] 3 × score.drop")
+    quiet(http_sink, 1)
+
+
+def test_repeat_renotifies_while_open_and_stops_when_resolved(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
+    server = start(rules(http_sink, "    repeat: 4h\n"))
+    server.send(event("score.drop", "e1", 0))
+    http_sink.wait_for(1)
+    clock.advance(3600 * 4 + 1)
+    second = http_sink.wait_for(2)[1]
+    assert second.json["title"] == "[still open] dropped sess_1"
+    assert "repeat 1" in second.json["message"]
+    clock.advance(3600 * 4 + 1)
+    http_sink.wait_for(3)
+    server.send(event("score.recover", "e2", 600))
+    clock.advance(3600 * 5)
+    quiet(http_sink, 3)
+
+
+ACTIVE = '    active: {{days: [mon, tue, wed, thu, fri], hours: "12:00-18:00", tz: UTC{defer}}}\n'
+
+
+def test_outside_the_active_window_it_is_muted(start: Callable[[str], InProcessReceiver],
+                                               clock: FakeClock, http_sink: HTTPSink) -> None:
+    server = start(rules(http_sink, ACTIVE.format(defer="")))
+    server.send(event("score.drop", "e1", 0))  # 10:00 Monday: before 12:00
+    clock.advance(3 * 3600)
+    quiet(http_sink, 0)
+    assert server.outbox() == [("e1", "drop", "event", "muted")]
+    server.send(event("score.drop", "e2", 180, session="s2"))  # 13:00: inside
+    http_sink.wait_for(1)
+
+
+def test_deferred_notifications_go_out_when_the_window_opens(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
+    server = start(rules(http_sink, ACTIVE.format(defer=", defer: true")))
+    server.send(event("score.drop", "e1", 0))
+    clock.advance(3600)  # 11:00: still closed
+    quiet(http_sink, 0)
+    clock.advance(3600)  # 12:00: open
+    [sent] = http_sink.wait_for(1)
+    assert sent.json["title"] == "dropped sess_1"
+
+
+def test_a_silence_matches_and_expires(start: Callable[[str], InProcessReceiver],
+                                       clock: FakeClock, http_sink: HTTPSink) -> None:
+    clock.now = time.time()  # silences are written with the wall clock by the CLI
+    server = start(rules(http_sink, ""))
+    db = str(server.db)
+    out = CliRunner().invoke(cli, ["silence", "add", "--db", db, "--match", "userId=user_4*",
+                                   "--for", "2h", "--reason", "load test"])
+    assert out.exit_code == 0 and out.output.startswith("silence #1 until")
+    listed = CliRunner().invoke(cli, ["silence", "list", "--db", db]).output
+    assert "#1  userId=user_4*" in listed and "(load test)" in listed
+    clock.advance(1)  # the silence began at the wall clock's now
+    server.send(event("score.drop", "e1", 0))
+    server.send(event("score.drop", "e2", 0, session="s2", userId="user_7"))
+    http_sink.wait_for(1)
+    quiet(http_sink, 1)
+    assert ("e1", "drop", "event", "silenced") in server.outbox()
+    clock.advance(2 * 3600 + 1)  # past its end
+    server.send(event("score.drop", "e3", 1, session="s3"))
+    http_sink.wait_for(2)
+    out = CliRunner().invoke(cli, ["silence", "add", "--db", db, "--match", "sessionId=s4",
+                                   "--for", "1h", "--reason", "x"])
+    clock.now = time.time() + 1
+    assert CliRunner().invoke(cli, ["silence", "expire", "--db", db, "2"]).exit_code == 0
+    assert "no active silence #2" in CliRunner().invoke(
+        cli, ["silence", "expire", "--db", db, "2"]).output
+    server.send(event("score.drop", "e4", 2, session="s4", userId="user_7"))
+    http_sink.wait_for(3)
+
+
+HEARTBEAT = """
+notifiers:
+  hook: "{url}"
+heartbeat: {{silent_for: 15m, notify: [hook]}}
+rules:
+  - name: all
+    match: {{type: session.stopped}}
+    notify: hook
+"""
+
+
+def test_the_heartbeat_fires_once_and_resolves_once(start: Callable[[str], InProcessReceiver],
+                                                    clock: FakeClock, http_sink: HTTPSink) -> None:
+    server = start(HEARTBEAT.format(url=http_sink.json_url()))
+    clock.advance(10 * 60)
+    quiet(http_sink, 0, 0.3)
+    clock.advance(6 * 60)
+    [fired] = http_sink.wait_for(1)
+    assert fired.json["title"] == "No events for 15m"
+    clock.advance(30 * 60)
+    quiet(http_sink, 1)
+    server.send(event("score.drop", "e1", 0))
+    resolved = http_sink.wait_for(2)[1]
+    assert resolved.json["title"] == "Events are arriving again"
+    clock.advance(5 * 60)
+    quiet(http_sink, 2)
+
+
+def test_held_notifications_survive_a_restart(start: Callable[[str], InProcessReceiver],
+                                              clock: FakeClock, http_sink: HTTPSink) -> None:
+    server = start(rules(http_sink, HOLD))
+    server.send(event("score.drop", "e1", 0))
+    server.stop()
+    server = start(rules(http_sink, HOLD))  # same database file
+    quiet(http_sink, 0, 0.3)
+    clock.advance(61)
+    http_sink.wait_for(1)
+    server.stop()
+    server = start(rules(http_sink, HOLD))
+    server.send(event("score.recover", "e2", 3))
+    assert http_sink.wait_for(2)[1].json["title"] == "[drop] resolved: sess_1"
+    out = CliRunner().invoke(cli, ["alerts", "--db", str(server.db)]).output
+    assert out == "no open alerts\n"
+
+
+def test_alerts_lists_what_is_open(start: Callable[[str], InProcessReceiver],
+                                   http_sink: HTTPSink) -> None:
+    server = start(rules(http_sink, "    resolve: true\n"))
+    server.send(event("score.drop", "e1", 0))
+    http_sink.wait_for(1)
+    until(lambda: server.outbox()[-1][3] == "delivered", "delivery")
+    out = CliRunner().invoke(cli, ["alerts", "--db", str(server.db)]).output
+    assert out.startswith("session:sess_1  open since 2026-11-23T10:00:00.000000Z (event e1")
+    assert out.rstrip().endswith("drop")
