@@ -19,6 +19,7 @@ from receiver import __version__, events, rules, signature
 from receiver.config import DEV_SECRET, Settings
 from receiver.errors import ConfigError, ReceiverError
 from receiver.store import Store, open_store
+from receiver.store.base import OUTBOX_STATES
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:4000/v1/events"
@@ -282,11 +283,15 @@ def check(path: Path | None, rules_path: Path) -> None:
 @cli.command()
 @_event_options
 @_rules_option
-def explain(rules_path: Path, **event_args: Any) -> None:
+@click.option("--db", envvar="RECEIVER_DB", default="./data/receiver.db", show_default=True,
+              help="Database to read silences and alert state from, if it exists.")
+def explain(rules_path: Path, db: str, **event_args: Any) -> None:
     """Show what the rules would do with an event, without sending anything.
 
     Which rules match, which condition failed for the others, the rendered
-    title and body, and the notifiers by name.
+    title and body, and the notifiers by name; then what the alert lifecycle
+    would do with it now: stale, silenced, muted or deferred, held, grouped,
+    resolved and repeated.
 
     Example:
 
@@ -299,7 +304,29 @@ def explain(rules_path: Path, **event_args: Any) -> None:
         event = events.parse(body)
     except ReceiverError as exc:
         raise click.ClickException(f"not a valid event: {exc}") from exc
-    click.echo(ruleset.explain(event.payload()).format())
+    payload = event.payload()
+    click.echo(ruleset.explain(payload).format())
+    lines = _lifecycle_now(ruleset, payload, db)
+    if lines:
+        click.echo("now:")
+        for line in lines:
+            click.echo(f"  {line}")
+
+
+def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> list[str]:
+    from receiver import lifecycle
+
+    now = time.time()
+    silences: list[Any] = []
+    alert = None
+    if Path(db).exists():
+        aid = lifecycle.alert_id(payload)
+
+        def read(tx: Any) -> tuple[list[Any], Any]:
+            return tx.silences(now), tx.alert(aid) if aid else None
+
+        silences, alert = _with_store(db, lambda s: s.transact(read))
+    return lifecycle.explain_now(ruleset, payload, now, silences=silences, alert=alert)
 
 
 # -- the outbox -----------------------------------------------------------------------------
@@ -339,7 +366,7 @@ def _when(ts: float) -> str:
 @_db_option
 @click.option(
     "--state",
-    type=click.Choice(["pending", "sending", "delivered", "dead", "throttled"]),
+    type=click.Choice(OUTBOX_STATES),
     help="Only rows in this state.",
 )
 @click.option("--event", "event_id", help="Only rows of this event id.")

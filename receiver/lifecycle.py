@@ -17,7 +17,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from receiver.events import to_utc
@@ -372,3 +372,51 @@ def _json(text: str | None) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def explain_now(
+    ruleset: Ruleset,
+    payload: Mapping[str, Any],
+    now: float,
+    *,
+    silences: Sequence[Silence] = (),
+    alert: Alert | None = None,
+) -> list[str]:
+    """What the lifecycle would do with payload now, one line each, for `receiver explain`."""
+    lines: list[str] = []
+    aid = alert_id(payload)
+    if aid is not None:
+        state = "none yet" if alert is None else f"{alert.state}, newest event {alert.last_ts}"
+        lines.append(f"alert {aid}: {state}")
+        if alert is not None and event_time(payload) < alert.last_ts:
+            lines.append("stale: older than the alert's newest event, so nothing is sent")
+    for silence in silences:
+        if _holds(compile_match(silence.matchers)[0], payload):
+            until = datetime.fromtimestamp(silence.ends_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+            lines.append(f"silenced by #{silence.id} until {until} ({silence.reason})")
+    opening = payload.get("type") in OPENS
+    for name in dict.fromkeys(d.rule for d in ruleset.route(payload)):
+        rule = ruleset.by_name[name]
+        notes = []
+        if rule.active is not None:
+            if rule.active.contains(now):
+                notes.append(f"inside its active window ({rule.active.text})")
+            elif rule.active.defer:
+                opens = datetime.fromtimestamp(rule.active.next_open(now), UTC)
+                notes.append(f"deferred to {opens:%Y-%m-%d %H:%M UTC} ({rule.active.text})")
+            else:
+                notes.append(f"muted: outside its active window ({rule.active.text})")
+        if rule.group is not None:
+            by = ", ".join(rule.group.by) or "nothing"
+            notes.append(f"grouped into a digest by {by} for {format_duration(rule.group.wait)}"
+                         f" (at most {rule.group.max})")
+        if rule.hold is not None and opening:
+            notes.append(f"held {format_duration(rule.hold)}; cancelled if the alert resolves "
+                         "first")
+        if rule.resolve:
+            notes.append("a resolved message when the alert resolves")
+        if rule.repeat is not None:
+            notes.append(f"repeated every {format_duration(rule.repeat)} while open")
+        if notes:
+            lines.append(f"{name}: " + "; ".join(notes))
+    return lines

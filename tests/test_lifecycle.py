@@ -291,3 +291,35 @@ def test_alerts_lists_what_is_open(start: Callable[[str], InProcessReceiver],
     out = CliRunner().invoke(cli, ["alerts", "--db", str(server.db)]).output
     assert out.startswith("session:sess_1  open since 2026-11-23T10:00:00.000000Z (event e1")
     assert out.rstrip().endswith("drop")
+
+
+def test_explain_shows_what_the_lifecycle_would_do_now(tmp_path: Path) -> None:
+    import asyncio
+
+    from receiver.store import SQLiteStore
+    from receiver.store.tx import Alert, SQLiteTx
+
+    db = tmp_path / "r.db"
+    now = time.time()
+
+    def seed(tx: SQLiteTx) -> None:
+        tx.add_silence({"userId": "user_4*"}, "maintenance", now - 1, now + 3600)
+        tx.save_alert(Alert("session:sess_1", "resolved", 1, at(30)), now)
+
+    async def setup() -> None:
+        store = SQLiteStore(db)
+        await store.open()
+        await store.transact(seed)
+        await store.close()
+
+    asyncio.run(setup())
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text("rules:\n  - name: drop\n    notify: console\n    hold: 60s\n"
+                          "    resolve: true\n    group: {by: [type], wait: 30s}\n")
+    out = CliRunner().invoke(cli, ["explain", "--rules", str(rules_file), "--db", str(db),
+                                   "--session", "sess_1", "--timestamp", at(0)]).output
+    now_part = out.split("now:\n", 1)[1]
+    assert "alert session:sess_1: resolved, newest event 2026-11-23T10:30:00.000000Z" in now_part
+    assert "stale: older than the alert's newest event, so nothing is sent" in now_part
+    assert "silenced by #1 until" in now_part and "(maintenance)" in now_part
+    assert "drop: grouped into a digest by type for 30s (at most 50); held 1m;" in now_part
