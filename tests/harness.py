@@ -180,6 +180,21 @@ class InProcessReceiver:
                           headers={signature.SIGNATURE_HEADER: signature.sign(SECRET.encode(),
                                                                               body)})
 
+    def wait_routed(self, count: int, timeout: float = 10) -> None:
+        """Wait until count events are routed, so that moving the clock cannot race routing."""
+        import sqlite3
+
+        deadline = time.monotonic() + timeout
+        while True:
+            with sqlite3.connect(self.db) as conn:
+                done = conn.execute(
+                    "SELECT count(*) FROM events WHERE routed_at IS NOT NULL"
+                ).fetchone()[0]
+            if done >= count:
+                return
+            assert time.monotonic() < deadline, f"{done} of {count} events routed"
+            time.sleep(0.02)
+
     def outbox(self) -> list[tuple[str, str, str, str]]:
         """(event id, rule, kind, state) of every outbox row, oldest first."""
         import sqlite3

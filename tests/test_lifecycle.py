@@ -86,8 +86,10 @@ def test_a_recover_inside_hold_sends_nothing(start: Callable[[str], InProcessRec
                                              clock: FakeClock, http_sink: HTTPSink) -> None:
     server = start(rules(http_sink, HOLD))
     assert server.send(event("score.drop", "e1", 0)).status_code == 202
+    server.wait_routed(1)
     clock.advance(30)
     assert server.send(event("score.recover", "e2", 0.5)).status_code == 202
+    server.wait_routed(2)
     clock.advance(120)
     quiet(http_sink, 0)
     assert server.outbox() == [("e1", "drop", "event", "cancelled")]
@@ -98,6 +100,7 @@ def test_outside_hold_the_drop_then_the_resolved_message_are_sent(
 ) -> None:
     server = start(rules(http_sink, HOLD))
     server.send(event("score.drop", "e1", 0))
+    server.wait_routed(1)
     quiet(http_sink, 0, 0.3)  # held
     clock.advance(61)
     [drop] = http_sink.wait_for(1)
@@ -144,6 +147,7 @@ def test_many_drops_go_out_as_one_digest(start: Callable[[str], InProcessReceive
     server = start(rules(http_sink, "    group: {by: [type], wait: 30s, max: 50}\n"))
     for i in range(12):
         server.send(event("score.drop", f"e{i}", 0, session=f"s{i}", score=10 + i))
+    server.wait_routed(12)
     quiet(http_sink, 0, 0.3)
     clock.advance(31)
     [digest] = http_sink.wait_for(1)
@@ -178,6 +182,7 @@ def test_repeat_renotifies_while_open_and_stops_when_resolved(
     clock.advance(3600 * 4 + 1)
     http_sink.wait_for(3)
     server.send(event("score.recover", "e2", 600))
+    server.wait_routed(2)
     clock.advance(3600 * 5)
     quiet(http_sink, 3)
 
@@ -189,6 +194,7 @@ def test_outside_the_active_window_it_is_muted(start: Callable[[str], InProcessR
                                                clock: FakeClock, http_sink: HTTPSink) -> None:
     server = start(rules(http_sink, ACTIVE.format(defer="")))
     server.send(event("score.drop", "e1", 0))  # 10:00 Monday: before 12:00
+    server.wait_routed(1)
     clock.advance(3 * 3600)
     quiet(http_sink, 0)
     assert server.outbox() == [("e1", "drop", "event", "muted")]
@@ -201,6 +207,7 @@ def test_deferred_notifications_go_out_when_the_window_opens(
 ) -> None:
     server = start(rules(http_sink, ACTIVE.format(defer=", defer: true")))
     server.send(event("score.drop", "e1", 0))
+    server.wait_routed(1)
     clock.advance(3600)  # 11:00: still closed
     quiet(http_sink, 0)
     clock.advance(3600)  # 12:00: open
@@ -224,6 +231,7 @@ def test_a_silence_matches_and_expires(start: Callable[[str], InProcessReceiver]
     http_sink.wait_for(1)
     quiet(http_sink, 1)
     assert ("e1", "drop", "event", "silenced") in server.outbox()
+    server.wait_routed(2)
     clock.advance(2 * 3600 + 1)  # past its end
     server.send(event("score.drop", "e3", 1, session="s3"))
     http_sink.wait_for(2)
@@ -269,6 +277,7 @@ def test_held_notifications_survive_a_restart(start: Callable[[str], InProcessRe
                                               clock: FakeClock, http_sink: HTTPSink) -> None:
     server = start(rules(http_sink, HOLD))
     server.send(event("score.drop", "e1", 0))
+    server.wait_routed(1)
     server.stop()
     server = start(rules(http_sink, HOLD))  # same database file
     quiet(http_sink, 0, 0.3)
