@@ -409,9 +409,10 @@ def test_retries_get_everything_acknowledged_across_a_receiver_restart(tmp_path:
         receiver.start()
         outage.append(time.monotonic())
 
-    # Retries at 0.6s, 3s, 18s, ... after a failure: a 2s outage is over by the second retry.
+    # Retries 0.3s, 1.5s, 9s, ... after a failure (cumulative 0.3, 1.8, 10.8 s): a 2 s outage
+    # plus a restart that a busy machine slows down is over by the third retry.
     options = Options(
-        sessions=20, duration=4, tick=0.05, speed=100, concurrency=8, timeout=2, max_wait=8
+        sessions=20, duration=4, tick=0.05, speed=200, concurrency=8, timeout=2, max_wait=20
     )
     sim = Simulation(f"{receiver.url}/v1/events", SECRET.encode(), options, seed=4)
     thread = threading.Thread(target=crash_and_restart)
