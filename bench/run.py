@@ -42,6 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+import extra  # noqa: E402  (bench/extra.py, beside this file)
 
 from receiver import rules, signature  # noqa: E402
 from receiver.simulate import event_stream  # noqa: E402
@@ -74,11 +77,15 @@ class Sink:
 
     def __init__(self) -> None:
         self.count = 0
+        self.seen: dict[str, float] = {}  # e2e event id -> when its notification arrived
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                self.rfile.read(int(self.headers.get("content-length") or 0))
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                now = time.perf_counter()
+                for event_id in extra.find_event_ids(body.decode(errors="replace")):
+                    sink.seen.setdefault(event_id, now)
                 sink.count += 1
                 self.send_response(200)
                 self.send_header("content-length", "0")
@@ -162,7 +169,15 @@ def _answers(port: int, path: str) -> bool:
         return False
 
 
-def make_server(name: str, work: Path, sink_port: int) -> Server:
+def make_server(
+    name: str,
+    work: Path,
+    sink_port: int,
+    *,
+    db: Path | None = None,
+    env_extra: dict[str, str] | None = None,
+    workers: int = 0,
+) -> Server:
     port = free_port()
     env = {
         **os.environ,
@@ -183,16 +198,23 @@ def make_server(name: str, work: Path, sink_port: int) -> Server:
             log,
         )
     if name == "receiver":
-        db = work / f"receiver-{time.monotonic_ns()}.db"
+        db = db or work / f"receiver-{time.monotonic_ns()}.db"
         env |= {
             "RECEIVER_PORT": str(port),
             "RECEIVER_DB": str(db),
             "RECEIVER_RULES": str(BENCH / "rules.yaml"),
             "RECEIVER_LOG_LEVEL": "warning",
+            **(env_extra or {}),
         }
+        argv = [sys.executable, "-m", "receiver", "serve"]
+        if workers:
+            # What `--workers` means for uvicorn; receiver serve runs one process.
+            argv = [sys.executable, "-m", "uvicorn", "--factory", "receiver.app:from_env"]
+            argv += ["--port", str(port), "--workers", str(workers), "--no-access-log"]
+            argv += ["--log-level", "warning", "--no-server-header"]
         return Server(
             name,
-            [sys.executable, "-m", "receiver", "serve"],
+            argv,
             env,
             port,
             "/v1/events",
@@ -332,6 +354,214 @@ def _unrouted(db: Path) -> int:
         return count
 
 
+# -- the other parts (bench/extra.py) ---------------------------------------------------------
+
+PARTS = ("throughput", "e2e", "growth", "prune", "memory", "workers")
+
+
+def _line(r: Result) -> str:
+    errors = ", ".join(f"{k} {v}" for k, v in r.errors.items()) or "-"
+    return f"{r.rps:,.0f} events/s, p50 {r.p50_ms:.2f} ms, p99 {r.p99_ms:.2f} ms, errors {errors}"
+
+
+def run_e2e(args: argparse.Namespace, work: Path, sink: Sink, pin: bool) -> list[str]:
+    server = make_server("receiver", work, sink.port)
+    stream = extra.e2e_stream(int(args.e2e_rate * args.e2e_seconds), SECRET)
+    load = extra.uptime()
+    server.start(pin)
+    try:
+        sent = extra.steady_post(server.port, stream, args.e2e_rate)
+        deadline = time.monotonic() + 15
+        wanted = [i for i in sent if i.startswith("evt_e2e_")]
+        while time.monotonic() < deadline and not all(i in sink.seen for i in wanted):
+            time.sleep(0.1)
+    finally:
+        server.stop()
+    got = extra.e2e_latencies(sent, sink.seen)
+    if not got.get("received"):
+        return ["## End to end", "", f"no notification reached the sink ({load})", ""]
+    return [
+        "## End to end: POST -> json:// sink",
+        "",
+        f"{args.e2e_rate:g} events/s for {args.e2e_seconds}s, one in {extra.NOTIFY_EVERY} "
+        f"matching `checkout-drops` ({got['sent']:.0f} notifications); time from sending the "
+        f"POST to the sink receiving the notification ({load}):",
+        "",
+        "| received | p50 ms | p99 ms | max ms |",
+        "|---:|---:|---:|---:|",
+        f"| {got['received']:.0f}/{got['sent']:.0f} | {got['p50_ms']:.1f} | "
+        f"{got['p99_ms']:.1f} | {got['max_ms']:.1f} |",
+        "",
+    ]
+
+
+def run_growth(
+    args: argparse.Namespace, work: Path, sink: Sink, stream: Path, warmup: Path, pin: bool
+) -> list[str]:
+    big = extra.growth_db(args.growth_events)
+    assert extra.git_ignored(big), f"{big} must be git-ignored"
+    per_event = extra.db_bytes(big) / args.growth_events
+    keep = {"RECEIVER_RETENTION": "3650d"}
+    lines = [
+        "## Growth",
+        "",
+        f"Ingest with {args.growth_events:,} events already stored (cached "
+        f"bench/.cache/{big.name}, built by direct bulk insert) vs an empty store; "
+        f"{per_event:,.0f} bytes on disk per stored event (database file, all indexes).",
+        "",
+        "| store | run | events/s | p50 ms | p99 ms | load |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    ratios = []
+    for round_no in range(1, args.rounds + 1):
+        figures = {}
+        for label in ("empty", "10M"):
+            restore = extra.Restore(big) if label == "10M" else None
+            db = big if label == "10M" else None
+            server = make_server("receiver", work, sink.port, db=db, env_extra=keep)
+            load = extra.uptime()
+            print(f"growth {round_no}: {label} store ...", file=sys.stderr, flush=True)
+            try:
+                r = measure(server, round_no, args, stream, warmup, pin)
+            finally:
+                if restore is not None:
+                    restore()
+            print(f"  {_line(r)}", file=sys.stderr, flush=True)
+            figures[label] = r
+            lines.append(
+                f"| {label} | {round_no} | {r.rps:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} "
+                f"| {load} |"
+            )
+        ratios.append(figures["10M"].rps / figures["empty"].rps)
+    lines += ["", "10M / empty: " + ", ".join(f"{x:.2f}" for x in ratios) + " (target >= 0.9)", ""]
+    return lines
+
+
+def run_prune(
+    args: argparse.Namespace, work: Path, sink: Sink, stream: Path, warmup: Path, pin: bool
+) -> list[str]:
+    lines = [
+        "## Retention pruning under load",
+        "",
+        f"A store holding {args.prune_events:,} routed events 40-60 days old, with the default "
+        "RECEIVER_RETENTION=30d, so the pruner (500 rows a transaction, 50 ms pause) deletes "
+        "them while wrk runs; vs a fresh store.",
+        "",
+        "| store | run | events/s | p50 ms | p99 ms | pruned during the run | load |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    ratios = []
+    for round_no in range(1, args.rounds + 1):
+        p99 = {}
+        for label in ("steady", "pruning"):
+            db = None
+            if label == "pruning":
+                db = work / f"prune-{round_no}.db"
+                now = time.time()
+                extra.build_db(
+                    db, args.prune_events, oldest=now - 60 * 86400, newest=now - 40 * 86400
+                )
+            server = make_server("receiver", work, sink.port, db=db)
+            load = extra.uptime()
+            print(f"prune {round_no}: {label} ...", file=sys.stderr, flush=True)
+            r = measure(server, round_no, args, stream, warmup, pin)
+            print(f"  {_line(r)}", file=sys.stderr, flush=True)
+            pruned = "-"
+            if db is not None:
+                with sqlite3.connect(db) as conn:
+                    left = conn.execute(
+                        "SELECT count(*) FROM events WHERE id LIKE 'evt_old_%'"
+                    ).fetchone()[0]
+                pruned = f"{args.prune_events - left:,}"
+            p99[label] = r.p99_ms
+            lines.append(
+                f"| {label} | {round_no} | {r.rps:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
+                f"{pruned} | {load} |"
+            )
+        ratios.append(p99["pruning"] / p99["steady"])
+    lines += [
+        "",
+        "p99 pruning / steady: " + ", ".join(f"{x:.2f}" for x in ratios) + " (target <= 2)",
+        "",
+    ]
+    return lines
+
+
+def run_memory(
+    args: argparse.Namespace, work: Path, sink: Sink, stream: Path, warmup: Path, pin: bool
+) -> list[str]:
+    server = make_server("receiver", work, sink.port)
+    load = extra.uptime()
+    print(f"memory: {args.soak}s of load ...", file=sys.stderr, flush=True)
+    server.start(pin)
+    try:
+        assert server.proc is not None
+        conns = args.connections
+        wrk(server.port, server.path, warmup, seconds=args.warmup, connections=conns, pin=pin)
+        start_rss = extra.rss_kib(server.proc.pid)
+        sampler = extra.RssSampler(server.proc.pid, every=max(1.0, args.soak / 60))
+        got = wrk(
+            server.port, server.path, stream, seconds=args.soak, connections=conns, pin=pin
+        )
+        samples = sampler.stop()
+    finally:
+        server.stop()
+    if not samples:
+        return []
+    rss = [kib for _, kib in samples]
+    first, last, peak = rss[0], rss[-1], max(rss)
+    rate = got["requests"] / (got["duration_us"] / 1e6)
+    note = (
+        f"{got['requests']:,} requests; the {args.events:,}-event stream repeats, so later "
+        "passes are duplicates"
+        if got["requests"] > args.events
+        else f"{got['requests']:,} requests"
+    )
+    return [
+        "## Memory under sustained load",
+        "",
+        f"{args.soak}s of wrk at 32 connections ({rate:,.0f} events/s; {note}; {load}); VmRSS "
+        f"sampled every {max(1.0, args.soak / 60):g}s. After warm-up {start_rss / 1024:.1f} MiB.",
+        "",
+        "| first sample MiB | last MiB | peak MiB | last vs first |",
+        "|---:|---:|---:|---:|",
+        f"| {first / 1024:.1f} | {last / 1024:.1f} | {peak / 1024:.1f} | "
+        f"{(last - first) / first:+.1%} |",
+        "",
+        "Samples (s, MiB): " + ", ".join(f"{t:.0f}: {kib / 1024:.1f}" for t, kib in samples),
+        "",
+    ]
+
+
+def run_workers(
+    args: argparse.Namespace, work: Path, sink: Sink, stream: Path, warmup: Path, pin: bool
+) -> list[str]:
+    lines = [
+        "## Worker processes on one SQLite file",
+        "",
+        "`uvicorn --factory receiver.app:from_env --workers N`, all processes on core 0.",
+        "",
+        "| workers | run | events/s | p50 ms | p99 ms | errors | load |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for round_no in range(1, args.rounds + 1):
+        for n in (1, 2):
+            # Created first: workers migrating a fresh file at once fail ("database is locked").
+            db = work / f"workers-{round_no}-{n}.db"
+            extra.build_db(db, 0, oldest=0, newest=0)
+            server = make_server("receiver", work, sink.port, workers=n, db=db)
+            load = extra.uptime()
+            print(f"workers {round_no}: {n} ...", file=sys.stderr, flush=True)
+            r = measure(server, round_no, args, stream, warmup, pin)
+            print(f"  {_line(r)}", file=sys.stderr, flush=True)
+            errors = ", ".join(f"{k} {v}" for k, v in r.errors.items()) or "-"
+            lines.append(
+                f"| {n} | {round_no} | {r.rps:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
+                f"{errors} | {load} |"
+            )
+    return [*lines, ""]
+
+
 # -- the report -----------------------------------------------------------------------------
 
 
@@ -437,21 +667,38 @@ def main() -> None:
     )
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--output", type=Path, default=BENCH / "RESULTS.md")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}"
+    )
+    parser.add_argument("--e2e-rate", type=float, default=1000, help="events/s for e2e")
+    parser.add_argument("--e2e-seconds", type=int, default=10)
+    parser.add_argument(
+        "--growth-events", type=int, default=10_000_000, help="events in the cached big store"
+    )
+    parser.add_argument(
+        "--prune-events", type=int, default=300_000, help="old events for the pruning run"
+    )
+    parser.add_argument(
+        "--soak", type=int, default=120, help="seconds of sustained load for memory (600: issue)"
+    )
     args = parser.parse_args()
+    parts = [p for p in args.parts.split(",") if p]
+    if unknown := set(parts) - set(PARTS):
+        parser.error(f"unknown parts: {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
 
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk webhook")
     targets = [t for t in args.targets.split(",") if t]
-    extra: list[str] = []
+    notes: list[str] = []
     if "webhook" in targets and shutil.which("webhook") is None:
         targets.remove("webhook")
-        extra.append("webhook skipped: not installed (apt-get install -y webhook)")
+        notes.append("webhook skipped: not installed (apt-get install -y webhook)")
         print("note: webhook is not installed; skipping it", file=sys.stderr)
     pin = shutil.which("taskset") is not None and (os.cpu_count() or 1) >= 2
     if pin:
         os.sched_setaffinity(0, {int(LOAD_CPU)})  # this script and its sink stay off core 0
     else:
-        extra.append("NOT PINNED: taskset missing or fewer than 2 cores")
+        notes.append("NOT PINNED: taskset missing or fewer than 2 cores")
 
     with tempfile.TemporaryDirectory(prefix="receiver-bench-") as tmp:
         work = Path(tmp)
@@ -463,7 +710,7 @@ def main() -> None:
         write_stream(warmup, count=20_000, seed=2, run="warmup")
         ruleset = rules.load_file(BENCH / "rules.yaml")
         matching = sum(1 for event in sent if ruleset.route(event))
-        extra.append(
+        notes.append(
             f"stream: {args.events} distinct events (random walk of 200 sessions), "
             f"{matching} ({matching / len(sent):.2%}) match a rule and notify the "
             f"json:// sink; warm-up replays a separate 20000-event file"
@@ -474,8 +721,9 @@ def main() -> None:
             file=sys.stderr,
         )
         results: list[Result] = []
+        sections: list[str] = []
         try:
-            for round_no in range(1, args.rounds + 1):
+            for round_no in range(1, args.rounds + 1 if "throughput" in parts else 1):
                 for name in targets:
                     server = make_server(name, work, sink.port)
                     print(f"round {round_no}: {name} ...", file=sys.stderr, flush=True)
@@ -488,10 +736,19 @@ def main() -> None:
                         flush=True,
                     )
                     results.append(result)
+            for part, fn in (
+                ("e2e", lambda: run_e2e(args, work, sink, pin)),
+                ("growth", lambda: run_growth(args, work, sink, stream, warmup, pin)),
+                ("prune", lambda: run_prune(args, work, sink, stream, warmup, pin)),
+                ("memory", lambda: run_memory(args, work, sink, stream, warmup, pin)),
+                ("workers", lambda: run_workers(args, work, sink, stream, warmup, pin)),
+            ):
+                if part in parts:
+                    sections += fn()
         finally:
             sink.stop()
-        extra.append(f"json:// sink received {sink.count} notifications over all receiver runs")
-    text = report(results, args, extra)
+        notes.append(f"json:// sink received {sink.count} notifications over all receiver runs")
+    text = report(results, args, notes) + "\n".join(sections)
     args.output.write_text(text)
     print("\n".join(table(results)))
     print(f"\nwritten to {args.output}", file=sys.stderr)

@@ -28,6 +28,7 @@ from receiver.ingest import IngestEndpoint
 from receiver.metrics import Metrics
 from receiver.notify.targets import Targets
 from receiver.notify.worker import Backoff, Worker
+from receiver.retention import Pruner
 from receiver.router import Router
 from receiver.store import open_store
 
@@ -102,6 +103,7 @@ def create_app(
         clock=clock,
     )
     router = Router(store, holder, metrics=metrics, on_routed=worker.wake, clock=clock)
+    pruner = Pruner(store, retention=settings.retention, metrics=metrics, clock=clock)
     store.on_accepted = router.wake
     ingest = IngestEndpoint(
         store=store,
@@ -137,6 +139,7 @@ def create_app(
             asyncio.create_task(router.run(), name="router"),
             asyncio.create_task(worker.run(), name="notify"),
             asyncio.create_task(_watch_rules(holder, metrics), name="rules-watch"),
+            asyncio.create_task(pruner.run(), name="retention"),
         ]
         loop = asyncio.get_running_loop()
         with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
@@ -190,6 +193,19 @@ def create_app(
 
     app.state.wake = wake
     return app
+
+
+def from_env() -> Starlette:
+    """create_app from RECEIVER_* alone, for `uvicorn --factory receiver.app:from_env`.
+
+    That is how to run several worker processes (`--workers 2`) on one database; see the
+    README (How fast) for why one process is the better default.
+    """
+    from receiver import logs
+
+    settings = Settings()
+    logs.configure(settings.log_format, settings.log_level)
+    return create_app(settings)
 
 
 class ReceiverApp(Starlette):

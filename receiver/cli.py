@@ -76,6 +76,10 @@ def cli() -> None:
     help="Connections at once before answering 503; 0 = no limit "
     "[RECEIVER_LIMIT_CONCURRENCY, 1000].",
 )
+@click.option(
+    "--retention",
+    help="Prune events received longer ago than this; at least 10h36m [RECEIVER_RETENTION, 30d].",
+)
 def serve(rules_path: Path | None, **flags: Any) -> None:
     """Serve POST /v1/events, /healthz, /readyz and /metrics.
 

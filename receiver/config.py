@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Used when RECEIVER_SECRETS is unset, so `make run` + `receiver send` work with no account.
 DEV_SECRET = "dev-secret-not-for-production"
+# The sender retries a failed delivery after 1m, 5m, 30m, 2h and 8h: 10h36m in all.
+SENDER_RETRY_SPAN = (1 + 5 + 30 + 120 + 480) * 60.0
 
 
 class Settings(BaseSettings):
@@ -37,6 +39,9 @@ class Settings(BaseSettings):
     body_timeout: float = Field(default=10.0, gt=0)
     # Connections plus requests in progress beyond which uvicorn answers 503 (0 = no limit).
     limit_concurrency: int = Field(default=1000, ge=0)
+    # Events (and their finished notifications, and quarantined bodies) older than this are
+    # pruned. An id pruned is new again, so it must outlast the sender's retries.
+    retention: float = Field(default=30 * 86400.0, gt=0)
 
     @field_validator(
         "notify_timeout",
@@ -46,6 +51,7 @@ class Settings(BaseSettings):
         "max_event_age",
         "header_timeout",
         "body_timeout",
+        "retention",
         mode="before",
     )
     @classmethod
@@ -55,6 +61,23 @@ class Settings(BaseSettings):
             from receiver.rules import parse_duration
 
             return parse_duration(value.strip())
+        return value
+
+    @field_validator("retention")
+    @classmethod
+    def _outlasts_retries(cls, value: float, info: ValidationInfo) -> float:
+        """An id pruned is accepted as new again: keep it while the sender may still retry
+        it, and while a replay of it would still pass the max-event-age check."""
+        if value < SENDER_RETRY_SPAN:
+            raise ValueError(
+                f"must be at least 10h36m ({SENDER_RETRY_SPAN:g}s), the sender's retry span;"
+                f" got {value:g}s"
+            )
+        max_age = info.data.get("max_event_age")
+        if max_age and value <= max_age:
+            raise ValueError(
+                f"must be longer than the max event age ({max_age:g}s); got {value:g}s"
+            )
         return value
 
     @property

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -77,6 +78,10 @@ Event = Annotated[
 _adapter: TypeAdapter[Event] = TypeAdapter(Event)
 
 
+# A \u escape in the surrogate range: legal JSON, but alone it is not text and cannot be stored.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
 
@@ -88,6 +93,11 @@ def _checked_float(text: str) -> float:
     return value
 
 
+# What json.loads(body, parse_constant=..., parse_float=...) does, without building a new
+# decoder and scanner for every request.
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_checked_float)
+
+
 def loads(body: bytes) -> dict[str, Any]:
     """Parse a body as one JSON object, or raise InvalidJSONError saying why.
 
@@ -95,7 +105,7 @@ def loads(body: bytes) -> dict[str, Any]:
     too large for a float.
     """
     try:
-        data = json.loads(body, parse_constant=_no_constant, parse_float=_checked_float)
+        data = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except UnicodeDecodeError as exc:
         raise InvalidJSONError(f"body is not UTF-8 text: {exc.reason} at byte {exc.start}") from exc
     except json.JSONDecodeError as exc:
@@ -106,6 +116,13 @@ def loads(body: bytes) -> dict[str, Any]:
         raise InvalidJSONError(f"body is not acceptable JSON: {str(exc)[:200]}") from exc
     if not isinstance(data, dict):
         raise InvalidJSONError(f"body must be a JSON object, got a JSON {_json_kind(data)}")
+    if _SURROGATE_ESCAPE.search(body):  # rare, so only then the full check (pairs are fine)
+        try:
+            json.dumps(data, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidJSONError(
+                "body is not acceptable JSON: a \\u escape encodes a lone surrogate"
+            ) from exc
     return data
 
 

@@ -198,4 +198,7 @@ def _guess_id(body: bytes) -> str | None:
     except (ValueError, RecursionError):
         return None
     value = data.get("id") if isinstance(data, dict) else None
-    return value[:256] if isinstance(value, str) else None
+    if not isinstance(value, str):
+        return None
+    # A lone surrogate (from a \u escape) cannot be stored as text: replace it.
+    return value[:256].encode("utf-8", "replace").decode("utf-8")

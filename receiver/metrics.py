@@ -63,6 +63,10 @@ class Metrics:
             "receiver_rules_last_reload_ok", "1 if the last rules reload succeeded.", registry=r
         )
         self.rules_ok.set(1)
+        pruned = Counter(
+            "receiver_pruned_rows", "Rows deleted by retention, by table.", ["table"], registry=r
+        )
+        self.pruned = {t: pruned.labels(t) for t in ("events", "outbox", "quarantine")}
 
     def outcome(self, name: str) -> Counter:
         """The notifications counter for one outcome (created on first use)."""

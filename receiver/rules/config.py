@@ -270,9 +270,20 @@ def _describe(err: ErrorDetails, label: str) -> str:
     return f"{head}{where}: expected {expected}, got {got}"
 
 
+MAX_YAML_VALUES = 100_000  # after anchors and aliases are expanded ("billion laughs")
+
+
 def _parse_yaml(text: str, source: str) -> dict[Any, Any]:
+    loader = _UniqueKeyLoader(text)  # a SafeLoader subclass
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        node = loader.get_single_node()
+        if node is not None and _expanded_size(node) > MAX_YAML_VALUES:
+            raise ConfigError(
+                f"the file expands to more than {MAX_YAML_VALUES} values through anchors and "
+                "aliases; write it out or use fewer aliases",
+                source=source,
+            )
+        data = None if node is None else loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         # Only the position and the problem: the offending line may hold a token.
         mark = exc.problem_mark or exc.context_mark
@@ -280,6 +291,8 @@ def _parse_yaml(text: str, source: str) -> dict[Any, Any]:
         raise ConfigError(f"yaml syntax error{where}: {exc.problem}", source=source) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"yaml syntax error: {type(exc).__name__}", source=source) from None
+    finally:
+        loader.dispose()
     if data is None:
         raise ConfigError(
             "the file is empty; expected a mapping with keys notifiers, rules", source=source
@@ -290,6 +303,20 @@ def _parse_yaml(text: str, source: str) -> dict[Any, Any]:
             source=source,
         )
     return data
+
+
+def _expanded_size(node: yaml.Node) -> int:
+    """How many values the document holds once aliases are expanded, counting to just past
+    the limit: an aliased node is one object reached many times, so this stays cheap."""
+    count, stack = 0, [node]
+    while stack and count <= MAX_YAML_VALUES:
+        current = stack.pop()
+        count += 1
+        if isinstance(current, yaml.MappingNode):
+            stack.extend(part for pair in current.value for part in pair)
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+    return count
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

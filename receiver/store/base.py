@@ -79,6 +79,10 @@ class Store(Protocol):
     async def check_writable(self) -> None:
         """Raise StorageUnavailableError unless a write transaction can start."""
 
+    async def prune(self, before: float, *, limit: int) -> dict[str, int]:
+        """Delete one batch (at most limit rows a table) received before `before`; the
+        counts deleted by table: events, outbox, quarantine."""
+
     async def unrouted(self, limit: int) -> list[StoredEvent]: ...
     async def transact(self, fn: Callable[[SQLiteTx], T]) -> T:
         """Run fn in one write transaction: all of its writes commit, or none."""

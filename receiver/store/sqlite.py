@@ -90,6 +90,17 @@ def _insert_batch(conn: sqlite3.Connection, accepts: list[_Accept]) -> list[bool
     return new
 
 
+def _real(value: float | None) -> float | None:
+    """A score for its REAL column; an integer too large even for a float is left out (the
+    raw body keeps it), rather than failing the whole group commit."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
 class _Call:
     __slots__ = ("future", "fn", "write")
 
@@ -199,6 +210,10 @@ class SQLiteStore:
             log.error("storage unavailable: %s (%d events refused)", exc, len(accepts))
             error = StorageUnavailableError(f"storage unavailable: {exc}; retry later")
             return [(job.future, None, error) for job in accepts]
+        except Exception as exc:  # a bug: refuse this group (the sender retries), keep writing
+            log.exception("storing %d events failed", len(accepts))
+            error = StorageUnavailableError(f"storage failed: {exc}; retry later")
+            return [(job.future, None, error) for job in accepts]
         return [(job.future, is_new, None) for job, is_new in zip(accepts, new, strict=True)]
 
     def _run_call(
@@ -263,8 +278,8 @@ class SQLiteStore:
             event.type,
             event.sessionId,
             event.userId,
-            event.score,
-            event.threshold,
+            _real(event.score),
+            _real(event.threshold),
             to_utc(event.timestamp).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             self.clock(),
             raw.decode("utf-8"),
@@ -288,6 +303,38 @@ class SQLiteStore:
 
     async def check_writable(self) -> None:
         await self._call(lambda conn: None, write=True)
+
+    async def prune(self, before: float, *, limit: int) -> dict[str, int]:
+        """Delete one batch of what is older than before (received_at, epoch seconds).
+
+        Looks only at the oldest `limit` rows by arrival (rowid) order, so a batch costs the
+        same on a table of ten million rows as on a small one and needs no index; a row that
+        arrived out of clock order is pruned once it reaches the head. Unrouted events, and
+        notifications still to send (pending, held, sending), are kept.
+        """
+
+        def delete(conn: sqlite3.Connection) -> dict[str, int]:
+            ids = conn.execute(
+                "SELECT json_group_array(id) FROM (SELECT id, received_at, routed_at FROM events"
+                " ORDER BY rowid LIMIT ?) WHERE received_at < ? AND routed_at IS NOT NULL",
+                (limit, before),
+            ).fetchone()[0]
+            outbox = conn.execute(
+                "DELETE FROM outbox WHERE event_id IN (SELECT value FROM json_each(?))"
+                " AND state NOT IN ('pending', 'held', 'sending')",
+                (ids,),
+            ).rowcount
+            events = conn.execute(
+                "DELETE FROM events WHERE id IN (SELECT value FROM json_each(?))", (ids,)
+            ).rowcount
+            quarantine = conn.execute(
+                "DELETE FROM quarantine WHERE id IN (SELECT id FROM quarantine ORDER BY id"
+                " LIMIT ?) AND received_at < ?",
+                (limit, before),
+            ).rowcount
+            return {"events": events, "outbox": outbox, "quarantine": quarantine}
+
+        return await self._call(delete)
 
     # -- routing ----------------------------------------------------------------------------
 

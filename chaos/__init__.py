@@ -1,0 +1,1 @@
+"""Fault scenarios (kill -9, SIGTERM, outage, slow notifier) and `make chaos`."""
