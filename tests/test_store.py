@@ -198,3 +198,23 @@ def test_replay_routes_a_stored_event_again(tmp_path: Path) -> None:
 
     replayed, missing, unrouted = run(tmp_path / "r.db", go)
     assert replayed is True and missing is False and [e.id for e in unrouted] == ["evt_1"]
+
+
+def test_processes_opening_a_new_file_together_migrate_it_once(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    db = tmp_path / "new.db"
+    script = (
+        "import asyncio, sys; from receiver.store import SQLiteStore\n"
+        "async def main():\n"
+        "    s = SQLiteStore(sys.argv[1], busy_timeout=10); await s.open(); await s.close()\n"
+        "asyncio.run(main())\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(db)],
+                              stderr=subprocess.PIPE) for _ in range(8)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err.decode()
+    versions = sqlite3.connect(db).execute("SELECT version FROM schema_version").fetchall()
+    assert versions == [(v,) for v in range(1, len(MIGRATIONS) + 1)]

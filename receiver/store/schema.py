@@ -117,25 +117,28 @@ MIGRATIONS: list[str] = [
 
 
 def migrate(conn: sqlite3.Connection) -> int:
-    """Bring the database to the newest schema; return the version it is at."""
-    db = sqlite_utils.Database(conn)
-    if "schema_version" not in db.table_names():
-        db.table("schema_version").create({"version": int}, pk="version")
-    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-    current = row[0] or 0
-    if current > len(MIGRATIONS):
-        raise RuntimeError(
-            f"database schema version {current} is newer than this program "
-            f"({len(MIGRATIONS)}); upgrade attention-receiver"
-        )
-    for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+    """Bring the database to the newest schema; return the version it is at.
+
+    One write transaction reads the version and applies what is missing, so
+    processes starting together on a new file migrate it once, not each.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if "schema_version" not in sqlite_utils.Database(conn).table_names():
+            conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+        row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+        current = row[0] or 0
+        if current > len(MIGRATIONS):
+            raise RuntimeError(
+                f"database schema version {current} is newer than this program "
+                f"({len(MIGRATIONS)}); upgrade attention-receiver"
+            )
+        for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
             for statement in filter(str.strip, script.split(";")):
                 conn.execute(statement)
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
     return len(MIGRATIONS)
