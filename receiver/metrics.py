@@ -66,7 +66,9 @@ class Metrics:
         pruned = Counter(
             "receiver_pruned_rows", "Rows deleted by retention, by table.", ["table"], registry=r
         )
-        self.pruned = {t: pruned.labels(t) for t in ("events", "outbox", "quarantine")}
+        self.pruned = {
+            t: pruned.labels(t) for t in ("events", "outbox", "quarantine", "lifecycle")
+        }
 
     def outcome(self, name: str) -> Counter:
         """The notifications counter for one outcome (created on first use)."""

@@ -154,3 +154,29 @@ def test_serve_refuses_short_retention_with_a_settings_error() -> None:
     result = CliRunner().invoke(cli, ["serve", "--retention", "1h"])
     assert result.exit_code == 1
     assert "RECEIVER_RETENTION: value error, must be at least 10h36m" in result.output
+
+
+def test_prunes_finished_lifecycle_state_and_keeps_what_is_live(tmp_path: Path) -> None:
+    from receiver.store.tx import Alert
+
+    db, clock = tmp_path / "r.db", Clock(T0)
+
+    def old_state(tx: SQLiteTx) -> None:
+        tx.save_alert(Alert("session:done", "resolved", 1, "2027-01-15T08:00:00Z"), clock.now)
+        tx.save_alert(Alert("session:open", "open", 1, "2027-01-15T08:00:00Z"), clock.now)
+        tx.add_notice("session:done", 1, "r", clock.now, None)
+        tx.add_notice("session:open", 1, "r", clock.now, 3600)  # still repeating
+        tx.new_group("r", "*", clock.now, clock.now + 30)
+        tx.add_silence({"userId": "u"}, "over", clock.now, clock.now + 60)
+        tx.add_silence({"userId": "u"}, "long", clock.now, clock.now + 60 * DAY)
+
+    async def go(store: SQLiteStore) -> Counter[str]:
+        await store.transact(old_state)
+        clock.now = T0 + 31 * DAY
+        return await Pruner(store, retention=30 * DAY, metrics=Metrics(), clock=clock).prune()
+
+    assert run_store(db, clock, go) == Counter(lifecycle=4)
+    assert rows(db, "SELECT id FROM alerts") == ["session:open"]
+    assert rows(db, "SELECT alert FROM notices") == ["session:open"]
+    assert rows(db, "SELECT count(*) FROM groups") == [0]
+    assert rows(db, "SELECT reason FROM silences") == ["long"]

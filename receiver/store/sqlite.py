@@ -37,9 +37,7 @@ _INSERT_EVENT = (
 # A group in few statements: which ids are stored already, then multi-row INSERTs of the
 # rest. Each statement lets go of the GIL and has to win it back from a busy event loop, so a
 # statement per row made a commit wait far longer than its fsync.
-_STORED_IDS = (
-    "SELECT json_group_array(id) FROM events WHERE id IN (SELECT value FROM json_each(?))"
-)
+_STORED_IDS = "SELECT json_group_array(id) FROM events WHERE id IN (SELECT value FROM json_each(?))"
 _CHUNKS = (64, 16, 4, 1)  # rows per INSERT; few distinct statements for the statement cache
 _INSERT_ROWS = {
     n: _INSERT_EVENT.removesuffix("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
@@ -332,7 +330,28 @@ class SQLiteStore:
                 " LIMIT ?) AND received_at < ?",
                 (limit, before),
             ).rowcount
-            return {"events": events, "outbox": outbox, "quarantine": quarantine}
+            # The lifecycle's own state: resolved alerts, finished notices, digests, silences.
+            # A resolved alert pruned here cannot make a late event stale any more, but by
+            # then RECEIVER_MAX_EVENT_AGE (shorter than retention) refuses such an event.
+            lifecycle = sum(
+                conn.execute(sql, (before, limit)).rowcount
+                for sql in (
+                    "DELETE FROM alerts WHERE rowid IN (SELECT rowid FROM alerts"
+                    " WHERE state = 'resolved' AND updated_at < ? LIMIT ?)",
+                    "DELETE FROM notices WHERE rowid IN (SELECT rowid FROM notices"
+                    " WHERE next_repeat_at IS NULL AND notified_at < ? LIMIT ?)",
+                    "DELETE FROM groups WHERE id IN (SELECT id FROM groups"
+                    " WHERE closes_at < ? LIMIT ?)",
+                    "DELETE FROM silences WHERE id IN (SELECT id FROM silences"
+                    " WHERE ends_at < ? LIMIT ?)",
+                )
+            )
+            return {
+                "events": events,
+                "outbox": outbox,
+                "quarantine": quarantine,
+                "lifecycle": lifecycle,
+            }
 
         return await self._call(delete)
 
@@ -457,4 +476,3 @@ class SQLiteStore:
             return out
 
         return await self._call(select, write=False)
-
