@@ -2,7 +2,7 @@
 
 Read the body, verify the HMAC (the receiver's own signature.verify), parse the
 JSON, answer 202. No validation, no storage, no routing. Same uvicorn settings
-as `receiver serve` (see receiver/cli.py), so the gap to the receiver is the
+as `receiver serve` (receiver.cli.server_config), so the gap to the receiver is the
 cost of what the receiver adds.
 
     RECEIVER_SECRETS=s3cret python bench/ceiling.py --port 4100
@@ -21,6 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from receiver import signature
+from receiver.cli import server_config
+from receiver.config import Settings
 from receiver.errors import SignatureError
 
 SECRETS = [
@@ -52,16 +54,8 @@ def main() -> None:
     args = parser.parse_args()
     if not SECRETS:
         parser.error("set RECEIVER_SECRETS")
-    config = uvicorn.Config(
-        app,
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        server_header=False,
-    )
-    uvicorn.Server(config).run()
+    settings = Settings(host=args.host, port=args.port)
+    uvicorn.Server(server_config(app, settings)).run()
 
 
 if __name__ == "__main__":

@@ -95,7 +95,6 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
 
     from receiver import logs
     from receiver.app import create_app
-    from receiver.http import guarded_protocol
 
     if rules_path is not None:
         flags["rules"] = rules_path
@@ -112,7 +111,16 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
         app = create_app(settings)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    config = uvicorn.Config(
+    uvicorn.Server(server_config(app, settings)).run()
+
+
+def server_config(app: Any, settings: Settings) -> Any:
+    """The uvicorn settings `receiver serve` runs with (the bench's ceiling uses them too)."""
+    import uvicorn
+
+    from receiver.http import guarded_protocol
+
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -123,7 +131,6 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
         limit_concurrency=settings.limit_concurrency or None,
         http=guarded_protocol(header_timeout=settings.header_timeout),
     )
-    uvicorn.Server(config).run()
 
 
 # -- sign and send --------------------------------------------------------------------------
