@@ -90,7 +90,7 @@ def test_concurrent_accepts_share_commits_and_dedupe(
 
 def test_schema_is_versioned_and_reopening_does_not_migrate_again(tmp_path: Path) -> None:
     run(tmp_path / "r.db", lambda s: s.accept(*event(1)))
-    run(tmp_path / "r.db", lambda s: s.counts())
+    run(tmp_path / "r.db", lambda s: s.check_writable())
     versions = (
         sqlite3.connect(tmp_path / "r.db").execute("SELECT version FROM schema_version").fetchall()
     )
@@ -104,7 +104,7 @@ def test_ids_stay_duplicates_after_reopening(tmp_path: Path) -> None:
 
 def test_locked_database_is_unavailable_then_recovers(tmp_path: Path) -> None:
     db = tmp_path / "r.db"
-    run(db, lambda s: s.counts())  # create it
+    run(db, lambda s: s.check_writable())  # create it
 
     async def go(store: SQLiteStore) -> list[Any]:
         locker = sqlite3.connect(db, isolation_level=None)
@@ -153,10 +153,15 @@ async def queue(store: SQLiteStore, event_id: str, notes: list[Notification], no
 def test_route_writes_outbox_once_and_marks_routed(tmp_path: Path) -> None:
     async def go(store: SQLiteStore) -> Any:
         await store.accept(*event(1))
-        [pending] = await store.unrouted(10)
+        [pending] = await store.transact(lambda tx: tx.unrouted(10))
         first = await queue(store, pending.id, [note(), note("s")], now=100.0)
         again = await queue(store, pending.id, [note()], now=101.0)  # a racing second pass
-        return first, again, await store.unrouted(10), await store.deliveries()
+        return (
+            first,
+            again,
+            await store.transact(lambda tx: tx.unrouted(10)),
+            await store.deliveries(),
+        )
 
     first, again, unrouted, rows = run(tmp_path / "r.db", go)
     assert first == 2 and again == 0 and unrouted == []
@@ -194,7 +199,11 @@ def test_replay_routes_a_stored_event_again(tmp_path: Path) -> None:
     async def go(store: SQLiteStore) -> Any:
         await store.accept(*event(1))
         await queue(store, "evt_1", [note()], now=1.0)
-        return await store.replay("evt_1"), await store.replay("nope"), await store.unrouted(5)
+        return (
+            await store.replay("evt_1"),
+            await store.replay("nope"),
+            await store.transact(lambda tx: tx.unrouted(5)),
+        )
 
     replayed, missing, unrouted = run(tmp_path / "r.db", go)
     assert replayed is True and missing is False and [e.id for e in unrouted] == ["evt_1"]
@@ -211,8 +220,10 @@ def test_processes_opening_a_new_file_together_migrate_it_once(tmp_path: Path) -
         "    s = SQLiteStore(sys.argv[1], busy_timeout=10); await s.open(); await s.close()\n"
         "asyncio.run(main())\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(db)],
-                              stderr=subprocess.PIPE) for _ in range(8)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(db)], stderr=subprocess.PIPE)
+        for _ in range(8)
+    ]
     for proc in procs:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err.decode()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from receiver.events import _Event as Event
 
@@ -83,7 +83,6 @@ class Store(Protocol):
         """Delete one batch (at most limit rows a table) received before `before`; the
         counts deleted by table: events, outbox, quarantine."""
 
-    async def unrouted(self, limit: int) -> list[StoredEvent]: ...
     async def transact(self, fn: Callable[[SQLiteTx], T]) -> T:
         """Run fn in one write transaction: all of its writes commit, or none."""
     async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]: ...
@@ -97,4 +96,3 @@ class Store(Protocol):
     ) -> list[OutboxRow]: ...
     async def retry_dead(self, row_id: int | None, *, now: float) -> int: ...
     async def replay(self, event_id: str) -> bool: ...
-    async def counts(self) -> dict[str, Any]: ...

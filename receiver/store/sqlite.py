@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.events import to_utc
-from receiver.store.base import OnAccepted, OutboxRow, StoredEvent
+from receiver.store.base import OnAccepted, OutboxRow
 from receiver.store.schema import migrate
 from receiver.store.tx import SQLiteTx
 
@@ -361,17 +361,6 @@ class SQLiteStore:
         """Run fn in one write transaction of the writer thread: all of it commits, or none."""
         return await self._call(lambda conn: fn(SQLiteTx(conn)))
 
-    async def unrouted(self, limit: int) -> list[StoredEvent]:
-        def select(conn: sqlite3.Connection) -> list[StoredEvent]:
-            rows = conn.execute(
-                "SELECT id, type, body, received_at FROM events WHERE routed_at IS NULL"
-                " ORDER BY received_at LIMIT ?",
-                (limit,),
-            )
-            return [StoredEvent(*row) for row in rows]
-
-        return await self._call(select, write=False)
-
     # -- delivery ---------------------------------------------------------------------------
 
     async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]:
@@ -461,18 +450,3 @@ class SQLiteStore:
                 == 1
             )
         )
-
-    async def counts(self) -> dict[str, Any]:
-        def select(conn: sqlite3.Connection) -> dict[str, Any]:
-            out: dict[str, Any] = {
-                "events": conn.execute("SELECT count(*) FROM events").fetchone()[0],
-                "unrouted": conn.execute(
-                    "SELECT count(*) FROM events WHERE routed_at IS NULL"
-                ).fetchone()[0],
-                "quarantine": conn.execute("SELECT count(*) FROM quarantine").fetchone()[0],
-            }
-            for state, n in conn.execute("SELECT state, count(*) FROM outbox GROUP BY state"):
-                out[f"outbox_{state}"] = n
-            return out
-
-        return await self._call(select, write=False)
