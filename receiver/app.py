@@ -111,7 +111,6 @@ def create_app(
         max_body=settings.max_body,
         metrics=metrics,
         max_event_age=settings.max_event_age,
-        body_timeout=settings.body_timeout,
     )
 
     async def healthz(request: Request) -> Response:

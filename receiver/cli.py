@@ -120,6 +120,7 @@ def server_config(app: Any, settings: Settings) -> Any:
 
     from receiver.http import guarded_protocol
 
+    metrics = getattr(getattr(app, "state", None), "metrics", None)
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -129,7 +130,11 @@ def server_config(app: Any, settings: Settings) -> Any:
         timeout_graceful_shutdown=10,
         server_header=False,
         limit_concurrency=settings.limit_concurrency or None,
-        http=guarded_protocol(header_timeout=settings.header_timeout),
+        http=guarded_protocol(
+            header_timeout=settings.header_timeout,
+            body_timeout=settings.body_timeout,
+            on_refused=(lambda code: metrics.rejected[code].inc()) if metrics else None,
+        ),
     )
 
 
@@ -294,8 +299,13 @@ def check(path: Path | None, rules_path: Path) -> None:
 @cli.command()
 @_event_options
 @_rules_option
-@click.option("--db", envvar="RECEIVER_DB", default="./data/receiver.db", show_default=True,
-              help="Database to read silences and alert state from, if it exists.")
+@click.option(
+    "--db",
+    envvar="RECEIVER_DB",
+    default="./data/receiver.db",
+    show_default=True,
+    help="Database to read silences and alert state from, if it exists.",
+)
 def explain(rules_path: Path, db: str, **event_args: Any) -> None:
     """Show what the rules would do with an event, without sending anything.
 

@@ -34,15 +34,22 @@ def alerts(db: str, as_json: bool) -> None:
         return
     for row in found:
         rules = ", ".join(row["notified"]) or "no rule notified"
-        click.echo(f"{row['alert']}  open since {row['opened_ts']} (event {row['opened_event']}, "
-                   f"episode {row['episode']}); last event {row['last_ts']}; {rules}")
+        click.echo(
+            f"{row['alert']}  open since {row['opened_ts']} (event {row['opened_event']}, "
+            f"episode {row['episode']}); last event {row['last_ts']}; {rules}"
+        )
 
 
 def _open_alerts(tx: SQLiteTx) -> list[dict[str, Any]]:
     return [
-        {"alert": a.id, "episode": a.episode, "opened_ts": a.opened_ts,
-         "opened_event": a.opened_event, "last_ts": a.last_ts,
-         "notified": [n.rule for n in tx.notices(a.id, a.episode)]}
+        {
+            "alert": a.id,
+            "episode": a.episode,
+            "opened_ts": a.opened_ts,
+            "opened_event": a.opened_event,
+            "last_ts": a.last_ts,
+            "notified": [n.rule for n in tx.notices(a.id, a.episode)],
+        }
         for a in tx.open_alerts()
     ]
 
@@ -59,9 +66,15 @@ def silence() -> None:
 
 @silence.command("add")
 @_db_option
-@click.option("--match", "matches", multiple=True, required=True, metavar="FIELD=VALUE",
-              help="A payload field and a rules.yaml match value: exact, glob (user_*) or "
-              "~regex. Repeat for several; all must hold.")
+@click.option(
+    "--match",
+    "matches",
+    multiple=True,
+    required=True,
+    metavar="FIELD=VALUE",
+    help="A payload field and a rules.yaml match value: exact, glob (user_*) or "
+    "~regex. Repeat for several; all must hold.",
+)
 @click.option("--for", "duration", required=True, help="How long: 30m, 2h, 1d.")
 @click.option("--reason", required=True, help="Why; shown with every silenced notification.")
 def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -> None:
@@ -92,8 +105,9 @@ def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -
     silence_id = _with_store(
         db, lambda s: s.transact(lambda tx: tx.add_silence(matchers, reason, now, now + seconds))
     )
-    click.echo(f"silence #{silence_id} until {_when(now + seconds)}: "
-               f"{_describe(matchers)} ({reason})")
+    click.echo(
+        f"silence #{silence_id} until {_when(now + seconds)}: {_describe(matchers)} ({reason})"
+    )
 
 
 @silence.command("list")
@@ -109,8 +123,11 @@ def silence_list(db: str, show_all: bool) -> None:
         if not (active or show_all):
             continue
         shown += 1
-        status = ("active until " + _when(s.ends_at)) if active else (
-            "expired " + _when(s.expired_at or s.ends_at))
+        status = (
+            ("active until " + _when(s.ends_at))
+            if active
+            else ("expired " + _when(s.expired_at or s.ends_at))
+        )
         click.echo(f"#{s.id}  {_describe(s.matchers)}  {status}  ({s.reason})")
     if not shown:
         click.echo("no silences" if show_all else "no active silences")

@@ -1,4 +1,4 @@
-"""uvicorn's httptools protocol with the two guards it lacks: a header deadline and a header cap.
+"""uvicorn's httptools protocol with the guards it lacks: header and body deadlines, a header cap.
 
 uvicorn (0.29 to at least 0.54) has no timeout for reading a request's headers
 (its keep-alive timer runs only between requests, and not at all before the
@@ -8,34 +8,49 @@ slot and memory (slowloris). `--limit-concurrency` bounds how many such
 connections there are, but then they crowd out honest senders. So each
 connection here must finish a request's headers within `header_timeout`
 seconds of its first byte (or of connecting), in at most `max_header_bytes`
-bytes, or it is answered 408 / 431 and closed.
+bytes, or it is answered 408 / 431 and closed. A body must then arrive within
+`body_timeout` seconds of the headers (408 and closed): a deadline kept here
+rather than around each request's read in the app, where it cost a timer a
+request; here a timer is armed only while a body is actually late.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+log = logging.getLogger("receiver.http")
+
 MAX_HEADER_BYTES = 16384  # as h11, uvicorn's other parser
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     header_timeout: float = 10.0
+    body_timeout: float = 10.0
     max_header_bytes: int = MAX_HEADER_BYTES
+    # Told the error code of each request refused here (for the rejected-requests metric).
+    on_refused: Callable[[str], None] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._header_bytes = 0
         self._in_headers = True
+        self._in_body = False
         self._deadline: asyncio.TimerHandle | None = None
-        self._arm()
+        self._arm(self.header_timeout)
 
     def data_received(self, data: bytes) -> None:
         reading_headers = self._in_headers
         super().data_received(data)
+        if self._in_body and self._deadline is None and not self.transport.is_closing():
+            # The headers are in and the body is not (yet): from now on it has body_timeout.
+            self._arm(self.body_timeout)
         if reading_headers and self._in_headers and not self.transport.is_closing():
             # Still inside the header block after this chunk: every byte so far is header.
             self._header_bytes += len(data)
@@ -49,20 +64,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_headers, self._header_bytes = True, 0
-        self._arm()
+        self._arm(self.header_timeout)
 
     def on_headers_complete(self) -> None:
-        self._in_headers = False
+        self._in_headers, self._in_body = False, True
         self._disarm()
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_body = False
+        self._disarm()
+        super().on_message_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
 
-    def _arm(self) -> None:
+    def _arm(self, seconds: float) -> None:
         if self._deadline is None:
-            self._deadline = self.loop.call_later(self.header_timeout, self._expired)
+            self._deadline = self.loop.call_later(seconds, self._expired)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
@@ -71,16 +91,28 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _expired(self) -> None:
         self._deadline = None
-        if self._in_headers and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._in_headers:
             self._refuse(
                 408,
                 "header_timeout",
                 f"request headers not received within {self.header_timeout:g}s",
             )
+        elif self._in_body:
+            self._refuse(
+                408,
+                "body_timeout",
+                f"request body not received within {self.body_timeout:g}s; send it at once",
+            )
 
     def _refuse(self, status: int, code: str, message: str) -> None:
         self._disarm()
-        reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+        client = self.client[0] if self.client else "-"
+        log.warning("rejected %s from %s: %s", code, client, message, extra={"code": code})
+        if self.on_refused is not None:
+            self.on_refused(code)
+        reason = _REASONS[status]
         body = json.dumps({"error": {"code": code, "message": message}}).encode()
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
@@ -89,10 +121,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def guarded_protocol(*, header_timeout: float, max_header_bytes: int = MAX_HEADER_BYTES) -> Any:
+def guarded_protocol(
+    *,
+    header_timeout: float,
+    body_timeout: float,
+    max_header_bytes: int = MAX_HEADER_BYTES,
+    on_refused: Callable[[str], None] | None = None,
+) -> Any:
     """A GuardedHttpToolsProtocol class with these limits, for uvicorn.Config(http=...)."""
     return type(
         "GuardedHttpToolsProtocol",
         (GuardedHttpToolsProtocol,),
-        {"header_timeout": header_timeout, "max_header_bytes": max_header_bytes},
+        {
+            "header_timeout": header_timeout,
+            "body_timeout": body_timeout,
+            "max_header_bytes": max_header_bytes,
+            "on_refused": staticmethod(on_refused) if on_refused else None,
+        },
     )

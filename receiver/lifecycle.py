@@ -187,13 +187,16 @@ class Pipeline:
         self.counts["cancelled"] += self.tx.cancel_held(
             alert.id, alert.episode, self.now, "cancelled: resolved before it was sent"
         )
+        notices = self.tx.notices(alert.id, alert.episode)
+        if not notices:
+            return
         opener = _json(self.tx.event_body(alert.opened_event or ""))
         extra = {
             "opener": opener,
             "opened_at": alert.opened_ts,
             "duration": _seconds(alert.opened_ts, alert.resolved_ts),
         }
-        for notice in self.tx.notices(alert.id, alert.episode):
+        for notice in notices:
             rule = self.ruleset.by_name.get(notice.rule)
             if (
                 rule is None
@@ -408,11 +411,14 @@ def explain_now(
                 notes.append(f"muted: outside its active window ({rule.active.text})")
         if rule.group is not None:
             by = ", ".join(rule.group.by) or "nothing"
-            notes.append(f"grouped into a digest by {by} for {format_duration(rule.group.wait)}"
-                         f" (at most {rule.group.max})")
+            notes.append(
+                f"grouped into a digest by {by} for {format_duration(rule.group.wait)}"
+                f" (at most {rule.group.max})"
+            )
         if rule.hold is not None and opening:
-            notes.append(f"held {format_duration(rule.hold)}; cancelled if the alert resolves "
-                         "first")
+            notes.append(
+                f"held {format_duration(rule.hold)}; cancelled if the alert resolves first"
+            )
         if rule.resolve:
             notes.append("a resolved message when the alert resolves")
         if rule.repeat is not None:

@@ -6,6 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REJECT_REASONS = (
     "payload_too_large",
+    "header_timeout",
+    "headers_too_large",
     "body_timeout",
     "missing_signature",
     "invalid_signature",
@@ -66,9 +68,7 @@ class Metrics:
         pruned = Counter(
             "receiver_pruned_rows", "Rows deleted by retention, by table.", ["table"], registry=r
         )
-        self.pruned = {
-            t: pruned.labels(t) for t in ("events", "outbox", "quarantine", "lifecycle")
-        }
+        self.pruned = {t: pruned.labels(t) for t in ("events", "outbox", "quarantine", "lifecycle")}
 
     def outcome(self, name: str) -> Counter:
         """The notifications counter for one outcome (created on first use)."""

@@ -18,10 +18,11 @@ from collections import Counter
 from collections.abc import Callable
 
 from receiver.errors import StorageUnavailableError
-from receiver.lifecycle import Pipeline
+from receiver.lifecycle import Pipeline, alert_id
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
 from receiver.store import Store
+from receiver.store.base import StoredEvent
 from receiver.store.tx import SQLiteTx
 
 log = logging.getLogger("receiver.router")
@@ -31,6 +32,10 @@ RETRY_AFTER = 1.0  # seconds to wait when the store refuses a routing write
 # An idle router still looks now and then: `receiver replay` and `receiver silence` run in
 # other processes, and repeats and the heartbeat are due by the clock.
 IDLE_POLL = 5.0
+# Under a burst, ingest comes first: while senders wait on accept(), routing takes at most
+# this share of the time (it pauses between batches), so a burst is accepted at full speed
+# and routed as it drains. Nothing is lost: unrouted events are in the store.
+ROUTING_SHARE = 0.25
 # Outcomes after which the notify worker has something to send.
 _SENDABLE = ("pending", "resolved", "repeat", "heartbeat")
 
@@ -65,8 +70,14 @@ class Router:
                 await asyncio.wait_for(self._wake.wait(), IDLE_POLL)
             self._wake.clear()
             try:
-                while await self.route_pending() == BATCH:
-                    pass
+                while True:
+                    started = time.monotonic()
+                    routed = await self.route_pending()
+                    if self.store.under_pressure():
+                        took = time.monotonic() - started
+                        await asyncio.sleep(took * (1 / ROUTING_SHARE - 1))
+                    if routed < BATCH:
+                        break
                 await self.tick()
             except StorageUnavailableError as exc:
                 log.error("routing paused: %s; retrying in %.0fs", exc.message, RETRY_AFTER)
@@ -96,24 +107,53 @@ class Router:
         self._count(await self.store.transact(work))
 
     def _route(self, tx: SQLiteTx, ruleset: Ruleset, now: float) -> tuple[int, Counter[str]]:
-        pipeline = Pipeline(tx, ruleset, now)
         events = tx.unrouted(BATCH, self._poisoned)
+        if not events:
+            return 0, Counter()
+        tx.conn.execute("SAVEPOINT batch")
+        try:
+            pipeline = self._route_batch(tx, ruleset, now, events)
+        except Exception:  # noqa: BLE001 - find the event at fault, one by one
+            tx.conn.execute("ROLLBACK TO batch")
+            tx.forget_alerts()
+            pipeline = self._route_each(tx, ruleset, now, events)
+        tx.conn.execute("RELEASE batch")
+        self._last_event = max(self._last(tx), *(e.received_at for e in events))
+        pipeline.heartbeat(self._last_event, arrived=True)
+        log.debug("routed %d events: %s", len(events), dict(pipeline.counts))
+        return len(events), pipeline.counts
+
+    def _route_batch(
+        self, tx: SQLiteTx, ruleset: Ruleset, now: float, events: list[StoredEvent]
+    ) -> Pipeline:
+        """The whole batch at once: each alert read and written once, one routed mark."""
+        pipeline = Pipeline(tx, ruleset, now)
+        payloads = [json.loads(event.body) for event in events]
+        tx.read_alerts(filter(None, map(alert_id, payloads)))
+        for event, payload in zip(events, payloads, strict=True):
+            pipeline.event(event.id, payload, ruleset.route(payload))
+        tx.write_alerts()
+        tx.mark_routed([event.id for event in events], now)
+        return pipeline
+
+    def _route_each(
+        self, tx: SQLiteTx, ruleset: Ruleset, now: float, events: list[StoredEvent]
+    ) -> Pipeline:
+        """Event by event, each in a savepoint, after the batch failed: the event that fails
+        is left unrouted (a bug, not a bad event: it is retried on the next start)."""
+        pipeline = Pipeline(tx, ruleset, now)
         for event in events:
             tx.conn.execute("SAVEPOINT event")
             try:
                 payload = json.loads(event.body)
                 pipeline.event(event.id, payload, ruleset.route(payload))
-                tx.mark_routed(event.id, now)
-            except Exception:  # a bug, not a bad event: leave it unrouted for the next start
+                tx.mark_routed([event.id], now)
+            except Exception:  # noqa: BLE001
                 tx.conn.execute("ROLLBACK TO event")
                 log.exception("routing failed for event %s; left unrouted", event.id)
                 self._poisoned.add(event.id)
             tx.conn.execute("RELEASE event")
-        if events:
-            self._last_event = max(self._last(tx), *(e.received_at for e in events))
-            pipeline.heartbeat(self._last_event, arrived=True)
-        log.debug("routed %d events: %s", len(events), dict(pipeline.counts))
-        return len(events), pipeline.counts
+        return pipeline
 
     def _last(self, tx: SQLiteTx) -> float:
         if self._last_event is None:

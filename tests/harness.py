@@ -153,12 +153,19 @@ class InProcessReceiver:
         from receiver.app import create_app
         from receiver.config import Settings
 
-        settings = Settings(db=str(self.db), rules=self.rules, secrets=SECRET, port=self.port,
-                            retry_initial=0.2, notify_timeout=3)
+        settings = Settings(
+            db=str(self.db),
+            rules=self.rules,
+            secrets=SECRET,
+            port=self.port,
+            retry_initial=0.2,
+            notify_timeout=3,
+        )
         app = create_app(settings, clock=self.clock)
         self.clock.apps = [app]
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None,
-                                access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on"
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
@@ -176,9 +183,12 @@ class InProcessReceiver:
 
     def send(self, event: dict[str, Any]) -> httpx.Response:
         body = json.dumps(event).encode()
-        return httpx.post(f"{self.url}/v1/events", content=body, timeout=10,
-                          headers={signature.SIGNATURE_HEADER: signature.sign(SECRET.encode(),
-                                                                              body)})
+        return httpx.post(
+            f"{self.url}/v1/events",
+            content=body,
+            timeout=10,
+            headers={signature.SIGNATURE_HEADER: signature.sign(SECRET.encode(), body)},
+        )
 
     def wait_routed(self, count: int, timeout: float = 10) -> None:
         """Wait until count events are routed, so that moving the clock cannot race routing."""

@@ -22,10 +22,16 @@ def at(minutes: float) -> str:
     return (T0 + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def event(kind: str, event_id: str, minute: float, session: str = "sess_1",
-          **fields: object) -> dict[str, object]:
-    base: dict[str, object] = {"id": event_id, "type": kind, "sessionId": session,
-                               "userId": "user_42", "timestamp": at(minute)}
+def event(
+    kind: str, event_id: str, minute: float, session: str = "sess_1", **fields: object
+) -> dict[str, object]:
+    base: dict[str, object] = {
+        "id": event_id,
+        "type": kind,
+        "sessionId": session,
+        "userId": "user_42",
+        "timestamp": at(minute),
+    }
     if kind.startswith("score."):
         base.update(score=12 if kind == "score.drop" else 55, threshold=40)
     return {**base, **fields}
@@ -82,8 +88,9 @@ rules:
 HOLD = "    hold: 60s\n    resolve: true\n"
 
 
-def test_a_recover_inside_hold_sends_nothing(start: Callable[[str], InProcessReceiver],
-                                             clock: FakeClock, http_sink: HTTPSink) -> None:
+def test_a_recover_inside_hold_sends_nothing(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
     server = start(rules(http_sink, HOLD))
     assert server.send(event("score.drop", "e1", 0)).status_code == 202
     server.wait_routed(1)
@@ -142,8 +149,9 @@ def test_a_recover_that_arrives_before_its_drop_makes_the_drop_stale(
     assert server.outbox() == [("e1", "drop", "event", "stale")]
 
 
-def test_many_drops_go_out_as_one_digest(start: Callable[[str], InProcessReceiver],
-                                         clock: FakeClock, http_sink: HTTPSink) -> None:
+def test_many_drops_go_out_as_one_digest(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
     server = start(rules(http_sink, "    group: {by: [type], wait: 30s, max: 50}\n"))
     for i in range(12):
         server.send(event("score.drop", f"e{i}", 0, session=f"s{i}", score=10 + i))
@@ -159,8 +167,9 @@ def test_many_drops_go_out_as_one_digest(start: Callable[[str], InProcessReceive
     assert states.count("grouped") == 12 and states.count("delivered") == 1
 
 
-def test_a_full_digest_goes_out_at_once(start: Callable[[str], InProcessReceiver],
-                                        http_sink: HTTPSink) -> None:
+def test_a_full_digest_goes_out_at_once(
+    start: Callable[[str], InProcessReceiver], http_sink: HTTPSink
+) -> None:
     server = start(rules(http_sink, "    group: {wait: 10m, max: 3}\n"))
     for i in range(4):
         server.send(event("score.drop", f"e{i}", 0, session=f"s{i}"))
@@ -190,8 +199,9 @@ def test_repeat_renotifies_while_open_and_stops_when_resolved(
 ACTIVE = '    active: {{days: [mon, tue, wed, thu, fri], hours: "12:00-18:00", tz: UTC{defer}}}\n'
 
 
-def test_outside_the_active_window_it_is_muted(start: Callable[[str], InProcessReceiver],
-                                               clock: FakeClock, http_sink: HTTPSink) -> None:
+def test_outside_the_active_window_it_is_muted(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
     server = start(rules(http_sink, ACTIVE.format(defer="")))
     server.send(event("score.drop", "e1", 0))  # 10:00 Monday: before 12:00
     server.wait_routed(1)
@@ -215,13 +225,27 @@ def test_deferred_notifications_go_out_when_the_window_opens(
     assert sent.json["title"] == "dropped sess_1"
 
 
-def test_a_silence_matches_and_expires(start: Callable[[str], InProcessReceiver],
-                                       clock: FakeClock, http_sink: HTTPSink) -> None:
+def test_a_silence_matches_and_expires(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
     clock.now = time.time()  # silences are written with the wall clock by the CLI
     server = start(rules(http_sink, ""))
     db = str(server.db)
-    out = CliRunner().invoke(cli, ["silence", "add", "--db", db, "--match", "userId=user_4*",
-                                   "--for", "2h", "--reason", "load test"])
+    out = CliRunner().invoke(
+        cli,
+        [
+            "silence",
+            "add",
+            "--db",
+            db,
+            "--match",
+            "userId=user_4*",
+            "--for",
+            "2h",
+            "--reason",
+            "load test",
+        ],
+    )
     assert out.exit_code == 0 and out.output.startswith("silence #1 until")
     listed = CliRunner().invoke(cli, ["silence", "list", "--db", db]).output
     assert "#1  userId=user_4*" in listed and "(load test)" in listed
@@ -235,12 +259,16 @@ def test_a_silence_matches_and_expires(start: Callable[[str], InProcessReceiver]
     clock.advance(2 * 3600 + 1)  # past its end
     server.send(event("score.drop", "e3", 1, session="s3"))
     http_sink.wait_for(2)
-    out = CliRunner().invoke(cli, ["silence", "add", "--db", db, "--match", "sessionId=s4",
-                                   "--for", "1h", "--reason", "x"])
+    out = CliRunner().invoke(
+        cli,
+        ["silence", "add", "--db", db, "--match", "sessionId=s4", "--for", "1h", "--reason", "x"],
+    )
     clock.now = time.time() + 1
     assert CliRunner().invoke(cli, ["silence", "expire", "--db", db, "2"]).exit_code == 0
-    assert "no active silence #2" in CliRunner().invoke(
-        cli, ["silence", "expire", "--db", db, "2"]).output
+    assert (
+        "no active silence #2"
+        in CliRunner().invoke(cli, ["silence", "expire", "--db", db, "2"]).output
+    )
     server.send(event("score.drop", "e4", 2, session="s4", userId="user_7"))
     http_sink.wait_for(3)
 
@@ -256,8 +284,9 @@ rules:
 """
 
 
-def test_the_heartbeat_fires_once_and_resolves_once(start: Callable[[str], InProcessReceiver],
-                                                    clock: FakeClock, http_sink: HTTPSink) -> None:
+def test_the_heartbeat_fires_once_and_resolves_once(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
     server = start(HEARTBEAT.format(url=http_sink.json_url()))
     clock.advance(10 * 60)
     quiet(http_sink, 0, 0.3)
@@ -273,8 +302,9 @@ def test_the_heartbeat_fires_once_and_resolves_once(start: Callable[[str], InPro
     quiet(http_sink, 2)
 
 
-def test_held_notifications_survive_a_restart(start: Callable[[str], InProcessReceiver],
-                                              clock: FakeClock, http_sink: HTTPSink) -> None:
+def test_held_notifications_survive_a_restart(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
     server = start(rules(http_sink, HOLD))
     server.send(event("score.drop", "e1", 0))
     server.wait_routed(1)
@@ -291,8 +321,9 @@ def test_held_notifications_survive_a_restart(start: Callable[[str], InProcessRe
     assert out == "no open alerts\n"
 
 
-def test_alerts_lists_what_is_open(start: Callable[[str], InProcessReceiver],
-                                   http_sink: HTTPSink) -> None:
+def test_alerts_lists_what_is_open(
+    start: Callable[[str], InProcessReceiver], http_sink: HTTPSink
+) -> None:
     server = start(rules(http_sink, "    resolve: true\n"))
     server.send(event("score.drop", "e1", 0))
     http_sink.wait_for(1)
@@ -323,10 +354,28 @@ def test_explain_shows_what_the_lifecycle_would_do_now(tmp_path: Path) -> None:
 
     asyncio.run(setup())
     rules_file = tmp_path / "rules.yaml"
-    rules_file.write_text("rules:\n  - name: drop\n    notify: console\n    hold: 60s\n"
-                          "    resolve: true\n    group: {by: [type], wait: 30s}\n")
-    out = CliRunner().invoke(cli, ["explain", "--rules", str(rules_file), "--db", str(db),
-                                   "--session", "sess_1", "--timestamp", at(0)]).output
+    rules_file.write_text(
+        "rules:\n  - name: drop\n    notify: console\n    hold: 60s\n"
+        "    resolve: true\n    group: {by: [type], wait: 30s}\n"
+    )
+    out = (
+        CliRunner()
+        .invoke(
+            cli,
+            [
+                "explain",
+                "--rules",
+                str(rules_file),
+                "--db",
+                str(db),
+                "--session",
+                "sess_1",
+                "--timestamp",
+                at(0),
+            ],
+        )
+        .output
+    )
     now_part = out.split("now:\n", 1)[1]
     assert "alert session:sess_1: resolved, newest event 2026-11-23T10:30:00.000000Z" in now_part
     assert "stale: older than the alert's newest event, so nothing is sent" in now_part

@@ -41,8 +41,7 @@ async def seed(store: SQLiteStore, clock: Clock, ids: range, *, routed: bool = T
     if routed:
 
         def mark(tx: SQLiteTx) -> None:
-            for i in ids:
-                tx.mark_routed(f"evt_{i}", clock.now)
+            tx.mark_routed([f"evt_{i}" for i in ids], clock.now)
 
         await store.transact(mark)
 

@@ -65,11 +65,11 @@ def test_full_disk_answers_503_keeps_no_partial_rows_and_recovers(
         assert server.post(first, signed(first)).status_code == 202
         # Fill what is left of the disk.
         filler = small_disk / "filler"
-        with filler.open("wb") as out:
+        # Unbuffered: a buffered file would raise ENOSPC again when the block closes it.
+        with filler.open("wb", buffering=0) as out:
             try:
                 while True:
                     out.write(b"\0" * 65536)
-                    out.flush()
             except OSError:
                 pass
         refused: list[str] = []

@@ -69,13 +69,13 @@ def test_concurrent_accepts_share_commits_and_dedupe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     batches = []
-    real = SQLiteStore._commit_accepts
+    real = SQLiteStore._cycle
 
-    def counting(self: SQLiteStore, conn: Any, accepts: list[Any]) -> Any:
+    def counting(self: SQLiteStore, conn: Any, accepts: list[Any], calls: list[Any]) -> Any:
         batches.append(len(accepts))
-        return real(self, conn, accepts)
+        return real(self, conn, accepts, calls)
 
-    monkeypatch.setattr(SQLiteStore, "_commit_accepts", counting)
+    monkeypatch.setattr(SQLiteStore, "_cycle", counting)
 
     async def go(store: SQLiteStore) -> list[bool]:
         # 400 deliveries of 100 distinct ids, all in flight at once.
@@ -143,7 +143,7 @@ async def queue(store: SQLiteStore, event_id: str, notes: list[Notification], no
     """Mark event_id routed and queue notes for it, as the router does; rows written."""
 
     def work(tx: Any) -> int:
-        if not tx.mark_routed(event_id, now):
+        if not tx.mark_routed([event_id], now):
             return 0
         return len([tx.add(event_id, n, state="pending", now=now) for n in notes])
 

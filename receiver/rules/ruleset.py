@@ -77,11 +77,14 @@ class Ruleset:
             if rule.resolve:
                 extras.append("resolve")
             if rule.group is not None:
-                extras.append(f"group by {', '.join(rule.group.by) or '-'} "
-                              f"every {format_duration(rule.group.wait)}")
+                extras.append(
+                    f"group by {', '.join(rule.group.by) or '-'} "
+                    f"every {format_duration(rule.group.wait)}"
+                )
             if rule.active is not None:
-                extras.append(f"active {rule.active.text}" + (" (defer)" if rule.active.defer
-                                                               else ""))
+                extras.append(
+                    f"active {rule.active.text}" + (" (defer)" if rule.active.defer else "")
+                )
             tail = f" ({', '.join(extras)})" if extras else ""
             lines.append(f"  {rule.name} -> {', '.join(rule.notify)}{tail}")
         described = []
@@ -93,8 +96,10 @@ class Ruleset:
                 described.append(f"{name} ({n} url{'s' if n != 1 else ''})")
         lines.append("notifiers: " + ", ".join(described))
         if self.heartbeat is not None:
-            lines.append(f"heartbeat: after {format_duration(self.heartbeat.silent_for)} "
-                         f"without events -> {', '.join(self.heartbeat.notify)}")
+            lines.append(
+                f"heartbeat: after {format_duration(self.heartbeat.silent_for)} "
+                f"without events -> {', '.join(self.heartbeat.notify)}"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -16,8 +16,19 @@ T = TypeVar("T")
 OnAccepted = Callable[[], None]
 # held: waiting for a hold, an active window (defer) or a digest window to pass.
 # The last six are suppressed notifications, kept with their reason.
-OUTBOX_STATES = ("pending", "held", "sending", "delivered", "dead",
-                 "throttled", "cancelled", "muted", "silenced", "grouped", "stale")
+OUTBOX_STATES = (
+    "pending",
+    "held",
+    "sending",
+    "delivered",
+    "dead",
+    "throttled",
+    "cancelled",
+    "muted",
+    "silenced",
+    "grouped",
+    "stale",
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,9 @@ class Store(Protocol):
     async def accept(self, event: Event, raw: bytes) -> bool:
         """Keep event durably; True if new, False if its id was already stored."""
 
+    def under_pressure(self) -> bool:
+        """Whether ingest is in a burst just now (routing then gives way)."""
+
     async def quarantine(
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
     ) -> None: ...
@@ -85,6 +99,7 @@ class Store(Protocol):
 
     async def transact(self, fn: Callable[[SQLiteTx], T]) -> T:
         """Run fn in one write transaction: all of its writes commit, or none."""
+
     async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]: ...
     async def next_due(self) -> float | None: ...
     async def mark_delivered(self, row_id: int, *, now: float) -> None: ...

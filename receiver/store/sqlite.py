@@ -9,7 +9,6 @@ instead of paying one each, and the event loop never waits on the disk.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import queue
 import sqlite3
@@ -29,25 +28,30 @@ from receiver.store.tx import SQLiteTx
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
 
-MAX_BATCH = 512
+CROWD = 4  # accepts in one loop turn that mean a burst
+PRESSURE_WINDOW = 0.25  # seconds a burst is remembered
+MAX_JOBS = 512  # queue items (a loop turn's accepts, or one call) a writer cycle takes
 _INSERT_EVENT = (
     "INSERT OR IGNORE INTO events (id, type, session_id, user_id, score, threshold,"
     " event_ts, received_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-# A group in few statements: which ids are stored already, then multi-row INSERTs of the
-# rest. Each statement lets go of the GIL and has to win it back from a busy event loop, so a
-# statement per row made a commit wait far longer than its fsync.
-_STORED_IDS = "SELECT json_group_array(id) FROM events WHERE id IN (SELECT value FROM json_each(?))"
+# A group in few statements: multi-row INSERTs that return the ids they stored, so what
+# they did not store is a duplicate. Each statement lets go of the GIL and has to win it
+# back from a busy event loop, so a statement per row made a commit wait far longer than
+# its fsync.
 _CHUNKS = (64, 16, 4, 1)  # rows per INSERT; few distinct statements for the statement cache
 _INSERT_ROWS = {
     n: _INSERT_EVENT.removesuffix("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
     + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * n)
+    + " RETURNING id"
     for n in _CHUNKS
 }
 _OUTBOX_COLUMNS = (
     "id, event_id, rule, notifier, target, title, body, state, attempts, next_at,"
     " created_at, updated_at, reason, last_error, kind"
 )
+
+Result = tuple["asyncio.Future[Any]", Any, BaseException | None]
 
 
 class _Accept:
@@ -63,28 +67,20 @@ def _insert_batch(conn: sqlite3.Connection, accepts: list[_Accept]) -> list[bool
 
     An id already stored, or seen earlier in the same group, is a duplicate.
     """
-    ids = [job.params[0] for job in accepts]
-    seen = set(json.loads(conn.execute(_STORED_IDS, (json.dumps(ids),)).fetchone()[0]))
+    stored: set[str] = set()
+    for start in range(0, len(accepts), _CHUNKS[0]):
+        rows = accepts[start : start + _CHUNKS[0]]
+        done = 0
+        while done < len(rows):
+            size = next(n for n in _CHUNKS if n <= len(rows) - done)
+            params = [value for job in rows[done : done + size] for value in job.params]
+            stored.update(row[0] for row in conn.execute(_INSERT_ROWS[size], params))
+            done += size
     new = []
-    rows = []
     for job in accepts:
-        fresh = job.params[0] not in seen
-        new.append(fresh)
-        if fresh:
-            seen.add(job.params[0])
-            rows.append(job.params)
-    inserted = 0
-    while len(rows) > inserted:
-        size = next(n for n in _CHUNKS if n <= len(rows) - inserted)
-        params = [value for row in rows[inserted : inserted + size] for value in row]
-        if conn.execute(_INSERT_ROWS[size], params).rowcount != size:
-            break
-        inserted += size
-    if inserted != len(rows):
-        # Cannot happen under the write lock we hold; if it ever does, decide row by row.
-        conn.execute("ROLLBACK")
-        conn.execute("BEGIN IMMEDIATE")
-        return [conn.execute(_INSERT_EVENT, job.params).rowcount == 1 for job in accepts]
+        event_id = job.params[0]
+        new.append(event_id in stored)
+        stored.discard(event_id)  # a second copy in the same group is a duplicate
     return new
 
 
@@ -110,7 +106,23 @@ class _Call:
         self.write = write
 
 
+class _TransactionLost(Exception):
+    """SQLite rolled the whole transaction back (disk full, I/O error): the cycle failed."""
+
+    def __init__(self, cause: sqlite3.Error) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 _STOP = object()
+
+
+def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
+    """Roll back to a savepoint, or raise _TransactionLost if SQLite already ended it all."""
+    if not conn.in_transaction:
+        raise _TransactionLost(exc if isinstance(exc, sqlite3.Error) else sqlite3.Error(exc))
+    conn.execute(f"ROLLBACK TO {savepoint}")
+    conn.execute(f"RELEASE {savepoint}")
 
 
 class SQLiteStore:
@@ -131,6 +143,10 @@ class SQLiteStore:
         self.on_accepted = on_accepted
         self.clock = clock
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # Accepts made in one turn of the event loop, handed to the writer together: one
+        # queue item (one wake of the writer thread) a turn instead of one a request.
+        self._accepts: list[_Accept] = []
+        self._pressed_at = float("-inf")  # when a loop turn last handed off a crowd of accepts
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -173,71 +189,81 @@ class SQLiteStore:
         try:
             while True:
                 jobs = [self._queue.get()]
-                while len(jobs) < MAX_BATCH:
+                while len(jobs) < MAX_JOBS:
                     try:
                         jobs.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                stop = any(job is _STOP for job in jobs)
-                accepts = [job for job in jobs if type(job) is _Accept]
+                accepts = [a for job in jobs if type(job) is list for a in job]
                 calls = [job for job in jobs if type(job) is _Call]
-                results: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-                if accepts:
-                    results.extend(self._commit_accepts(conn, accepts))
-                for call in calls:
-                    results.append(self._run_call(conn, call))
-                self._settle(results, woke=any(r[1] is True for r in results[: len(accepts)]))
-                if stop:
+                if accepts or calls:
+                    results, woke = self._cycle(conn, accepts, calls)
+                    self._settle(results, woke=woke)
+                if any(job is _STOP for job in jobs):
                     break
         finally:
             conn.close()
 
-    def _commit_accepts(
-        self, conn: sqlite3.Connection, accepts: list[_Accept]
-    ) -> list[tuple[asyncio.Future[Any], Any, BaseException | None]]:
+    def _cycle(
+        self, conn: sqlite3.Connection, accepts: list[_Accept], calls: list[_Call]
+    ) -> tuple[list[Result], bool]:
+        """One transaction for everything queued: the accepted events, then each call in its
+        own savepoint; one commit (one fsync) makes all of it durable.
+
+        A call that raises is rolled back alone and gets its error; an error that costs the
+        whole transaction (the disk is full, the file is locked) fails every job in it.
+        """
+        results: list[Result] = []
+        woke = False
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            write = bool(accepts) or any(call.write for call in calls)
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
-                new = _insert_batch(conn, accepts)
+                if accepts:
+                    results += self._insert(conn, accepts)
+                    woke = any(value is True for _, value, _ in results)
+                results += [self._run(conn, call) for call in calls]
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as exc:
-            log.error("storage unavailable: %s (%d events refused)", exc, len(accepts))
-            error = StorageUnavailableError(f"storage unavailable: {exc}; retry later")
-            return [(job.future, None, error) for job in accepts]
-        except Exception as exc:  # a bug: refuse this group (the sender retries), keep writing
+        except (sqlite3.Error, _TransactionLost) as exc:
+            cause = exc.cause if isinstance(exc, _TransactionLost) else exc
+            if accepts:
+                log.error("storage unavailable: %s (%d events refused)", cause, len(accepts))
+            error = StorageUnavailableError(f"storage unavailable: {cause}; retry later")
+            futures = [job.future for job in accepts] + [call.future for call in calls]
+            return [(future, None, error) for future in futures], False
+        return results, woke
+
+    def _insert(self, conn: sqlite3.Connection, accepts: list[_Accept]) -> list[Result]:
+        conn.execute("SAVEPOINT accepts")
+        try:
+            new = _insert_batch(conn, accepts)
+        except Exception as exc:  # noqa: BLE001 - refused, the senders retry; calls go on
+            _undo(conn, "accepts", exc)
             log.exception("storing %d events failed", len(accepts))
             error = StorageUnavailableError(f"storage failed: {exc}; retry later")
             return [(job.future, None, error) for job in accepts]
+        conn.execute("RELEASE accepts")
         return [(job.future, is_new, None) for job, is_new in zip(accepts, new, strict=True)]
 
-    def _run_call(
-        self, conn: sqlite3.Connection, call: _Call
-    ) -> tuple[asyncio.Future[Any], Any, BaseException | None]:
+    def _run(self, conn: sqlite3.Connection, call: _Call) -> Result:
+        conn.execute("SAVEPOINT call")
         try:
-            if call.write:
-                conn.execute("BEGIN IMMEDIATE")
-            else:
-                conn.execute("BEGIN")
-            try:
-                result = call.fn(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as exc:
-            return (call.future, None, StorageUnavailableError(f"storage unavailable: {exc}"))
+            result = call.fn(conn)
         except Exception as exc:  # noqa: BLE001 - handed to the caller
+            _undo(conn, "call", exc)
+            if isinstance(exc, sqlite3.Error):
+                return (call.future, None, StorageUnavailableError(f"storage unavailable: {exc}"))
             return (call.future, None, exc)
+        conn.execute("RELEASE call")
         return (call.future, result, None)
 
     def _settle(
         self,
-        results: list[tuple[asyncio.Future[Any], Any, BaseException | None]],
+        results: list[Result],
         *,
         woke: bool = False,
     ) -> None:
@@ -282,8 +308,23 @@ class SQLiteStore:
             self.clock(),
             raw.decode("utf-8"),
         )
-        self._queue.put(_Accept(future, params))
+        self._accepts.append(_Accept(future, params))
+        if len(self._accepts) == 1:
+            self._loop.call_soon(self._hand_off)
         return await future
+
+    def _hand_off(self) -> None:
+        accepts, self._accepts = self._accepts, []
+        self._queue.put(accepts)
+        if len(accepts) >= CROWD:
+            assert self._loop is not None
+            self._pressed_at = self._loop.time()
+
+    def under_pressure(self) -> bool:
+        """Whether senders are crowding in: a loop turn handed off CROWD accepts or more
+        within the last PRESSURE_WINDOW seconds."""
+        assert self._loop is not None
+        return self._loop.time() - self._pressed_at < PRESSURE_WINDOW
 
     async def quarantine(
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None

@@ -60,11 +60,46 @@ class Silence:
     created_at: float = 0.0
 
 
+_SELECT_ALERTS = (
+    "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts FROM alerts"
+)
+_UPDATE_ALERT = (
+    "UPDATE alerts SET state = ?, episode = ?, last_ts = ?, opened_ts = ?, opened_event = ?,"
+    " resolved_ts = ?, updated_at = ? WHERE id = ?"
+)
+_SAVE_ALERT = (
+    "INSERT OR REPLACE INTO alerts (id, state, episode, last_ts, opened_ts, opened_event,"
+    " resolved_ts, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _alert_row(alert: Alert, now: float) -> tuple[Any, ...]:
+    return (
+        alert.id,
+        alert.state,
+        alert.episode,
+        alert.last_ts,
+        alert.opened_ts,
+        alert.opened_event,
+        alert.resolved_ts,
+        now,
+    )
+
+
 class SQLiteTx:
     """Synchronous helpers over one connection with an open write transaction."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        # Alerts read ahead for a batch (None: known not to exist), and those changed since:
+        # a batch reads and writes each alert once, not once an event.
+        self._alerts: dict[str, Alert | None] | None = None
+        self._changed: dict[str, tuple[Alert, float]] = {}
+        # Of those alerts, the ones with held notifications or notices: a resolve looks for
+        # them only there (most alerts have neither, and it saves four statements).
+        self._found: set[str] = set()
+        self._held: set[str] = set()
+        self._noticed: set[str] = set()
 
     # -- events ------------------------------------------------------------------------------
 
@@ -77,11 +112,14 @@ class SQLiteTx:
         )
         return [StoredEvent(*row) for row in rows if row[0] not in skip][:limit]
 
-    def mark_routed(self, event_id: str, now: float) -> bool:
+    def mark_routed(self, event_ids: list[str], now: float) -> int:
+        """Mark these events routed; how many were not already."""
         cur = self.conn.execute(
-            "UPDATE events SET routed_at = ? WHERE id = ? AND routed_at IS NULL", (now, event_id)
+            "UPDATE events SET routed_at = ? WHERE id IN (SELECT value FROM json_each(?))"
+            " AND routed_at IS NULL",
+            (now, json.dumps(event_ids)),
         )
-        return cur.rowcount == 1
+        return cur.rowcount
 
     def event_body(self, event_id: str) -> str | None:
         row = self.conn.execute("SELECT body FROM events WHERE id = ?", (event_id,)).fetchone()
@@ -110,6 +148,8 @@ class SQLiteTx:
         episode: int | None = None,
         group_id: int | None = None,
     ) -> int:
+        if alert is not None and state == "held":
+            self._held.add(alert)
         cur = self.conn.execute(
             "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state, reason,"
             " next_at, created_at, updated_at, kind, alert, episode, group_id)"
@@ -148,6 +188,8 @@ class SQLiteTx:
         return False
 
     def cancel_held(self, alert: str, episode: int, now: float, reason: str) -> int:
+        if self._alerts is not None and alert in self._alerts and alert not in self._held:
+            return 0
         return self.conn.execute(
             "UPDATE outbox SET state = 'cancelled', reason = ?, updated_at = ?"
             " WHERE alert = ? AND episode = ? AND state = 'held' AND kind = 'event'",
@@ -166,40 +208,79 @@ class SQLiteTx:
     # -- alerts and notices ----------------------------------------------------------------------
 
     def alert(self, alert_id: str) -> Alert | None:
-        row = self.conn.execute(
-            "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts"
-            " FROM alerts WHERE id = ?",
-            (alert_id,),
-        ).fetchone()
+        if self._alerts is not None and alert_id in self._alerts:
+            return self._alerts[alert_id]
+        row = self.conn.execute(f"{_SELECT_ALERTS} WHERE id = ?", (alert_id,)).fetchone()
         return None if row is None else Alert(*row)
 
     def save_alert(self, alert: Alert, now: float) -> None:
-        self.conn.execute(
-            "INSERT OR REPLACE INTO alerts (id, state, episode, last_ts, opened_ts, opened_event,"
-            " resolved_ts, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                alert.id,
-                alert.state,
-                alert.episode,
-                alert.last_ts,
-                alert.opened_ts,
-                alert.opened_event,
-                alert.resolved_ts,
-                now,
-            ),
+        if self._alerts is not None and alert.id in self._alerts:
+            self._alerts[alert.id] = alert
+            self._changed[alert.id] = (alert, now)
+            return
+        self.conn.execute(_SAVE_ALERT, _alert_row(alert, now))
+
+    def read_alerts(self, alert_ids: Iterable[str]) -> None:
+        """Read these alerts ahead; until write_alerts(), alert() and save_alert() keep them
+        in memory (the batch must then be written, or its savepoint rolled back)."""
+        ids = list(set(alert_ids))
+        listed = json.dumps(ids)
+        self._alerts = dict.fromkeys(ids)
+        rows = self.conn.execute(
+            f"{_SELECT_ALERTS} WHERE id IN (SELECT value FROM json_each(?))", (listed,)
         )
+        for row in rows:
+            self._alerts[row[0]] = Alert(*row)
+        self._found = {key for key, alert in self._alerts.items() if alert is not None}
+        self._held = {
+            alert
+            for (alert,) in self.conn.execute(
+                "SELECT DISTINCT alert FROM outbox WHERE alert IN (SELECT value FROM json_each(?))"
+                " AND state = 'held' AND kind = 'event'",
+                (listed,),
+            )
+        }
+        self._noticed = {
+            alert
+            for (alert,) in self.conn.execute(
+                "SELECT DISTINCT alert FROM notices WHERE alert IN"
+                " (SELECT value FROM json_each(?))",
+                (listed,),
+            )
+        }
+
+    def write_alerts(self) -> None:
+        """Write the alerts changed since read_alerts(), and stop keeping them."""
+        assert self._alerts is not None
+        found = self._found
+        changed = self._changed.values()
+        # UPDATE in place where the row exists: REPLACE would delete and reinsert it, and
+        # its index entries with it.
+        self.conn.executemany(
+            _UPDATE_ALERT, [_alert_row(a, now)[1:] + (a.id,) for a, now in changed if a.id in found]
+        )
+        self.conn.executemany(
+            _SAVE_ALERT, [_alert_row(a, now) for a, now in changed if a.id not in found]
+        )
+        self.forget_alerts()
+
+    def forget_alerts(self) -> None:
+        """Drop what read_alerts() kept, written or not (after rolling its writes back)."""
+        self._alerts = None
+        self._changed.clear()
+        self._held.clear()
+        self._noticed.clear()
 
     def open_alerts(self, limit: int = 1000) -> list[Alert]:
         rows = self.conn.execute(
-            "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts"
-            " FROM alerts WHERE state = 'open' ORDER BY opened_ts LIMIT ?",
-            (limit,),
+            f"{_SELECT_ALERTS} WHERE state = 'open' ORDER BY opened_ts LIMIT ?", (limit,)
         )
         return [Alert(*row) for row in rows]
 
     def add_notice(
         self, alert: str, episode: int, rule: str, now: float, repeat: float | None
     ) -> None:
+        self._noticed.add(alert)
         self.conn.execute(
             "INSERT OR IGNORE INTO notices (alert, episode, rule, notified_at, next_repeat_at)"
             " VALUES (?, ?, ?, ?, ?)",
@@ -207,6 +288,8 @@ class SQLiteTx:
         )
 
     def notices(self, alert: str, episode: int) -> list[Notice]:
+        if self._alerts is not None and alert in self._alerts and alert not in self._noticed:
+            return []
         rows = self.conn.execute(
             "SELECT alert, episode, rule, notified_at, next_repeat_at, repeats FROM notices"
             " WHERE alert = ? AND episode = ?",
@@ -215,6 +298,8 @@ class SQLiteTx:
         return [Notice(*row) for row in rows]
 
     def end_repeats(self, alert: str, episode: int) -> None:
+        if self._alerts is not None and alert in self._alerts and alert not in self._noticed:
+            return
         self.conn.execute(
             "UPDATE notices SET next_repeat_at = NULL WHERE alert = ? AND episode = ?",
             (alert, episode),
