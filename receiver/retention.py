@@ -1,7 +1,7 @@
 """Retention: events older than RECEIVER_RETENTION pruned in small batches, in the background.
 
-Each batch is one short transaction of the writer thread, with a pause between
-batches, so ingest's group commits keep getting the writer and a large backlog
+Each batch is one short store transaction, with a pause between batches, so
+ingest's group commits keep getting the store and a large backlog
 (the first start after an upgrade, say) never stalls deliveries.
 """
 

@@ -71,9 +71,9 @@ def test_concurrent_accepts_share_commits_and_dedupe(
     batches = []
     real = SQLiteStore._cycle
 
-    def counting(self: SQLiteStore, conn: Any, accepts: list[Any], calls: list[Any]) -> Any:
-        batches.append(len(accepts))
-        return real(self, conn, accepts, calls)
+    async def counting(self: SQLiteStore, jobs: list[Any]) -> None:
+        batches.append(len(jobs))
+        await real(self, jobs)
 
     monkeypatch.setattr(SQLiteStore, "_cycle", counting)
 

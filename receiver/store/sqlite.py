@@ -1,20 +1,21 @@
-"""The embedded store: one SQLite file in WAL mode, written by a single thread with group commit.
+"""The embedded store: one SQLite file in WAL mode, one connection, group commit.
 
-Every write goes through one writer thread. Concurrent ``accept`` calls that
-arrive while a commit is in progress are inserted together and made durable
-by the next single commit (group commit), so many senders share one fsync
-instead of paying one each, and the event loop never waits on the disk.
+Every write goes through one queue of jobs. The jobs that arrive while a
+commit is in progress make up the next transaction (group commit), so many
+senders share one fsync instead of paying one each. Statements run on the
+event loop (they only touch memory); the commit, which waits on the disk, and
+a wait for another process's lock run in one helper thread, so the event loop
+never waits on either.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,9 +29,11 @@ from receiver.store.tx import SQLiteTx
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
 
-CROWD = 4  # accepts in one loop turn that mean a burst
+# Page cache: the id and session indexes take inserts all over, so SQLite's default 2 MiB
+# cache made each insert read pages back from the OS.
+CACHE_KIB = 64 * 1024
+CROWD = 4  # accepts in one cycle that mean a burst
 PRESSURE_WINDOW = 0.25  # seconds a burst is remembered
-MAX_JOBS = 512  # queue items (a loop turn's accepts, or one call) a writer cycle takes
 _INSERT_EVENT = (
     "INSERT OR IGNORE INTO events (id, type, session_id, user_id, score, threshold,"
     " event_ts, received_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -114,9 +117,6 @@ class _TransactionLost(Exception):
         self.cause = cause
 
 
-_STOP = object()
-
-
 def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     """Roll back to a savepoint, or raise _TransactionLost if SQLite already ended it all."""
     if not conn.in_transaction:
@@ -142,88 +142,115 @@ class SQLiteStore:
         self.busy_timeout = busy_timeout
         self.on_accepted = on_accepted
         self.clock = clock
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        # Accepts made in one turn of the event loop, handed to the writer together: one
-        # queue item (one wake of the writer thread) a turn instead of one a request.
-        self._accepts: list[_Accept] = []
-        self._pressed_at = float("-inf")  # when a loop turn last handed off a crowd of accepts
-        self._thread: threading.Thread | None = None
+        self._conn: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The one thread that waits on the disk (COMMIT's fsync) or on another process's lock.
+        self._disk: ThreadPoolExecutor | None = None
+        self._jobs: list[_Accept | _Call] = []  # for the next cycle
+        self._wake = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
+        self._closing = False
+        self._pressed_at = float("-inf")  # when a cycle last took a crowd of accepts
 
     # -- lifecycle --------------------------------------------------------------------------
 
     async def open(self) -> None:
         self._loop = asyncio.get_running_loop()
-        ready: asyncio.Future[None] = self._loop.create_future()
-        self._thread = threading.Thread(
-            target=self._writer, args=(ready,), name="receiver-store", daemon=True
-        )
-        self._thread.start()
-        await ready
+        self._disk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="receiver-store")
+        try:
+            self._conn = await self._loop.run_in_executor(self._disk, self._connect)
+        except Exception as exc:
+            self._disk.shutdown(wait=False)
+            raise StoreError(f"cannot open database {self.path}: {exc}") from exc
+        self._wake = asyncio.Event()
+        self._pump = asyncio.create_task(self._run(), name="receiver-store")
 
     async def close(self) -> None:
-        if self._thread is None:
+        if self._pump is None or self._conn is None or self._disk is None:
             return
-        self._queue.put(_STOP)
-        await asyncio.to_thread(self._thread.join)
-        self._thread = None
+        self._closing = True
+        self._wake.set()
+        await self._pump  # finishes what is queued first
+        conn, self._conn, self._pump = self._conn, None, None
+        await asyncio.get_running_loop().run_in_executor(self._disk, conn.close)
+        self._disk.shutdown(wait=True)
+        self._disk = None
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, timeout=self.busy_timeout)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, timeout=self.busy_timeout, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            migrate(conn)
+            # From now on the event loop must never wait on a lock: it gets "locked" at once
+            # and hands the wait to the disk thread (_begin_waiting).
+            conn.execute("PRAGMA busy_timeout=0")
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
-    # -- the writer thread ------------------------------------------------------------------
+    # -- cycles: one transaction, one commit, for everything queued --------------------------
 
-    def _writer(self, ready: asyncio.Future[None]) -> None:
-        try:
-            conn = self._connect()
-            migrate(conn)
-        except Exception as exc:  # noqa: BLE001 - handed to the opener
-            error = StoreError(f"cannot open database {self.path}: {exc}")
-            self._settle([(ready, None, error)])
-            return
-        self._settle([(ready, None, None)])
-        try:
-            while True:
-                jobs = [self._queue.get()]
-                while len(jobs) < MAX_JOBS:
-                    try:
-                        jobs.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-                accepts = [a for job in jobs if type(job) is list for a in job]
-                calls = [job for job in jobs if type(job) is _Call]
-                if accepts or calls:
-                    results, woke = self._cycle(conn, accepts, calls)
-                    self._settle(results, woke=woke)
-                if any(job is _STOP for job in jobs):
-                    break
-        finally:
-            conn.close()
+    def _queue(self, job: _Accept | _Call) -> None:
+        self._jobs.append(job)
+        self._wake.set()
 
-    def _cycle(
-        self, conn: sqlite3.Connection, accepts: list[_Accept], calls: list[_Call]
-    ) -> tuple[list[Result], bool]:
-        """One transaction for everything queued: the accepted events, then each call in its
-        own savepoint; one commit (one fsync) makes all of it durable.
+    async def _run(self) -> None:
+        """Cycle after cycle while there is work: jobs queued during one cycle's commit make
+        up the next (group commit), so many senders share one fsync."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await asyncio.sleep(0)  # let this loop turn's other requests queue theirs too
+            while self._jobs:
+                jobs, self._jobs = self._jobs, []
+                await self._cycle(jobs)
+            if self._closing:
+                return
 
-        A call that raises is rolled back alone and gets its error; an error that costs the
-        whole transaction (the disk is full, the file is locked) fails every job in it.
+    async def _cycle(self, jobs: list[_Accept | _Call]) -> None:
+        """One transaction for the jobs: the accepted events, then each call in its own
+        savepoint; one commit (one fsync, in the disk thread) makes all of it durable.
+
+        The statements run here, on the event loop: they touch only memory (the page
+        cache), and running them in a thread made every statement wait to win the GIL
+        back from the busy loop. A call that raises is rolled back alone and gets its
+        error; an error that costs the whole transaction (the disk is full, the file is
+        locked) fails every job in it.
         """
+        conn, loop, disk = self._conn, self._loop, self._disk
+        assert conn is not None and loop is not None and disk is not None
+        accepts = [job for job in jobs if type(job) is _Accept]
+        calls = [job for job in jobs if type(job) is _Call]
+        if len(accepts) >= CROWD:
+            self._pressed_at = loop.time()
         results: list[Result] = []
         woke = False
         try:
-            write = bool(accepts) or any(call.write for call in calls)
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            begin = "BEGIN IMMEDIATE" if accepts or any(c.write for c in calls) else "BEGIN"
+            try:
+                conn.execute(begin)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                await loop.run_in_executor(disk, self._begin_waiting, conn, begin)
             try:
                 if accepts:
                     results += self._insert(conn, accepts)
                     woke = any(value is True for _, value, _ in results)
-                results += [self._run(conn, call) for call in calls]
-                conn.execute("COMMIT")
+                results += [self._call_in(conn, call) for call in calls]
+                commit = loop.run_in_executor(disk, conn.execute, "COMMIT")
+                try:
+                    await asyncio.shield(commit)
+                except asyncio.CancelledError:
+                    # Never touch the connection while the commit still runs in the thread.
+                    await asyncio.wait([commit])
+                    raise
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -233,9 +260,30 @@ class SQLiteStore:
             if accepts:
                 log.error("storage unavailable: %s (%d events refused)", cause, len(accepts))
             error = StorageUnavailableError(f"storage unavailable: {cause}; retry later")
-            futures = [job.future for job in accepts] + [call.future for call in calls]
-            return [(future, None, error) for future in futures], False
-        return results, woke
+            results = [(job.future, None, error) for job in jobs]
+            woke = False
+        for future, value, failure in results:
+            if future.done():
+                continue
+            if failure is None:
+                future.set_result(value)
+            else:
+                future.set_exception(failure)
+        if woke and self.on_accepted is not None:
+            self.on_accepted()
+
+    def _begin_waiting(self, conn: sqlite3.Connection, begin: str) -> None:
+        """BEGIN, waiting up to busy_timeout for another process to let go of the lock."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                conn.execute(begin)
+                return
+            except sqlite3.OperationalError as exc:
+                locked = "locked" in str(exc) or "busy" in str(exc)
+                if not locked or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.005)
 
     def _insert(self, conn: sqlite3.Connection, accepts: list[_Accept]) -> list[Result]:
         conn.execute("SAVEPOINT accepts")
@@ -249,7 +297,7 @@ class SQLiteStore:
         conn.execute("RELEASE accepts")
         return [(job.future, is_new, None) for job, is_new in zip(accepts, new, strict=True)]
 
-    def _run(self, conn: sqlite3.Connection, call: _Call) -> Result:
+    def _call_in(self, conn: sqlite3.Connection, call: _Call) -> Result:
         conn.execute("SAVEPOINT call")
         try:
             result = call.fn(conn)
@@ -261,40 +309,17 @@ class SQLiteStore:
         conn.execute("RELEASE call")
         return (call.future, result, None)
 
-    def _settle(
-        self,
-        results: list[Result],
-        *,
-        woke: bool = False,
-    ) -> None:
-        def settle() -> None:
-            for future, value, error in results:
-                if future.done():
-                    continue
-                if error is None:
-                    future.set_result(value)
-                else:
-                    future.set_exception(error)
-            if woke and self.on_accepted is not None:
-                self.on_accepted()
-
-        assert self._loop is not None
-        try:
-            self._loop.call_soon_threadsafe(settle)
-        except RuntimeError:  # the loop closed under us: nobody is waiting any more
-            pass
-
     async def _call(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
-        if self._thread is None or self._loop is None:
+        if self._conn is None or self._loop is None or self._closing:
             raise StoreError("store is not open")
         future: asyncio.Future[T] = self._loop.create_future()
-        self._queue.put(_Call(future, fn, write))
+        self._queue(_Call(future, fn, write))
         return await future
 
     # -- ingest -----------------------------------------------------------------------------
 
     async def accept(self, event: Event, raw: bytes) -> bool:
-        if self._thread is None or self._loop is None:
+        if self._conn is None or self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
         future: asyncio.Future[bool] = self._loop.create_future()
         params = (
@@ -308,21 +333,12 @@ class SQLiteStore:
             self.clock(),
             raw.decode("utf-8"),
         )
-        self._accepts.append(_Accept(future, params))
-        if len(self._accepts) == 1:
-            self._loop.call_soon(self._hand_off)
+        self._queue(_Accept(future, params))
         return await future
 
-    def _hand_off(self) -> None:
-        accepts, self._accepts = self._accepts, []
-        self._queue.put(accepts)
-        if len(accepts) >= CROWD:
-            assert self._loop is not None
-            self._pressed_at = self._loop.time()
-
     def under_pressure(self) -> bool:
-        """Whether senders are crowding in: a loop turn handed off CROWD accepts or more
-        within the last PRESSURE_WINDOW seconds."""
+        """Whether senders are crowding in: a cycle took CROWD accepts or more within the
+        last PRESSURE_WINDOW seconds."""
         assert self._loop is not None
         return self._loop.time() - self._pressed_at < PRESSURE_WINDOW
 

@@ -1,5 +1,5 @@
 """One routing transaction on the SQLite store: the reads and writes the router and the alert
-lifecycle make, run inside the writer thread so each batch commits as a whole."""
+lifecycle make, inside one store transaction so each batch commits as a whole."""
 
 from __future__ import annotations
 
