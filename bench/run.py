@@ -543,6 +543,10 @@ def run_memory(
         f"| {first / 1024:.1f} | {last / 1024:.1f} | {peak / 1024:.1f} | "
         f"{(last - first) / first:+.1%} |",
         "",
+        f"From the 10% mark ({samples[len(samples) // 10][0]:.0f}s, once SQLite's 64 MiB page"
+        f" cache has filled) to the end: {rss[len(rss) // 10] / 1024:.1f} -> {last / 1024:.1f} MiB"
+        f" ({(last - rss[len(rss) // 10]) / rss[len(rss) // 10]:+.1%}).",
+        "",
         "Samples (s, MiB): " + ", ".join(f"{t:.0f}: {kib / 1024:.1f}" for t, kib in samples),
         "",
     ]
