@@ -415,7 +415,7 @@ class SQLiteStore:
     # -- routing ----------------------------------------------------------------------------
 
     async def transact(self, fn: Callable[[SQLiteTx], T]) -> T:
-        """Run fn in one write transaction of the writer thread: all of it commits, or none."""
+        """Run fn in one write transaction (a savepoint of a cycle): all of it commits, or none."""
         return await self._call(lambda conn: fn(SQLiteTx(conn)))
 
     # -- delivery ---------------------------------------------------------------------------
