@@ -254,8 +254,10 @@ class SQLiteStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-        except (sqlite3.Error, _TransactionLost) as exc:
+        except Exception as exc:  # noqa: BLE001 - fail this cycle, never the pump (all would hang)
             cause = exc.cause if isinstance(exc, _TransactionLost) else exc
+            if not isinstance(cause, sqlite3.Error):
+                log.exception("a store cycle failed; its %d jobs are refused", len(jobs))
             if accepts:
                 log.error("storage unavailable: %s (%d events refused)", cause, len(accepts))
             error = StorageUnavailableError(f"storage unavailable: {cause}; retry later")
