@@ -51,18 +51,43 @@ def test_rows_keep_columns_and_raw_body(tmp_path: Path) -> None:
     assert row == ("evt_1", "score.drop", "sess_demo", "user_42", 22, 40, raw.decode(), None)
 
 
-def test_wal_and_full_sync_by_default(tmp_path: Path) -> None:
-    async def go(store: SQLiteStore) -> tuple[Any, Any]:
-        def pragmas(conn: sqlite3.Connection) -> tuple[Any, Any]:
-            return (
-                conn.execute("PRAGMA journal_mode").fetchone()[0],
-                conn.execute("PRAGMA synchronous").fetchone()[0],
+def test_wal_full_sync_and_memory_temp_store_by_default(tmp_path: Path) -> None:
+    async def go(store: SQLiteStore) -> tuple[Any, ...]:
+        def pragmas(conn: sqlite3.Connection) -> tuple[Any, ...]:
+            return tuple(
+                conn.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("journal_mode", "synchronous", "temp_store")
             )
 
         return await store._call(pragmas, write=False)
 
-    assert run(tmp_path / "r.db", go) == ("wal", 2)  # 2 = FULL
-    assert run(tmp_path / "n.db", go, synchronous="normal") == ("wal", 1)
+    # 2 = FULL; temp_store 2 = MEMORY (savepoint journals never become temporary files)
+    assert run(tmp_path / "r.db", go) == ("wal", 2, 2)
+    assert run(tmp_path / "n.db", go, synchronous="normal") == ("wal", 1, 2)
+
+
+def test_a_version_2_database_keeps_its_events_and_drops_the_session_index(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+    for version, script in enumerate(MIGRATIONS[:2], start=1):
+        for statement in filter(str.strip, script.split(";")):
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+    conn.execute(
+        "INSERT INTO events (id, type, session_id, event_ts, received_at, body)"
+        " VALUES ('evt_old', 'score.drop', 'sess_1', '2026-01-01T00:00:00Z', 1.0, '{}')"
+    )
+    conn.close()
+
+    run(db, lambda s: s.accept(*event(1)))
+    conn = sqlite3.connect(db)
+    ids = [row[0] for row in conn.execute("SELECT id FROM events ORDER BY rowid")]
+    indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert ids == ["evt_old", "evt_1"]
+    assert "events_session" not in indexes and "events_unrouted" in indexes
 
 
 def test_concurrent_accepts_share_commits_and_dedupe(

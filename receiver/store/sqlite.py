@@ -184,6 +184,7 @@ class SQLiteStore:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            conn.execute("PRAGMA temp_store=MEMORY")
             migrate(conn)
             # From now on the event loop must never wait on a lock: it gets "locked" at once
             # and hands the wait to the disk thread (_begin_waiting).
