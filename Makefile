@@ -31,9 +31,10 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # Not part of `make test`: the receiver vs a ceiling and adnanh/webhook, writes bench/RESULTS.md.
+# BENCH_ARGS="--soak 600" for the issue's ten minutes of memory; bench/run.py --help for more.
 bench: $(VENV)/.installed-dev
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk webhook)
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 # Known vulnerabilities in the installed dependencies (pip-audit); says plainly when the
 # vulnerability database cannot be reached instead of passing silently. .ci/run calls it.

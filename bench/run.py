@@ -9,7 +9,7 @@ rounds instead of hiding in one target's figure. Writes bench/RESULTS.md.
     .venv/bin/python bench/run.py                 # what `make bench` runs
     .venv/bin/python bench/run.py --duration 5 --rounds 1 --events 20000   # a quick look
 
-The stream: --events distinct signed events (default 150000) from the same
+The stream: --events distinct signed events (default 400000) from the same
 random walk `receiver simulate` uses. The receiver gets a fresh database each
 run and the warm-up replays a separate file, so as long as a run sends fewer
 requests than --events the receiver sees no duplicate; the measured share of
@@ -682,7 +682,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument(
-        "--events", type=int, default=150_000, help="distinct signed events in the measured stream"
+        "--events", type=int, default=400_000, help="distinct signed events in the measured stream"
     )
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--output", type=Path, default=BENCH / "RESULTS.md")
@@ -767,7 +767,7 @@ def main() -> None:
         finally:
             sink.stop()
         notes.append(f"json:// sink received {sink.count} notifications over all receiver runs")
-    text = report(results, args, notes) + "\n".join(sections)
+    text = report(results, args, notes) + "\n" + "\n".join(sections)
     args.output.write_text(text)
     print("\n".join(table(results)))
     print(f"\nwritten to {args.output}", file=sys.stderr)
