@@ -21,10 +21,10 @@ run: $(VENV)/.installed
 	$(BIN)/receiver serve
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check receiver tests
+	$(BIN)/ruff check receiver tests bench chaos
 	$(BIN)/mypy
 
 clean:

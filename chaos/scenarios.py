@@ -1,14 +1,19 @@
 """Fault scenarios against the real receiver: kill -9, SIGTERM, notifier outage, slow notifier.
 
 Each scenario starts `receiver serve` (tests.harness.Receiver) on a fresh SQLite
-file with one rule sending every event to a local HTTP sink (tests.servers.HTTPSink),
-drives it with `receiver simulate` in a child process (the sender, retrying on
-the service's schedule divided by --speed), does its damage, and then checks the
-promise against the database and the sink:
+file with two rules sending to a local HTTP sink (tests.servers.HTTPSink): a plain
+rule forwarding every event, and a lifecycle rule (resolve: true) paging on drops
+and interventions. It drives it with `receiver simulate` in a child process (the
+sender, retrying on the service's schedule divided by --speed), does its damage,
+and then checks the promise against the database and the sink:
 
 - every id the simulator got a 2xx for is stored, exactly once;
-- every stored event's notification reached the sink at least once;
-- how many reached it more than once (the cost of at least once).
+- the plain rule forwarded every stored event exactly once, none of them stale,
+  however late its retries brought it;
+- every notification to send (the plain rule's, the lifecycle rule's that were
+  not stale, its resolved messages) reached the sink at least once;
+- how many reached it more than once (the cost of at least once), and, per rule
+  kind, how many the lifecycle held back as stale or for another reason.
 
 tests/test_faults.py runs them small (3 kills, seconds of outage); chaos/run.py
 runs them big and writes the figures. Sizes are parameters, never hidden.
@@ -31,7 +36,11 @@ from typing import Any
 from tests.harness import SECRET, Receiver
 from tests.servers import HTTPSink
 
-# One notification per event, titled with its id, so the sink can count deliveries per id.
+# Titled with the event id (and what sent it), so the sink can count deliveries of each.
+# The plain rule forwards every event, in any order; the lifecycle rule notifies about the
+# alert, so a drop older than its alert's newest event is stale for it (README, "The alert
+# lifecycle").
+PLAIN_RULE, LIFECYCLE_RULE = "every-event", "alerts"
 RULES = """
 notifiers:
   sink: "{url}"
@@ -40,7 +49,22 @@ rules:
     notify: [sink]
     title: "{{{{ id }}}}"
     body: "{{{{ type }}}}"
+    continue: true
+  - name: alerts
+    match: {{type: [score.drop, intervention.fired]}}
+    notify: [sink]
+    title: "alert {{{{ id }}}}"
+    body: "{{{{ type }}}}"
+    resolve: true
+    resolved_title: "resolved {{{{ id }}}}"
 """
+# Rows of the report's second table: the plain rule, the lifecycle rule's notifications
+# about events, and its resolved messages.
+KINDS = {
+    "plain": f"plain ({PLAIN_RULE})",
+    "lifecycle": f"lifecycle ({LIFECYCLE_RULE})",
+    "resolved": f"resolved messages ({LIFECYCLE_RULE})",
+}
 
 # Fast retries so a test sees the whole story in seconds: the notifier retries from 0.2s,
 # never waits more than 1s between tries, and never gives up within a test.
@@ -68,8 +92,24 @@ class Load:
 
 
 @dataclass
+class RuleCounts:
+    """One kind of notification in a scenario: how many were recorded, sent, or why not."""
+
+    notifications: int = 0  # outbox rows
+    sent: int = 0  # to send, and delivered to the sink at least once
+    stale: int = 0  # older than their alert's newest event (lifecycle rules only)
+    other: int = 0  # held back for another reason: cancelled, throttled, muted, ...
+    twice: int = 0  # delivered more than once (at least once, after a kill or a timeout)
+    unsent: int = 0  # to send but never delivered: a broken promise
+
+
+@dataclass
 class Outcome:
-    """What a scenario found. `problems` is empty when the promise held."""
+    """What a scenario found. `problems` is empty when the promise held.
+
+    notified, notified_twice and not_sent count events (an event is notified when
+    every notification it had to send arrived); `kinds` counts notifications.
+    """
 
     name: str
     events: int = 0
@@ -77,7 +117,8 @@ class Outcome:
     stored: int = 0
     notified: int = 0
     notified_twice: int = 0
-    not_sent: int = 0  # events whose every notification the lifecycle held back (stale, ...)
+    not_sent: int = 0  # events with no notification to send (every rule held it back)
+    kinds: dict[str, RuleCounts] = field(default_factory=dict)
     sink_requests: int = 0
     sim: dict[str, Any] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)
@@ -149,21 +190,58 @@ def stored_ids(db: Path) -> Counter[str]:
 
 
 # Outbox states in which the rules (and the alert lifecycle) decided not to send: a late
-# event older than its alert's newest is "stale" by design, which a crash makes common.
+# event older than its alert's newest is "stale" for a lifecycle rule by design, which a
+# crash makes common; a plain rule never has one.
 NOT_SENT = {"throttled", "cancelled", "muted", "silenced", "grouped", "stale", "deferred"}
 
 
-def outbox_by_event(db: Path) -> dict[str, set[str]]:
-    states: dict[str, set[str]] = {}
+def outbox_rows(db: Path) -> list[tuple[str, str, str, str]]:
+    """(event id, rule, kind, state) of every outbox row."""
     with sqlite3.connect(db) as conn:
-        for event_id, state in conn.execute("SELECT event_id, state FROM outbox"):
-            states.setdefault(event_id, set()).add(state)
-    return states
+        return conn.execute("SELECT event_id, rule, kind, state FROM outbox").fetchall()
 
 
 def outbox_states(db: Path) -> Counter[str]:
     with sqlite3.connect(db) as conn:
         return Counter(row[0] for row in conn.execute("SELECT state FROM outbox"))
+
+
+class _Tally:
+    """The outbox read against the sink: per kind of notification, and per event."""
+
+    def __init__(self, rows: list[tuple[str, str, str, str]], delivered: Counter[str]) -> None:
+        self.delivered = delivered
+        self.kinds = {key: RuleCounts() for key in KINDS}
+        self.routed: set[str] = set()
+        self.plain: Counter[str] = Counter()  # event id -> notifications of the plain rule
+        self.due: dict[str, list[str]] = {}  # event id -> titles it had to send
+        for event_id, rule, kind, state in rows:
+            self.routed.add(event_id)
+            if kind == "resolved":
+                key, title = "resolved", f"resolved {event_id}"
+            elif rule == PLAIN_RULE:
+                key, title = "plain", event_id
+                self.plain[event_id] += 1
+            else:
+                key, title = "lifecycle", f"alert {event_id}"
+            counts = self.kinds[key]
+            counts.notifications += 1
+            if state == "stale":
+                counts.stale += 1
+            elif state in NOT_SENT:
+                counts.other += 1
+            else:
+                self.due.setdefault(event_id, []).append(title)
+                got = delivered[title]
+                counts.sent += got > 0
+                counts.twice += got > 1
+                counts.unsent += got == 0
+
+    def undelivered(self, event_id: str) -> bool:
+        return any(self.delivered[title] == 0 for title in self.due.get(event_id, ()))
+
+    def twice(self, event_id: str) -> bool:
+        return any(self.delivered[title] > 1 for title in self.due.get(event_id, ()))
 
 
 def delivered_titles(sink: HTTPSink) -> Counter[str]:
@@ -197,20 +275,32 @@ def check(
     deadline = time.monotonic() + settle
     while True:
         stored = stored_ids(server.db)
-        states = outbox_by_event(server.db)
-        delivered = delivered_titles(sink)
-        unrouted = [i for i in stored if i not in states]
-        due = [i for i in stored if states.get(i, set()) - NOT_SENT]
-        undelivered = [i for i in due if delivered[i] == 0]
+        tally = _Tally(outbox_rows(server.db), delivered_titles(sink))
+        unrouted = [i for i in stored if i not in tally.routed]
+        undelivered = [i for i in stored if tally.undelivered(i)]
         if not (undelivered or unrouted) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     outcome.stored = len(stored)
+    outcome.kinds = tally.kinds
+    due = [i for i in stored if tally.due.get(i)]
     outcome.not_sent = len(stored) - len(due) - len(unrouted)
-    outcome.notified = sum(1 for i in due if delivered[i] > 0)
-    outcome.notified_twice = sum(1 for i in stored if delivered[i] > 1)
+    outcome.notified = len(due) - len(undelivered)
+    outcome.notified_twice = sum(1 for i in due if tally.twice(i))
     if unrouted:
         outcome.problems.append(f"{len(unrouted)} stored events never routed, e.g. {unrouted[:3]}")
+    forwarded = [i for i in stored if i in tally.routed and tally.plain[i] != 1]
+    if forwarded:
+        outcome.problems.append(
+            f"{len(forwarded)} routed events with other than one notification of the plain"
+            f" rule, e.g. {forwarded[:3]}"
+        )
+    plain = tally.kinds["plain"]
+    if plain.stale or plain.other:
+        outcome.problems.append(
+            f"the plain rule held back {plain.stale} notifications as stale and {plain.other}"
+            " for another reason: it must forward every event"
+        )
     outcome.sink_requests = len(sink.requests)
     lost = sorted(acked - set(stored))
     if lost:
@@ -293,7 +383,7 @@ def sigterm(tmp: Path, *, stops: int, load: Load, settle: float = 30) -> Outcome
             server.start()
         summary = finish_simulator(sim, timeout=load.duration + load.max_wait + 60)
         check(outcome, server, sink, summary, record, settle=settle)
-        closed = server.logs().count("stopped; store closed")
+        closed = server.logs().count("; store closed")  # "stopped [in 0.2s]; store closed"
         if closed < stops:
             outcome.problems.append(f"only {closed} of {stops} stops closed the store cleanly")
     finally:

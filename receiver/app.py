@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -34,22 +35,33 @@ from receiver.store import open_store
 
 log = logging.getLogger("receiver")
 
-SHUTDOWN_GRACE = 5.0  # seconds sends in flight may take to finish after the server stops
+# uvicorn's exit status for a worker that could not start (it stops the --workers parent).
+STARTUP_FAILURE = 3
+# Of the shutdown grace, what is kept back for closing the store after the sends.
+CLOSE_RESERVE = 1.0
 
 
 @dataclass
 class RulesHolder:
-    """The rules in force, swapped whole on a successful reload."""
+    """The rules in force, swapped whole on a successful reload.
+
+    On the built-in rules (builtin=True), path is ./rules.yaml, not there yet:
+    once it appears (`receiver init`), a reload (SIGHUP, or the watcher) adopts it.
+    """
 
     path: Path
     current: rules.Ruleset
     loaded_at: float = field(default_factory=time.time)
     last_error: str | None = None
+    builtin: bool = False
 
     def __call__(self) -> rules.Ruleset:
         return self.current
 
     def reload(self, metrics: Metrics) -> bool:
+        if self.builtin and not self.path.exists():
+            log.info("no %s; keeping the built-in rules", self.path)
+            return False
         try:
             fresh = rules.load_file(self.path)
         except ConfigError as exc:
@@ -58,16 +70,23 @@ class RulesHolder:
             metrics.rules_ok.set(0)
             log.error("rules reload refused, keeping the previous rules: %s", exc)
             return False
-        if fresh.digest != self.current.digest:
+        if self.builtin:
+            log.info(
+                "rules loaded from %s: %d rules, replacing the built-in rules",
+                self.path,
+                len(fresh.rules),
+            )
+        elif fresh.digest != self.current.digest:
             log.info("rules reloaded from %s: %d rules", self.path, len(fresh.rules))
         self.current, self.loaded_at, self.last_error = fresh, time.time(), None
+        self.builtin = False
         metrics.reloads["ok"].inc()
         metrics.rules_ok.set(1)
         return True
 
     def status(self) -> dict[str, Any]:
         return {
-            "path": str(self.path),
+            "path": "built-in" if self.builtin else str(self.path),
             "rules": len(self.current.rules),
             "digest": self.current.digest,
             "loaded_at": self.loaded_at,
@@ -81,15 +100,18 @@ def create_app(
     ruleset: rules.Ruleset | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Starlette:
-    """The whole receiver as an ASGI app. Raises ConfigError if the rules file is invalid.
+    """The whole receiver as an ASGI app. Raises ConfigError if the rules file is invalid,
+    or missing when named by RECEIVER_RULES; without it and without ./rules.yaml, the
+    built-in rules apply (settings.rules_file).
 
     clock is the time every stage reads (tests drive it instead of sleeping);
     after moving it, call app.state.wake() so the timers look again.
     """
     metrics = Metrics()
-    holder = RulesHolder(settings.rules, ruleset or rules.load_file(settings.rules))
+    builtin = ruleset is None and settings.rules_file is None
+    holder = RulesHolder(settings.rules, ruleset or _initial_rules(settings), builtin=builtin)
     store = open_store(settings.db, synchronous=settings.synchronous, clock=clock)
-    targets = Targets(timeout=settings.notify_timeout, max_workers=settings.notify_concurrency)
+    targets = Targets(timeout=settings.notify_timeout)
     worker = Worker(
         store,
         targets,
@@ -154,20 +176,29 @@ def create_app(
             settings.port,
             settings.db,
             len(holder.current.rules),
-            settings.rules,
+            (
+                f"the built-in rules (no {settings.rules}: every event to the console;"
+                " `receiver init` writes a starter file)"
+                if holder.builtin
+                else settings.rules
+            ),
         )
         try:
             yield
         finally:
+            # The grace runs from the signal (the server notes it) or, without one, from now.
+            started = app.state.shutdown_started or time.monotonic()
+            deadline = started + settings.shutdown_grace
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 loop.remove_signal_handler(signal.SIGHUP)
-            await worker.drain(SHUTDOWN_GRACE)
+            reserve = min(CLOSE_RESERVE, settings.shutdown_grace / 4)
+            await worker.stop(deadline - reserve - time.monotonic())
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             targets.close()
             await store.close()
-            log.info("stopped; store closed")
+            log.info("stopped in %.1fs; store closed", time.monotonic() - started)
 
     app = ReceiverApp(
         ingest,
@@ -181,6 +212,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.store = store
+    app.state.shutdown_started = None  # time.monotonic() of the signal, set by the server
     app.state.rules = holder
     app.state.metrics = metrics
 
@@ -194,17 +226,53 @@ def create_app(
     return app
 
 
+def _initial_rules(settings: Settings) -> rules.Ruleset:
+    """The rules file's rules, or the built-in ones when there is no file to read."""
+    path = settings.rules_file
+    if path is None:
+        return rules.load_builtin()
+    try:
+        return rules.load_file(path)
+    except ConfigError as exc:
+        if path.exists():
+            raise
+        raise ConfigError(
+            f"{exc.problems[0]}; RECEIVER_RULES (--rules) names this file: create it"
+            f" (`receiver init {path}`), or unset RECEIVER_RULES to use ./rules.yaml or"
+            " the built-in rules",
+            source=exc.source,
+        ) from exc
+
+
 def from_env() -> Starlette:
     """create_app from RECEIVER_* alone, for `uvicorn --factory receiver.app:from_env`.
 
     That is how to run several worker processes (`--workers 2`) on one database; see the
     README (How fast) for why one process is the better default.
+
+    Without RECEIVER_SECRETS it refuses to start unless RECEIVER_HOST is set to a
+    loopback address: it cannot see uvicorn's own --host, so it must be told. Refused
+    settings or rules print "Error: ..." to stderr and exit with status 3, uvicorn's
+    own for a failed start, so that with --workers the parent stops instead of
+    starting the worker again and again.
     """
     from receiver import logs
 
     settings = Settings()
-    logs.configure(settings.log_format, settings.log_level)
-    return create_app(settings)
+    try:
+        if settings.using_dev_secret and "host" not in settings.model_fields_set:
+            raise ConfigError(
+                "RECEIVER_SECRETS is not set: refusing to start, because anyone could sign"
+                " deliveries with the public development secret; set RECEIVER_SECRETS, or,"
+                " to use the development secret, set RECEIVER_HOST to the loopback address"
+                " given to uvicorn --host (the factory cannot see uvicorn's flags)"
+            )
+        settings.check_exposure()
+        logs.configure(settings.log_format, settings.log_level)
+        return create_app(settings)
+    except ConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(STARTUP_FAILURE) from exc
 
 
 class ReceiverApp(Starlette):

@@ -1,4 +1,4 @@
-"""The `receiver` command: serve, sign, send, check, explain, deliveries, retry, replay."""
+"""The `receiver` command: serve, init, sign, send, check, explain, deliveries, retry, replay."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import httpx
 from pydantic import ValidationError
 
 from receiver import __version__, events, rules, signature
-from receiver.config import DEV_SECRET, Settings
+from receiver.config import DEFAULT_RULES, DEV_SECRET, Settings
 from receiver.errors import ConfigError, ReceiverError
 from receiver.store import Store, open_store
 from receiver.store.base import OUTBOX_STATES
@@ -33,6 +33,7 @@ def cli() -> None:
     Example:
 
         receiver serve                      # 127.0.0.1:4000, SQLite in ./data
+        receiver init                       # write a starter rules.yaml to edit
         receiver send --type score.drop     # sign a sample event and POST it
     """
 
@@ -48,7 +49,8 @@ def cli() -> None:
     "--rules",
     "rules_path",
     type=click.Path(path_type=Path),
-    help="Rules file [RECEIVER_RULES, ./rules.yaml].",
+    help="Rules file; must exist [RECEIVER_RULES, else ./rules.yaml if it exists, "
+    "else the built-in rules].",
 )
 @click.option("--max-body", type=int, help="Largest body in bytes [RECEIVER_MAX_BODY, 65536].")
 @click.option(
@@ -77,6 +79,13 @@ def cli() -> None:
     "[RECEIVER_LIMIT_CONCURRENCY, 1000].",
 )
 @click.option(
+    "--notify-timeout", help="Longest one send may take [RECEIVER_NOTIFY_TIMEOUT, 10s]."
+)
+@click.option(
+    "--shutdown-grace",
+    help="From SIGTERM to exit, at most [RECEIVER_SHUTDOWN_GRACE, 10s].",
+)
+@click.option(
     "--retention",
     help="Prune events received longer ago than this; at least 10h36m [RECEIVER_RETENTION, 30d].",
 )
@@ -85,14 +94,17 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
 
     Every flag has a RECEIVER_* environment variable; a flag wins. Signing
     secrets come only from RECEIVER_SECRETS, never from a flag, so they stay
-    out of shell history and process listings.
+    out of shell history and process listings. Without RECEIVER_SECRETS the
+    public development secret is accepted, on a loopback address only: on any
+    other address the server refuses to start (exit 2).
+
+    Without RECEIVER_RULES and without ./rules.yaml, the built-in rules send
+    every event to the console; `receiver init` writes them to a file to edit.
 
     Example:
 
         RECEIVER_SECRETS=s3cret receiver serve --port 4000 --log-format json
     """
-    import uvicorn
-
     from receiver import logs
     from receiver.app import create_app
 
@@ -106,12 +118,29 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
             for e in exc.errors(include_url=False, include_input=False)
         ]
         raise click.ClickException("invalid settings: " + "; ".join(problems)) from None
+    try:
+        settings.check_exposure()  # before anything binds
+    except ConfigError as exc:
+        raise _RefusedError(str(exc)) from exc
     logs.configure(settings.log_format, settings.log_level)
     try:
         app = create_app(settings)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
-    uvicorn.Server(server_config(app, settings)).run()
+    from receiver.http import Server
+
+    def stopping(since: float) -> None:
+        app.state.shutdown_started = since
+
+    Server(
+        server_config(app, settings), grace=settings.shutdown_grace, on_stopping=stopping
+    ).run()
+
+
+class _RefusedError(click.ClickException):
+    """Settings that must not run (exit 2, like a usage error): "Error: ..." on stderr."""
+
+    exit_code = 2
 
 
 def server_config(app: Any, settings: Settings) -> Any:
@@ -127,7 +156,9 @@ def server_config(app: Any, settings: Settings) -> Any:
         port=settings.port,
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=10,
+        # Requests in flight get half the shutdown grace; sends in flight what is left.
+        # (Typed int, but uvicorn only hands it to asyncio.wait_for: a float is fine.)
+        timeout_graceful_shutdown=settings.shutdown_grace / 2,  # type: ignore[arg-type]
         server_header=False,
         limit_concurrency=settings.limit_concurrency or None,
         http=guarded_protocol(
@@ -268,15 +299,16 @@ _rules_option = click.option(
     "rules_path",
     type=click.Path(path_type=Path),
     envvar="RECEIVER_RULES",
-    default="rules.yaml",
-    show_default=True,
-    help="Rules file [RECEIVER_RULES].",
+    help="Rules file [RECEIVER_RULES, else ./rules.yaml if it exists, else the built-in rules].",
 )
 
 
-def _load_rules(path: Path) -> rules.Ruleset:
+def _load_rules(path: Path | None) -> rules.Ruleset:
+    """The rules `receiver serve` would load: path, else ./rules.yaml, else the built-in ones."""
+    if path is None and not DEFAULT_RULES.exists():
+        return rules.load_builtin()
     try:
-        return rules.load_file(path)
+        return rules.load_file(path or DEFAULT_RULES)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -284,16 +316,64 @@ def _load_rules(path: Path) -> rules.Ruleset:
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path), required=False)
 @_rules_option
-def check(path: Path | None, rules_path: Path) -> None:
+def check(path: Path | None, rules_path: Path | None) -> None:
     """Validate a rules file with the server's own loader; exit 1 on any problem.
+
+    Without PATH, --rules and RECEIVER_RULES it checks ./rules.yaml, or, if
+    there is none, says that `receiver serve` would use the built-in rules.
 
     Example:
 
         receiver check rules.yaml
     """
     ruleset = _load_rules(path or rules_path)
-    click.echo(f"{path or rules_path}: OK")
+    if ruleset.source == rules.BUILTIN_SOURCE:
+        click.echo(
+            f"no {DEFAULT_RULES} and no RECEIVER_RULES: `receiver serve` would use the"
+            " built-in rules below (`receiver init` writes them to rules.yaml)"
+        )
+    click.echo(f"{ruleset.source}: OK")
     click.echo(ruleset.summary())
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False), default=str(DEFAULT_RULES))
+def init(path: Path) -> None:
+    """Write a commented starter rules file to PATH (default ./rules.yaml).
+
+    It sends every event to the console, like the built-in rules, and lists
+    notifiers to uncomment (Slack, email, Teams, Discord, Telegram, ntfy,
+    PagerDuty, any HTTPS endpoint). An existing file is never overwritten.
+
+    Example:
+
+    \b
+        receiver init
+        receiver check
+    """
+    text = rules.starter_text()
+    try:
+        with path.open("x", encoding="utf-8") as out:
+            out.write(text)
+    except FileExistsError:
+        raise click.ClickException(
+            f"{path} already exists; not overwriting it (move it away, or give another PATH)"
+        ) from None
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise click.ClickException(f"cannot write {path}: {reason}") from exc
+    count = len(rules.load_builtin().rules)
+    click.echo(f"wrote {path}: {count} rules, every event to the console")
+    if path.resolve() == DEFAULT_RULES.resolve():
+        click.echo(
+            "next: edit it, run `receiver check`, then `receiver serve` (a server"
+            " already running here on the built-in rules switches to it at once)"
+        )
+    else:
+        click.echo(
+            f"next: edit it, run `receiver check {path}`, then"
+            f" `receiver serve --rules {path}` (or RECEIVER_RULES={path})"
+        )
 
 
 @cli.command()
@@ -306,7 +386,7 @@ def check(path: Path | None, rules_path: Path) -> None:
     show_default=True,
     help="Database to read silences and alert state from, if it exists.",
 )
-def explain(rules_path: Path, db: str, **event_args: Any) -> None:
+def explain(rules_path: Path | None, db: str, **event_args: Any) -> None:
     """Show what the rules would do with an event, without sending anything.
 
     Which rules match, which condition failed for the others, the rendered

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from receiver.errors import ConfigError
+
 # Used when RECEIVER_SECRETS is unset, so `make run` + `receiver send` work with no account.
+# It is public (it is in the README), so it is accepted only on a loopback address.
 DEV_SECRET = "dev-secret-not-for-production"
+# The rules file when RECEIVER_RULES is not set; without it, the built-in rules apply.
+DEFAULT_RULES = Path("./rules.yaml")
 # The sender retries a failed delivery after 1m, 5m, 30m, 2h and 8h: 10h36m in all.
 SENDER_RETRY_SPAN = (1 + 5 + 30 + 120 + 480) * 60.0
 
@@ -20,13 +26,17 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=4000, ge=0, le=65535)
     db: str = "./data/receiver.db"
-    rules: Path = Path("./rules.yaml")
+    rules: Path = DEFAULT_RULES
     secrets: str = Field(default="", repr=False)
     max_body: int = Field(default=65536, gt=0)
     log_format: Literal["text", "json"] = "text"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     synchronous: Literal["full", "normal"] = "full"
+    # Longest a send may take before it counts as failed (and is retried).
     notify_timeout: float = Field(default=10.0, gt=0)
+    # From SIGTERM/SIGINT to exit: requests in flight finish, then sends in flight get what
+    # is left; a send still running at the end is abandoned and stays pending.
+    shutdown_grace: float = Field(default=10.0, gt=0)
     notify_concurrency: int = Field(default=8, gt=0)
     retry_initial: float = Field(default=30.0, gt=0)
     retry_max: float = Field(default=3600.0, gt=0)
@@ -45,6 +55,7 @@ class Settings(BaseSettings):
 
     @field_validator(
         "notify_timeout",
+        "shutdown_grace",
         "retry_initial",
         "retry_max",
         "retry_for",
@@ -89,3 +100,39 @@ class Settings(BaseSettings):
     @property
     def using_dev_secret(self) -> bool:
         return not any(s.strip() for s in self.secrets.split(","))
+
+    @property
+    def rules_file(self) -> Path | None:
+        """The rules file to load, or None for the built-in rules.
+
+        A file named by RECEIVER_RULES (or --rules) must exist; without one,
+        ./rules.yaml is used if it exists, else the built-in rules.
+        """
+        if "rules" in self.model_fields_set or self.rules.exists():
+            return self.rules
+        return None
+
+    def check_exposure(self) -> None:
+        """Raise ConfigError if the public development secret would be accepted off loopback."""
+        if self.using_dev_secret and not is_loopback(self.host):
+            raise ConfigError(
+                f'RECEIVER_SECRETS is not set and RECEIVER_HOST (--host) "{self.host}" is not a'
+                " loopback address: refusing to start, because anyone could sign deliveries"
+                " with the public development secret; set RECEIVER_SECRETS to your signing"
+                " secret (comma-separated during a rotation), or listen on 127.0.0.1"
+            )
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach: 127.0.0.0/8, ::1 or localhost.
+
+    Every other address and name is not loopback: "0.0.0.0" and "::" (every
+    interface), "10.0.0.5", "example.com", even a name that resolves to 127.0.0.1.
+    """
+    name = host.strip().removeprefix("[").removesuffix("]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False

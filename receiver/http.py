@@ -19,9 +19,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
+import socket
+import threading
+import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 log = logging.getLogger("receiver.http")
@@ -139,3 +146,56 @@ def guarded_protocol(
             "on_refused": staticmethod(on_refused) if on_refused else None,
         },
     )
+
+
+# Past the grace by this much, shutdown is stuck (a bug): the watchdog ends the process.
+WATCHDOG_SLACK = 2.0
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server with a bounded shutdown.
+
+    The first SIGTERM or SIGINT starts the clock: on_stopping(time.monotonic()) tells
+    the app, which fits its own shutdown in what is left of grace after uvicorn has
+    finished the requests in flight (config.timeout_graceful_shutdown bounds those). If
+    the process is still alive WATCHDOG_SLACK seconds past the grace, a watchdog thread
+    logs it and exits with status 1: a supervisor's restart must never hang on us.
+    """
+
+    def __init__(
+        self, config: uvicorn.Config, *, grace: float, on_stopping: Callable[[float], None]
+    ) -> None:
+        super().__init__(config)
+        self.grace = grace
+        self.on_stopping = on_stopping
+        self.stopping_since: float | None = None
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn re-raises the stopping signal once it has shut down, under the handlers
+        # it found in place; with these, a clean stop ends the process with status 0.
+        found = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            super().run(sockets)
+        finally:
+            for sig, handler in found.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.stopping_since is None:
+            self.stopping_since = time.monotonic()
+            self.on_stopping(self.stopping_since)
+            watchdog = threading.Timer(self.grace + WATCHDOG_SLACK, self._overrun)
+            watchdog.daemon = True
+            watchdog.start()
+        super().handle_exit(sig, frame)
+
+    def _overrun(self) -> None:
+        log.critical(
+            "shutdown did not finish within %gs of the signal; exiting now", self.grace
+        )
+        logging.shutdown()
+        os._exit(1)
+
+
+def _ignore(sig: int, frame: FrameType | None) -> None:
+    pass

@@ -3,9 +3,11 @@ goes: sent, held, cancelled, muted, deferred, silenced, grouped into a digest, o
 
 A session's attention is an alert: score.drop opens it, score.recover or
 session.stopped resolves it; intervention.fired opens an intervention alert that
-intervention.resolved closes. Events apply in the order of their own timestamp:
-one older than the newest already applied to its alert is stale and notifies no
-one, so a late drop cannot reopen an alert that has recovered.
+intervention.resolved closes. Events apply to their alert in the order of their own
+timestamp: one older than the newest already applied is stale. It leaves the alert as it
+is, so a late drop cannot reopen an alert that has recovered, and lifecycle rules (hold,
+resolve or repeat: Rule.follows_alert) send nothing for it. Every other rule forwards it
+like any event: a plain rule notifies once for each matching event, in any order.
 
 Everything here runs inside one store transaction (store.tx.SQLiteTx).
 """
@@ -113,7 +115,9 @@ class Pipeline:
         decisions: list[Decision],
         transition: Transition,
     ) -> None:
-        alert = transition.alert
+        # A plain rule's notifications belong to their event, not to the alert: a resolve
+        # never cancels them, and they are never the basis of a resolved message or a repeat.
+        alert = transition.alert if rule.follows_alert else None
         where: dict[str, Any] = {
             "alert": alert.id if alert else None,
             "episode": alert.episode if alert else None,
@@ -151,7 +155,7 @@ class Pipeline:
         transition: Transition,
     ) -> tuple[str, str | None, float | None, int | None]:
         """(state, reason, next_at, group id) for a rule's notifications of one event."""
-        if transition.what == "stale" and transition.alert is not None:
+        if transition.what == "stale" and transition.alert is not None and rule.follows_alert:
             return "stale", f"stale: alert already at {transition.alert.last_ts}", None, None
         silence = self._silenced(payload)
         if silence is not None:
@@ -388,11 +392,15 @@ def explain_now(
     """What the lifecycle would do with payload now, one line each, for `receiver explain`."""
     lines: list[str] = []
     aid = alert_id(payload)
+    stale = aid is not None and alert is not None and event_time(payload) < alert.last_ts
     if aid is not None:
         state = "none yet" if alert is None else f"{alert.state}, newest event {alert.last_ts}"
         lines.append(f"alert {aid}: {state}")
-        if alert is not None and event_time(payload) < alert.last_ts:
-            lines.append("stale: older than the alert's newest event, so nothing is sent")
+        if stale:
+            lines.append(
+                "stale: older than the alert's newest event, so rules with hold, resolve or"
+                " repeat send nothing; other rules forward it"
+            )
     for silence in silences:
         if _holds(compile_match(silence.matchers)[0], payload):
             until = datetime.fromtimestamp(silence.ends_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -401,6 +409,9 @@ def explain_now(
     for name in dict.fromkeys(d.rule for d in ruleset.route(payload)):
         rule = ruleset.by_name[name]
         notes = []
+        if stale and rule.follows_alert:
+            lines.append(f"{name}: stale, nothing sent")
+            continue
         if rule.active is not None:
             if rule.active.contains(now):
                 notes.append(f"inside its active window ({rule.active.text})")

@@ -66,8 +66,11 @@ class Router:
 
     async def run(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancel that arrives
+            # in the same loop turn as the wake (bpo-42130), and the router would run on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), IDLE_POLL)
+                async with asyncio.timeout(IDLE_POLL):
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 while True:

@@ -1,11 +1,16 @@
-"""Shared fixtures: real local servers that catch notifications."""
+"""Shared fixtures: real local servers that catch notifications, and no process left behind."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests import harness
 from tests.servers import HTTPSink, SMTPSink
 
 
@@ -27,3 +32,54 @@ def smtp_sink() -> Iterator[SMTPSink]:
         yield sink
     finally:
         sink.stop()
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_the_test_started() -> Iterator[None]:
+    """A receiver a test started and left running (it failed, or timed out, before its
+    own stop) is stopped here: SIGTERM, then SIGKILL. Module fixtures' servers, started
+    before this runs, are left to their fixtures."""
+    before = harness.running()
+    yield
+    for proc in harness.running() - before:
+        harness.stop_process(proc)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_outlives_the_suite() -> Iterator[None]:
+    """Fails the run if any process the tests started is still alive at the end."""
+    yield
+    leaked = _descendants(os.getpid())
+    for pid in leaked:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if leaked:
+        pytest.fail(
+            "processes started by the tests were still running at the end (killed now): "
+            + "; ".join(f"{pid} {cmd}" for pid, cmd in leaked.items())
+        )
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Live (not zombie) descendants of root, pid -> command line, read from /proc."""
+    parents: dict[int, int] = {}
+    commands: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses.
+        state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
+        if state != "Z":
+            parents[int(entry.name)] = int(ppid)
+            commands[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    found: dict[int, str] = {}
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found.keys()
+        found.update({pid: commands[pid].strip() for pid in frontier})
+    return found

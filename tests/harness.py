@@ -18,6 +18,32 @@ from tests.servers import free_port
 
 SECRET = "test-secret-0123456789"
 STARTUP_TIMEOUT = 20.0
+SHUTDOWN_GRACE = 5.0  # RECEIVER_SHUTDOWN_GRACE for test servers
+# How long stop() waits for an exit before it kills: the grace, plus the watchdog's slack
+# and room for a busy machine. A server still there then is a bug, and the test fails.
+STOP_TIMEOUT = SHUTDOWN_GRACE + 10.0
+
+
+# Every receiver process started and not yet stopped; tests/conftest.py stops those a test
+# leaves behind, and fails the run if any process the tests started outlives the session.
+_running: set[subprocess.Popen[bytes]] = set()
+
+
+def running() -> set[subprocess.Popen[bytes]]:
+    """The receiver processes started and not yet stopped."""
+    return set(_running)
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int:
+    """SIGTERM, then SIGKILL if proc is still there after timeout; its exit status."""
+    _running.discard(proc)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(10)
 
 
 class Receiver:
@@ -48,6 +74,7 @@ class Receiver:
             "RECEIVER_LOG_LEVEL": "debug",
             "RECEIVER_RETRY_INITIAL": "0.3",
             "RECEIVER_NOTIFY_TIMEOUT": "3",
+            "RECEIVER_SHUTDOWN_GRACE": str(SHUTDOWN_GRACE),
             **(env or {}),
         }
         self.proc: subprocess.Popen[bytes] | None = None
@@ -58,25 +85,42 @@ class Receiver:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "receiver", "serve"], env=self.env, stdout=log, stderr=log
         )
+        _running.add(self.proc)
         log.close()
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"receiver exited {self.proc.returncode}:\n{self.logs()}")
+                _running.discard(self.proc)
+                code, self.proc = self.proc.returncode, None
+                raise AssertionError(f"receiver exited {code}:\n{self.logs()}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     return self
             except httpx.HTTPError:
                 time.sleep(0.05)
+        self.stop(signal.SIGKILL)
         raise AssertionError(f"receiver did not start in {STARTUP_TIMEOUT}s:\n{self.logs()}")
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        code = self.proc.wait(timeout)
-        self.proc = None
-        return code
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> int:
+        """Send sig and return the exit status. A server that has not exited within
+        timeout is killed (SIGKILL), and the test fails: it never outlives its test."""
+        proc, self.proc = self.proc, None
+        assert proc is not None, "receiver is not running"
+        try:
+            if proc.poll() is None:
+                proc.send_signal(sig)
+            try:
+                return proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+                name = signal.Signals(sig).name
+                tail = "\n".join(self.logs().splitlines()[-30:])
+                raise AssertionError(
+                    f"receiver did not exit within {timeout:g}s of {name}; killed it:\n{tail}"
+                ) from None
+        finally:
+            _running.discard(proc)
 
     def kill(self) -> None:
         self.stop(signal.SIGKILL)

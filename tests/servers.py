@@ -5,10 +5,12 @@ sink.fail_with(500)             # answer 500 until sink.ok()
 ...send json:// to sink.json_url() ...
 [req] = sink.wait_for(1)        # bounded wait, raises AssertionError on timeout
 sink.stop(); sink.start()       # down for a while, then up again on the same port
+smtp.stall()                    # take DATA, never answer: a server stalling mid-conversation
 """
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import json
@@ -251,6 +253,9 @@ class _MailHandler:
         self.sink = sink
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        self.sink._data_started()
+        while self.sink.stalled:  # mid-conversation: the message is in, no answer comes
+            await asyncio.sleep(0.05)
         raw = envelope.original_content or envelope.content or b""
         data = raw if isinstance(raw, bytes) else raw.encode()
         msg = email.message_from_bytes(data, policy=email.policy.default)
@@ -287,6 +292,8 @@ class SMTPSink:
         self._messages: list[Mail] = []
         self.logins: list[str] = []
         self._controller: Controller | None = None
+        self.stalled = False
+        self.data_started = 0  # messages whose DATA began, answered or not
 
     def _authenticate(
         self, server: SMTP, session: Session, envelope: Envelope, mechanism: str, data: Any
@@ -312,6 +319,7 @@ class SMTPSink:
         return self
 
     def stop(self) -> None:
+        self.stalled = False  # let a stalled conversation end, so the controller can stop
         if self._controller is not None:
             self._controller.stop()
             self._controller = None
@@ -321,6 +329,14 @@ class SMTPSink:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def stall(self, on: bool = True) -> None:
+        """Take each following message's DATA and never answer it (until stall(False))."""
+        self.stalled = on
+
+    def _data_started(self) -> None:
+        with self._lock:
+            self.data_started += 1
 
     def _record(self, mail: Mail) -> None:
         with self._lock:

@@ -261,8 +261,8 @@ def test_restart_keeps_old_ids_duplicate(tmp_path: Path) -> None:
         assert server.post(body, signed(body)).status_code == 202
     finally:
         # SIGTERM: a graceful exit (uvicorn re-raises the signal once it has shut down).
-        assert server.stop() in (0, -15)
-        assert "stopped; store closed" in server.logs()
+        assert server.stop() == 0
+        assert "; store closed" in server.logs()
     server.start()
     try:
         assert server.post(body, signed(body)).json()["status"] == "duplicate"

@@ -142,11 +142,83 @@ def test_a_late_out_of_order_drop_after_a_recover_sends_nothing(
 def test_a_recover_that_arrives_before_its_drop_makes_the_drop_stale(
     start: Callable[[str], InProcessReceiver], http_sink: HTTPSink
 ) -> None:
-    server = start(rules(http_sink, ""))
+    server = start(rules(http_sink, "    resolve: true\n"))
     server.send(event("score.recover", "e2", 10))
     server.send(event("score.drop", "e1", 0))
     quiet(http_sink, 0)
     assert server.outbox() == [("e1", "drop", "event", "stale")]
+    assert CliRunner().invoke(cli, ["alerts", "--db", str(server.db)]).output == (
+        "no open alerts\n"
+    )
+
+
+BOTH_KINDS = """
+notifiers:
+  hook: "{url}"
+rules:
+  - name: forward
+    match: {{type: [score.drop, score.recover]}}
+    notify: hook
+    title: "forward {{{{ id }}}}"
+    continue: true
+  - name: page
+    match: {{type: score.drop}}
+    notify: hook
+    title: "page {{{{ id }}}}"
+    resolve: true
+    resolved_title: "resolved {{{{ id }}}}"
+"""
+
+
+def titles(sink: HTTPSink) -> list[str]:
+    return sorted(str(r.json["title"]) for r in sink.requests)
+
+
+def test_a_plain_rule_forwards_late_events_exactly_once_each(
+    start: Callable[[str], InProcessReceiver], http_sink: HTTPSink
+) -> None:
+    server = start(rules(http_sink, "", match="type: [score.drop, score.recover]"))
+    assert server.send(event("score.recover", "e2", 20)).status_code == 202
+    assert server.send(event("score.drop", "e1", 10)).status_code == 202  # before its recover
+    http_sink.wait_for(2)
+    # The sender retried an older drop for hours, and delivered e1 once more.
+    assert server.send(event("score.drop", "e0", 5)).status_code == 202
+    assert server.send(event("score.drop", "e1", 10)).status_code == 200  # a duplicate
+    http_sink.wait_for(3)
+    quiet(http_sink, 3)
+    assert [row[3] for row in server.outbox()] == ["delivered"] * 3
+    assert [row[0] for row in server.outbox()] == ["e2", "e1", "e0"]
+
+
+def test_a_late_drop_is_forwarded_by_a_plain_rule_and_stale_for_a_lifecycle_rule(
+    start: Callable[[str], InProcessReceiver], http_sink: HTTPSink
+) -> None:
+    server = start(BOTH_KINDS.format(url=http_sink.json_url()))
+    server.send(event("score.drop", "e1", 0))
+    http_sink.wait_for(2)
+    server.send(event("score.recover", "e2", 10))
+    http_sink.wait_for(4)
+    server.send(event("score.drop", "e0", 5))  # older than the recover
+    http_sink.wait_for(5)
+    quiet(http_sink, 5)
+    assert titles(http_sink) == [
+        "forward e0",
+        "forward e1",
+        "forward e2",
+        "page e1",
+        "resolved e2",
+    ]
+    assert ("e0", "page", "event", "stale") in server.outbox()
+    # The alert stays resolved: the late drop did not reopen it...
+    out = CliRunner().invoke(cli, ["alerts", "--db", str(server.db)]).output
+    assert out == "no open alerts\n"
+    # ...so a recover after it resolves nothing, and a new drop opens the next episode.
+    server.send(event("score.recover", "e3", 12))
+    http_sink.wait_for(6)
+    server.send(event("score.drop", "e4", 15))
+    http_sink.wait_for(8)
+    quiet(http_sink, 8)
+    assert titles(http_sink)[-3:] == ["page e1", "page e4", "resolved e2"]
 
 
 def test_many_drops_go_out_as_one_digest(
@@ -358,26 +430,18 @@ def test_explain_shows_what_the_lifecycle_would_do_now(tmp_path: Path) -> None:
         "rules:\n  - name: drop\n    notify: console\n    hold: 60s\n"
         "    resolve: true\n    group: {by: [type], wait: 30s}\n"
     )
-    out = (
-        CliRunner()
-        .invoke(
-            cli,
-            [
-                "explain",
-                "--rules",
-                str(rules_file),
-                "--db",
-                str(db),
-                "--session",
-                "sess_1",
-                "--timestamp",
-                at(0),
-            ],
-        )
-        .output
-    )
-    now_part = out.split("now:\n", 1)[1]
+
+    def explain_now(timestamp: str) -> str:
+        args = ["explain", "--rules", str(rules_file), "--db", str(db), "--session", "sess_1"]
+        out = CliRunner().invoke(cli, [*args, "--timestamp", timestamp]).output
+        return out.split("now:\n", 1)[1]
+
+    now_part = explain_now(at(0))
     assert "alert session:sess_1: resolved, newest event 2026-11-23T10:30:00.000000Z" in now_part
-    assert "stale: older than the alert's newest event, so nothing is sent" in now_part
+    assert "stale: older than the alert's newest event, so rules with hold" in now_part
+    assert "drop: stale, nothing sent" in now_part
     assert "silenced by #1 until" in now_part and "(maintenance)" in now_part
+    assert "grouped into a digest" not in now_part  # stale comes first
+    now_part = explain_now(at(45))
+    assert "stale" not in now_part
     assert "drop: grouped into a digest by type for 30s (at most 50); held 1m;" in now_part

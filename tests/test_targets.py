@@ -164,7 +164,7 @@ def test_send_after_close_is_a_delivery_error(http_sink: HTTPSink) -> None:
 
 def test_concurrent_sends_overlap(http_sink: HTTPSink) -> None:
     http_sink.delay(1.0)
-    targets = Targets(timeout=10.0, max_workers=8)
+    targets = Targets(timeout=10.0)
 
     async def burst() -> None:
         await asyncio.gather(

@@ -14,13 +14,13 @@ WARNING), so every record from those loggers is redacted before any handler sees
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import re
 import threading
 import warnings
-from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -214,37 +214,44 @@ def _scheme(url: str) -> str:
 class Targets:
     """Sends one notification to one apprise URL, off the event loop.
 
+    Each send runs in a thread of its own, a daemon thread: one that a target keeps
+    waiting (a socket that never answers) holds up no other send, and never holds up
+    the process's exit. Its sockets time out a second after `timeout`, so it ends soon
+    after the send was given up on.
+
     A fresh apprise plugin is built for every send: parsing costs ~0.1-0.3 ms, far
     less than any network call, and apprise plugins keep per-instance state
     (throttle clock, mode caches) that isn't meant to be shared between threads.
     """
 
-    def __init__(self, *, timeout: float = 10.0, max_workers: int = 8) -> None:
+    def __init__(self, *, timeout: float = 10.0) -> None:
         prepare_apprise()
         self.timeout = timeout
-        self.max_workers = max_workers
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="notify")
         # service_timeout=0 keeps apprise from handing each send to its own shared
-        # thread pool: the send runs in our worker thread, under our timeout.
+        # thread pool: the send runs in our thread, under our timeout.
         self._asset = apprise.AppriseAsset(service_timeout=0)
         self._secrets: dict[str, frozenset[str]] = {}
+        self._threads: set[threading.Thread] = set()
+        self._closed = False
 
     async def send(self, url: str, *, title: str, body: str, label: str) -> None:
         """Deliver title and body to url; raise DeliveryError on failure or timeout.
 
         label is a name safe for logs, e.g. "oncall[0]" (notifier name and index).
+        Cancelling the caller abandons the send: the thread finishes (or times out)
+        on its own and its outcome is dropped.
         """
         if _scheme(url) == "console":
             _log_console(label, title, body)
             return
+        if self._closed:
+            raise DeliveryError(f"{label}: not sent, notifier is closed", label=label)
         secrets = self._register(url)
-        loop = asyncio.get_running_loop()
+        job = self._start(self._send, url, title, body, label, secrets)
         try:
-            job = loop.run_in_executor(self._pool, self._send, url, title, body, label, secrets)
-        except RuntimeError as exc:  # the pool is shut down: the app is stopping
-            raise DeliveryError(f"{label}: not sent, notifier is closed", label=label) from exc
-        try:
-            await asyncio.wait_for(job, self.timeout)
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
+            async with asyncio.timeout(self.timeout):
+                await job
         except TimeoutError:
             raise DeliveryError(
                 f"{label}: {_scheme(url)} target timed out after {self.timeout:g}s",
@@ -253,12 +260,42 @@ class Targets:
             ) from None
 
     def close(self, *, wait: bool = False) -> None:
-        """Shut the thread pool down; queued sends are cancelled.
-
-        Running sends can't be interrupted; apprise's own socket timeouts (`timeout`
-        plus a second) bound how long they linger. wait=True joins them.
+        """Refuse further sends. Running sends can't be interrupted; their socket
+        timeouts (`timeout` plus a second) bound how long they linger. wait=True joins them.
         """
-        self._pool.shutdown(wait=wait, cancel_futures=True)
+        self._closed = True
+        if wait:
+            for thread in list(self._threads):
+                thread.join()
+
+    def _start(self, fn: Callable[..., None], *args: Any) -> asyncio.Future[None]:
+        """Run fn(*args) in a new daemon thread; a future of the loop for its outcome."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def settle(error: BaseException | None) -> None:
+            if future.done():  # the caller gave up (timeout or cancel)
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                error = exc
+            finally:
+                self._threads.discard(threading.current_thread())
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(settle, error)
+
+        thread = threading.Thread(target=run, name="notify", daemon=True)
+        self._threads.add(thread)
+        thread.start()
+        return future
 
     def _register(self, url: str) -> frozenset[str]:
         secrets = self._secrets.get(url)
@@ -269,7 +306,7 @@ class Targets:
         return secrets
 
     def _send(self, url: str, title: str, body: str, label: str, secrets: frozenset[str]) -> None:
-        """Runs in a worker thread: build the plugin, notify, explain any failure."""
+        """Runs in its own thread: build the plugin, notify, explain any failure."""
         scheme = _scheme(url)
         plugin = apprise.Apprise.instantiate(url, asset=self._asset)
         if plugin is None:

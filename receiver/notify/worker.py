@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -18,6 +20,7 @@ from receiver.store import OutboxRow, Store
 log = logging.getLogger("receiver.notify")
 
 IDLE_POLL = 5.0  # upper bound on an idle sleep: picks up `receiver retry` from another process
+BUSY_POLL = 1.0  # how often to look again while everything due waits for a busy lane
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,9 @@ class Backoff:
 
 
 class Worker:
-    """Sends due outbox rows with at most `concurrency` in flight."""
+    """Sends due outbox rows, each target in a lane of its own: at most `concurrency`
+    sends in flight to any one target, so a target that is slow or never answers holds
+    up its own notifications and nobody else's."""
 
     def __init__(
         self,
@@ -68,29 +73,59 @@ class Worker:
         self.clock = clock
         self._wake = asyncio.Event()
         self._wake.set()  # send what a previous run left due
-        self._in_flight: set[asyncio.Task[None]] = set()
+        self._in_flight: dict[asyncio.Task[None], OutboxRow] = {}
+        self._stopping = False
+        self._starved = False  # the last claim found nothing it could start
+        self._others_at = float("-inf")  # when rows of targets not in the rules were last claimed
 
     def wake(self) -> None:
         self._wake.set()
 
     async def run(self) -> None:
-        try:
-            while True:
-                await self._wait()
-                try:
-                    await self._claim_and_start()
-                except StorageUnavailableError as exc:
-                    log.error("delivery paused: %s", exc.message)
-                    await asyncio.sleep(1.0)
-                    self._wake.set()
-        finally:
-            for task in list(self._in_flight):
-                task.cancel()
+        while not self._stopping:
+            await self._wait()
+            if self._stopping:
+                return
+            try:
+                await self._claim_and_start()
+            except StorageUnavailableError as exc:
+                log.error("delivery paused: %s", exc.message)
+                await asyncio.sleep(1.0)
+                self._wake.set()
 
-    async def drain(self, timeout: float) -> None:
-        """Wait up to timeout for sends in flight (on shutdown); their leases cover the rest."""
-        if self._in_flight:
-            await asyncio.wait(list(self._in_flight), timeout=timeout)
+    async def stop(self, grace: float) -> None:
+        """Claim nothing more; give the sends in flight up to grace seconds to finish, then
+        abandon the rest. An abandoned row goes back to pending with its attempt uncounted,
+        so the next start sends it; the target may have seen it (at least once)."""
+        self._stopping = True
+        self._wake.set()
+        if not self._in_flight:
+            return
+        _, late = await asyncio.wait(list(self._in_flight), timeout=max(0.0, grace))
+        if not late:
+            return
+        rows = [self._in_flight[task] for task in late]
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+        # Rows whose outcome was recorded meanwhile keep it: release only touches 'sending'.
+        released = await self._release(rows)
+        log.warning(
+            "shutdown: abandoned %d send(s) still in flight after %.1fs (%s); %d left pending "
+            "for the next start",
+            len(rows),
+            grace,
+            ", ".join(sorted({row.label for row in rows})),
+            released,
+        )
+
+    async def _release(self, rows: list[OutboxRow]) -> int:
+        try:
+            return await self.store.release([row.id for row in rows], now=self.clock())
+        except StorageUnavailableError as exc:
+            # Their leases expire instead; the attempt is then counted.
+            log.error("could not release %d abandoned sends: %s", len(rows), exc.message)
+            return 0
 
     async def _wait(self) -> None:
         if self._wake.is_set():
@@ -100,27 +135,50 @@ class Worker:
             due = await self.store.next_due()
         except StorageUnavailableError:
             due = None
-        timeout = IDLE_POLL if due is None else max(0.0, min(IDLE_POLL, due - self.clock()))
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        except TimeoutError:
-            pass
+        if due is None:
+            timeout = IDLE_POLL
+        else:
+            timeout = max(0.0, min(IDLE_POLL, due - self.clock()))
+            if timeout == 0 and self._starved:
+                # What is due waits for a busy lane: a send ending wakes us, or look again soon.
+                timeout = BUSY_POLL
+        # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancel that arrives in the
+        # same loop turn as the wake (bpo-42130), and shutdown would wait for ever.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
         self._wake.clear()
 
     async def _claim_and_start(self) -> None:
-        free = self.concurrency - len(self._in_flight)
-        if free <= 0:
+        busy = Counter((row.notifier, row.target) for row in self._in_flight.values())
+        lanes = {
+            (name, i): self.concurrency - busy[(name, i)]
+            for name, notifier in self.rules().notifiers.items()
+            for i in range(len(notifier.urls))
+        }
+        # Rows whose notifier left the rules fail at once; looking for them costs a scan of
+        # what is due, so only now and then.
+        others = 0
+        if time.monotonic() - self._others_at >= IDLE_POLL:
+            self._others_at = time.monotonic()
+            others = self.concurrency
+        rows = await self.store.claim_due(
+            now=self.clock(), limit=others, lease=self.lease, lanes=lanes
+        )
+        if self._stopping:
+            await self._release(rows)
             return
-        rows = await self.store.claim_due(now=self.clock(), limit=free, lease=self.lease)
+        self._starved = not rows
         for row in rows:
             task = asyncio.create_task(self._deliver(row))
-            self._in_flight.add(task)
+            self._in_flight[task] = row
             task.add_done_callback(self._done)
-        if len(rows) == free:
-            self._wake.set()  # there may be more due than we had room for
+        claimed = Counter((row.notifier, row.target) for row in rows)
+        if any(n and claimed[key] == n for key, n in lanes.items()):
+            self._wake.set()  # a lane may have more due than it had room for
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._in_flight.discard(task)
+        self._in_flight.pop(task, None)
         self._wake.set()
 
     async def _deliver(self, row: OutboxRow) -> None:

@@ -10,6 +10,7 @@ Pure: no I/O beyond reading the rules file and the environment.
 
 from __future__ import annotations
 
+from receiver.rules.builtin import BUILTIN_SOURCE, load_builtin, starter_text
 from receiver.rules.config import load_file, load_text
 from receiver.rules.duration import format_duration, parse_duration
 from receiver.rules.explain import ConditionOutcome, Explanation, RuleOutcome
@@ -18,6 +19,7 @@ from receiver.rules.rule import RULE_WIDE_KEY, Decision, Rule
 from receiver.rules.ruleset import Ruleset
 
 __all__ = [
+    "BUILTIN_SOURCE",
     "CONSOLE",
     "CONSOLE_URL",
     "RULE_WIDE_KEY",
@@ -29,7 +31,9 @@ __all__ = [
     "RuleOutcome",
     "Ruleset",
     "format_duration",
+    "load_builtin",
     "load_file",
     "load_text",
     "parse_duration",
+    "starter_text",
 ]

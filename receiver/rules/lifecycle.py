@@ -13,6 +13,11 @@ from receiver.rules.duration import parse_duration
 from receiver.rules.match import show
 
 LIFECYCLE_KEYS = ("hold", "resolve", "resolved_title", "resolved_body", "group", "repeat", "active")
+# The options that make a rule follow its alert's state, and so the order of the alert's
+# events: a late event (older than the alert's newest) is stale for such a rule and sends
+# nothing. A rule with none of them forwards every matching event, in any order. group,
+# active and throttle go by the receiver's clock, not the alert, and do not count.
+ALERT_KEYS = ("hold", "resolve", "repeat")
 GROUP_KEYS = ("by", "wait", "max")
 ACTIVE_KEYS = ("days", "hours", "tz", "defer")
 HEARTBEAT_KEYS = ("silent_for", "notify")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from jinja2 import Template
 
 from receiver.rules import templates
-from receiver.rules.lifecycle import ActiveWindow, GroupSpec
+from receiver.rules.lifecycle import ALERT_KEYS, ActiveWindow, GroupSpec
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 
@@ -68,6 +69,15 @@ class Rule:
     group: GroupSpec | None = None
     repeat: float | None = None
     active: ActiveWindow | None = None
+
+    @cached_property
+    def follows_alert(self) -> bool:
+        """Whether this is a lifecycle rule: one with hold, resolve or repeat (ALERT_KEYS).
+
+        Such a rule notifies about the alert, so an event older than its alert's newest is
+        stale for it. Any other rule forwards each matching event once, in any order.
+        """
+        return any(getattr(self, key) not in (None, False) for key in ALERT_KEYS)
 
     def render_resolved(self, payload: Mapping[str, Any], extra: Mapping[str, Any]) -> Rendered:
         """The resolved message: the closing event's payload plus opener, opened_at, duration."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -100,7 +100,20 @@ class Store(Protocol):
     async def transact(self, fn: Callable[[SQLiteTx], T]) -> T:
         """Run fn in one write transaction: all of its writes commit, or none."""
 
-    async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]: ...
+    async def claim_due(
+        self,
+        *,
+        now: float,
+        limit: int,
+        lease: float,
+        lanes: Mapping[tuple[str, int], int] | None = None,
+    ) -> list[OutboxRow]:
+        """Lease due rows, oldest due first: up to lanes[(notifier, target)] of each target
+        named, and up to limit of all other targets (of every target when lanes is None)."""
+
+    async def release(self, row_ids: Sequence[int], *, now: float) -> int:
+        """Give back claimed rows that were never sent: pending, due now, attempt uncounted."""
+
     async def next_due(self) -> float | None: ...
     async def mark_delivered(self, row_id: int, *, now: float) -> None: ...
     async def mark_failed(

@@ -120,6 +120,12 @@ MIGRATIONS: list[str] = [
     """
     DROP INDEX events_session;
     """,
+    # 4: the notify worker claims due rows target by target (one slow target must not
+    # hold up the others), so it seeks them by target.
+    """
+    CREATE INDEX outbox_target_due ON outbox (notifier, target, next_at)
+        WHERE state IN ('pending', 'sending', 'held');
+    """,
 ]
 
 

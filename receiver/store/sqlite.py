@@ -11,10 +11,11 @@ never waits on either.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -422,19 +423,57 @@ class SQLiteStore:
 
     # -- delivery ---------------------------------------------------------------------------
 
-    async def claim_due(self, *, now: float, limit: int, lease: float) -> list[OutboxRow]:
+    async def claim_due(
+        self,
+        *,
+        now: float,
+        limit: int,
+        lease: float,
+        lanes: Mapping[tuple[str, int], int] | None = None,
+    ) -> list[OutboxRow]:
+        """Lease due rows for sending, oldest due first: up to lanes[(notifier, target)]
+        rows of each target named in lanes, and up to limit rows of all other targets
+        (of every target when lanes is None). Each claim counts as an attempt."""
+
         def claim(conn: sqlite3.Connection) -> list[OutboxRow]:
-            rows = conn.execute(
+            update = (
                 "UPDATE outbox SET state = 'sending', lease_until = ?, attempts = attempts + 1,"
                 " updated_at = ? WHERE id IN (SELECT id FROM outbox WHERE"
-                " (state IN ('pending', 'held') AND next_at <= ?)"
-                " OR (state = 'sending' AND lease_until <= ?)"
-                f" ORDER BY next_at LIMIT ?) RETURNING {_OUTBOX_COLUMNS}",
-                (now + lease, now, now, now, limit),
-            ).fetchall()
+                " state IN ('pending', 'sending', 'held') AND next_at <= ?"
+                " AND (state != 'sending' OR lease_until <= ?) {where}"
+                f" ORDER BY next_at LIMIT ?) RETURNING {_OUTBOX_COLUMNS}"
+            )
+            head = (now + lease, now, now, now)
+            rows = []
+            for (notifier, target), n in (lanes or {}).items():
+                if n > 0:
+                    sql = update.format(where="AND notifier = ? AND target = ?")
+                    rows += conn.execute(sql, (*head, notifier, target, n)).fetchall()
+            if limit > 0:
+                where, params = "", []
+                if lanes:
+                    values = ", ".join("(?, ?)" for _ in lanes)
+                    where = f"AND (notifier, target) NOT IN (VALUES {values})"
+                    params = [part for key in lanes for part in key]
+                sql = update.format(where=where)
+                rows += conn.execute(sql, (*head, *params, limit)).fetchall()
             return sorted((OutboxRow(*row) for row in rows), key=lambda r: r.id)
 
         return await self._call(claim)
+
+    async def release(self, row_ids: Sequence[int], *, now: float) -> int:
+        """Give back rows claimed but not sent (a shutdown abandoned them): pending and due
+        now, their attempt not counted. Rows whose outcome was recorded meanwhile are left."""
+        if not row_ids:
+            return 0
+        return await self._call(
+            lambda conn: conn.execute(
+                "UPDATE outbox SET state = 'pending', attempts = max(attempts - 1, 0),"
+                " lease_until = NULL, next_at = ?, updated_at = ? WHERE state = 'sending'"
+                " AND id IN (SELECT value FROM json_each(?))",
+                (now, now, json.dumps(list(row_ids))),
+            ).rowcount
+        )
 
     async def next_due(self) -> float | None:
         def select(conn: sqlite3.Connection) -> float | None:
