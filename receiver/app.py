@@ -76,6 +76,15 @@ class RulesHolder:
                 self.path,
                 len(fresh.rules),
             )
+        elif self.last_error is not None:
+            # The refusal was logged as an error; say as plainly that it is over, even when
+            # the file is back to the rules that kept running.
+            log.info(
+                "rules reload recovered: %s is valid again, %d rules in force (digest %s)",
+                self.path,
+                len(fresh.rules),
+                fresh.digest,
+            )
         elif fresh.digest != self.current.digest:
             log.info("rules reloaded from %s: %d rules", self.path, len(fresh.rules))
         self.current, self.loaded_at, self.last_error = fresh, time.time(), None
@@ -133,20 +142,30 @@ def create_app(
         max_body=settings.max_body,
         metrics=metrics,
         max_event_age=settings.max_event_age,
+        max_clock_skew=settings.max_clock_skew,
+        clock=clock,
     )
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def readyz(request: Request) -> Response:
+        """Ready while the store can take an event. The probe commits a small write of its
+        own, so a failure left by the last write clears by itself once the disk has room
+        (or the lock is gone), even with no event coming in."""
         checks: dict[str, Any] = {"rules": holder.status()}
         try:
             await store.check_writable()
-            checks["store"] = "ok"
+            # The probe committed, but a write after it may have failed already.
+            failed = store.last_write_error
         except StorageUnavailableError as exc:
-            checks["store"] = exc.message
-            error = {"code": "not_ready", "message": f"store is not writable: {exc.message}"}
+            failed = exc.message.removesuffix("; retry later")
+        if failed is not None:
+            checks["store"] = problem = f"store is not writable: {failed}"
+            message = f"{problem}; events are refused (503 storage_unavailable) meanwhile"
+            error = {"code": "not_ready", "message": message}
             return JSONResponse({"error": error, "checks": checks}, status_code=503)
+        checks["store"] = "ok"
         return JSONResponse({"status": "ready", "checks": checks})
 
     async def metrics_endpoint(request: Request) -> Response:
@@ -285,6 +304,9 @@ class ReceiverApp(Starlette):
 
     def __init__(self, ingest: IngestEndpoint, **options: Any) -> None:
         super().__init__(**options)
+        # Starlette answers "/healthz/" with a 307 to "/healthz" on the host the request's
+        # Host header names (any host a client likes); here it is a JSON 404 like any path.
+        self.router.redirect_slashes = False
         self.ingest = ingest
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -70,6 +72,11 @@ def cli() -> None:
     "--max-event-age",
     help="Refuse events older than this; 0 = no limit [RECEIVER_MAX_EVENT_AGE, 7d].",
 )
+@click.option(
+    "--max-clock-skew",
+    help="Refuse events dated further ahead of this clock; 0 = no limit "
+    "[RECEIVER_MAX_CLOCK_SKEW, 5m].",
+)
 @click.option("--header-timeout", help="Longest wait for headers [RECEIVER_HEADER_TIMEOUT, 10s].")
 @click.option("--body-timeout", help="Longest wait for a body [RECEIVER_BODY_TIMEOUT, 10s].")
 @click.option(
@@ -84,6 +91,20 @@ def cli() -> None:
 @click.option(
     "--shutdown-grace",
     help="From SIGTERM to exit, at most [RECEIVER_SHUTDOWN_GRACE, 10s].",
+)
+@click.option(
+    "--notify-concurrency",
+    type=int,
+    help="Sends in flight at once to any one target [RECEIVER_NOTIFY_CONCURRENCY, 8].",
+)
+@click.option(
+    "--retry-initial",
+    help="First retry delay of a failed send; doubles each time [RECEIVER_RETRY_INITIAL, 30s].",
+)
+@click.option("--retry-max", help="Longest delay between retries [RECEIVER_RETRY_MAX, 1h].")
+@click.option(
+    "--retry-for",
+    help="A send still failing this long after it was queued is dead [RECEIVER_RETRY_FOR, 24h].",
 )
 @click.option(
     "--retention",
@@ -113,10 +134,7 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
     try:
         settings = Settings(**{k: v for k, v in flags.items() if v is not None})
     except ValidationError as exc:
-        problems = [
-            f"RECEIVER_{'_'.join(map(str, e['loc'])).upper()}: {e['msg'].lower()}"
-            for e in exc.errors(include_url=False, include_input=False)
-        ]
+        problems = [_setting_problem(e) for e in exc.errors(include_url=False)]
         raise click.ClickException("invalid settings: " + "; ".join(problems)) from None
     try:
         settings.check_exposure()  # before anything binds
@@ -127,6 +145,10 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
         app = create_app(settings)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+    # A database that cannot be opened, or a port in use, is one line and exit 1, found
+    # before the server starts: not a traceback, and nothing logged as if it were running.
+    _with_store(settings.db, lambda store: asyncio.sleep(0), create=True)
+    sockets = _listen(settings.host, settings.port)
     from receiver.http import Server
 
     def stopping(since: float) -> None:
@@ -134,7 +156,48 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
 
     Server(
         server_config(app, settings), grace=settings.shutdown_grace, on_stopping=stopping
-    ).run()
+    ).run(sockets)
+
+
+def _setting_problem(error: Any) -> str:
+    """A settings validation error in our words: 'RECEIVER_PORT (--port): must be ...'."""
+    name = "_".join(map(str, error["loc"]))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    message = message.replace("Input should be", "must be").replace("input should be", "must be")
+    if error["type"] in ("int_parsing", "float_parsing"):
+        message = f"must be a number, got {str(error.get('input'))[:40]!r}"
+    flag = name.replace("_", "-")
+    return f"RECEIVER_{name.upper()} (--{flag}): {message[:1].lower()}{message[1:]}"
+
+
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """The listening sockets for host:port, bound now, as asyncio would bind them (every
+    address host resolves to). uvicorn then serves on them once the app has started."""
+    try:
+        found = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        reason = (exc.strerror or str(exc)).lower()
+        hint = " (is another server running there? choose another with --port)"
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {reason}"
+            + (hint if exc.errno == errno.EADDRINUSE else "")
+        ) from None
+    return sockets
 
 
 class _RefusedError(click.ClickException):
@@ -303,30 +366,63 @@ _rules_option = click.option(
 )
 
 
-def _load_rules(path: Path | None) -> rules.Ruleset:
-    """The rules `receiver serve` would load: path, else ./rules.yaml, else the built-in ones."""
+_no_env_option = click.option(
+    "--no-env",
+    is_flag=True,
+    help="Do not read ${VAR} in notifier urls from the environment (no tokens needed); "
+    "unset variables are treated so anyway.",
+)
+
+
+def _load_rules(path: Path | None, *, no_env: bool = False) -> rules.Ruleset:
+    """The rules `receiver serve` would load: path, else ./rules.yaml, else the built-in ones.
+
+    Leniently: check and explain send nothing, so a ${VAR} in a notifier url that is
+    unset (or, with no_env, any) is left unresolved instead of being an error; the
+    notifier keeps its url count. _env_notes() says which were left.
+    """
     if path is None and not DEFAULT_RULES.exists():
         return rules.load_builtin()
     try:
-        return rules.load_file(path or DEFAULT_RULES)
+        return rules.load_file(path or DEFAULT_RULES, {} if no_env else None, lenient_env=True)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def _env_notes(ruleset: rules.Ruleset, *, no_env: bool) -> list[str]:
+    """Notes (not errors) naming the variables the rules were loaded without."""
+    unresolved = ruleset.unresolved_env
+    if not unresolved:
+        return []
+    names = ", ".join(
+        f"{var} ({', '.join(notifiers)})" for var, notifiers in sorted(unresolved.items())
+    )
+    why = "not read (--no-env)" if no_env else "not set"
+    return [
+        f"note: environment variables {why}: {names}; their urls were not checked."
+        " Not needed here; `receiver serve` refuses to start without them."
+    ]
 
 
 @cli.command()
 @click.argument("path", type=click.Path(path_type=Path), required=False)
 @_rules_option
-def check(path: Path | None, rules_path: Path | None) -> None:
+@_no_env_option
+def check(path: Path | None, rules_path: Path | None, no_env: bool) -> None:
     """Validate a rules file with the server's own loader; exit 1 on any problem.
 
     Without PATH, --rules and RECEIVER_RULES it checks ./rules.yaml, or, if
     there is none, says that `receiver serve` would use the built-in rules.
 
+    Notifier urls need no tokens here: a ${VAR} that is not set (any, with
+    --no-env) is noted, not an error, and its url is not checked; `receiver
+    serve` does need them.
+
     Example:
 
         receiver check rules.yaml
     """
-    ruleset = _load_rules(path or rules_path)
+    ruleset = _load_rules(path or rules_path, no_env=no_env)
     if ruleset.source == rules.BUILTIN_SOURCE:
         click.echo(
             f"no {DEFAULT_RULES} and no RECEIVER_RULES: `receiver serve` would use the"
@@ -334,6 +430,8 @@ def check(path: Path | None, rules_path: Path | None) -> None:
         )
     click.echo(f"{ruleset.source}: OK")
     click.echo(ruleset.summary())
+    for note in _env_notes(ruleset, no_env=no_env):
+        click.echo(note)
 
 
 @cli.command()
@@ -379,6 +477,7 @@ def init(path: Path) -> None:
 @cli.command()
 @_event_options
 @_rules_option
+@_no_env_option
 @click.option(
     "--db",
     envvar="RECEIVER_DB",
@@ -386,20 +485,25 @@ def init(path: Path) -> None:
     show_default=True,
     help="Database to read silences and alert state from, if it exists.",
 )
-def explain(rules_path: Path | None, db: str, **event_args: Any) -> None:
+def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -> None:
     """Show what the rules would do with an event, without sending anything.
 
     Which rules match, which condition failed for the others, the rendered
-    title and body, and the notifiers by name; then what the alert lifecycle
-    would do with it now: stale, silenced, muted or deferred, held, grouped,
-    resolved and repeated.
+    title and body, and the notifiers by name (a notifier with two urls is two
+    notifications). For an event that closes an alert (score.recover,
+    session.stopped, intervention.resolved), also the resolved messages it
+    sends if the alert is open. Then what the alert lifecycle would do with it
+    now, from the database: stale, silenced, muted or deferred, held, grouped,
+    resolved and repeated. Needs no tokens: see `receiver check --help`.
 
     Example:
 
+    \b
         receiver explain --type score.drop --score 12 --user user_42
+        receiver explain --type score.recover --session sess_1
         receiver explain --file event.json
     """
-    ruleset = _load_rules(rules_path)
+    ruleset = _load_rules(rules_path, no_env=no_env)
     body = _build_body(**event_args)
     try:
         event = events.parse(body)
@@ -407,6 +511,8 @@ def explain(rules_path: Path | None, db: str, **event_args: Any) -> None:
         raise click.ClickException(f"not a valid event: {exc}") from exc
     payload = event.payload()
     click.echo(ruleset.explain(payload).format())
+    for note in _env_notes(ruleset, no_env=no_env):
+        click.echo(note)
     lines = _lifecycle_now(ruleset, payload, db)
     if lines:
         click.echo("now:")
@@ -420,14 +526,25 @@ def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> 
     now = time.time()
     silences: list[Any] = []
     alert = None
+    notified: list[str] = []
     if Path(db).exists():
         aid = lifecycle.alert_id(payload)
 
-        def read(tx: Any) -> tuple[list[Any], Any]:
-            return tx.silences(now), tx.alert(aid) if aid else None
+        def read(tx: Any) -> tuple[list[Any], Any, list[str]]:
+            alert = tx.alert(aid) if aid else None
+            notified: list[str] = []
+            if alert is not None and alert.state == "open":
+                notified = [
+                    n.rule
+                    for n in tx.notices(alert.id, alert.episode)
+                    if tx.sent(alert.id, alert.episode, n.rule)
+                ]
+            return tx.silences(now), alert, notified
 
-        silences, alert = _with_store(db, lambda s: s.transact(read))
-    return lifecycle.explain_now(ruleset, payload, now, silences=silences, alert=alert)
+        silences, alert, notified = _with_store(db, lambda s: s.transact(read))
+    return lifecycle.explain_now(
+        ruleset, payload, now, silences=silences, alert=alert, notified=notified
+    )
 
 
 # -- the outbox -----------------------------------------------------------------------------
@@ -441,8 +558,13 @@ _db_option: Callable[[Callable[..., Any]], Callable[..., Any]] = click.option(
 )
 
 
-def _with_store(db: str, fn: Callable[[Store], Awaitable[T]]) -> T:
-    if not db.startswith("postgres") and not Path(db.removeprefix("sqlite:///")).exists():
+def _with_store(db: str, fn: Callable[[Store], Awaitable[T]], *, create: bool = False) -> T:
+    """fn(store) on the database db, opened for it; errors as one line ("Error: ...").
+
+    Without create, a SQLite file that does not exist is an error, not a new database.
+    """
+    missing = not db.startswith("postgres") and not Path(db.removeprefix("sqlite:///")).exists()
+    if missing and not create:
         raise click.ClickException(f"no database at {db}; start `receiver serve` first")
 
     async def run() -> T:
@@ -528,19 +650,120 @@ def retry(db: str, row_id: int | None, all_dead: bool) -> None:
     click.echo(f"{n} notification(s) queued again")
 
 
+REPLAY_WAIT = "10s"  # how long `receiver replay` waits for the running server by default
+_SETTLED = ("pending", "sending")  # rows still on their way: worth waiting for
+
+
 @cli.command()
 @_db_option
 @click.argument("event_id")
-def replay(db: str, event_id: str) -> None:
-    """Route a stored event again through the current rules (it notifies again).
+@click.option(
+    "--respect-lifecycle",
+    is_flag=True,
+    help="Apply the usual checks (stale, silenced, muted, grouped, throttled, held) "
+    "instead of sending regardless.",
+)
+@click.option(
+    "--wait",
+    "wait_for",
+    default=REPLAY_WAIT,
+    show_default=True,
+    help="How long to wait for the running server to route and send it; 0: do not wait.",
+)
+def replay(db: str, event_id: str, respect_lifecycle: bool, wait_for: str) -> None:
+    """Route a stored event again through the current rules: it notifies again.
+
+    A replay is an operator's deliberate act, so its notifications are sent
+    whatever the alert lifecycle would say (stale, silenced, muted, grouped,
+    throttled, held), each marked as a replay: "[replay] " before the title,
+    and the outbox row's `replay` column. With --respect-lifecycle the usual
+    checks apply. An event that resolved its alert, while the alert is still as
+    it left it, sends its resolved messages again. The alert is not changed.
+
+    The running server routes it within a few seconds; this command waits up to
+    --wait, then prints each notification: sent, queued (and why not yet), or
+    not sent and why. Exit status 0 once routed (whatever was sent), 1 if there
+    is no such event, 3 if no running server routed it within --wait: it stays
+    queued and is routed when a server starts.
 
     Example:
 
+    \b
         receiver replay evt_1
+        receiver replay evt_1 --respect-lifecycle
     """
-    if not _with_store(db, lambda s: s.replay(event_id)):
+    try:
+        seconds = float(wait_for)
+    except ValueError:
+        try:
+            seconds = rules.parse_duration(wait_for.strip())
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--wait") from None
+
+    async def run(store: Store) -> tuple[int | None, Any, list[Any]]:
+        replay_id = await store.replay(
+            event_id, now=time.time(), respect_lifecycle=respect_lifecycle
+        )
+        if replay_id is None:
+            return None, None, []
+        deadline = time.monotonic() + seconds
+        while True:
+            request, rows = await store.replay_status(replay_id)
+            routed = request is not None and request.routed_at is not None
+            if routed and not any(row.state in _SETTLED for row in rows):
+                return replay_id, request, rows
+            if time.monotonic() >= deadline:
+                return replay_id, request, rows
+            await asyncio.sleep(0.1)
+
+    replay_id, request, rows = _with_store(db, run)
+    if replay_id is None:
         raise click.ClickException(f"no stored event with id {event_id!r}")
-    click.echo(f"event {event_id} queued for routing again")
+    how = "respecting the lifecycle" if respect_lifecycle else "sent regardless of the lifecycle"
+    if request is None or request.routed_at is None:
+        if seconds <= 0:
+            click.echo(
+                f"replay #{replay_id} of {event_id} queued ({how}); not waiting:"
+                f" `receiver deliveries --event {event_id}` shows what it sends"
+            )
+            return
+        click.echo(
+            f"replay #{replay_id} of {event_id} queued; no running server routed it within"
+            f" {seconds:g}s: it will be routed when one starts"
+        )
+        sys.exit(3)
+    if not rows:
+        click.echo(
+            f"replay #{replay_id} of {event_id}: no rule gives it a notification now;"
+            " nothing sent"
+        )
+        return
+    count = len(rows)
+    click.echo(
+        f"replay #{replay_id} of {event_id} ({how}):"
+        f" {count} notification{'s' if count != 1 else ''}"
+    )
+    for row in rows:
+        click.echo("  " + _replay_line(row))
+
+
+def _replay_line(row: Any) -> str:
+    """One outbox row of a replay: what happened to it, and why when it was not sent."""
+    target = f"{row.rule} -> {row.label}"
+    if row.kind != "event":
+        target += f" ({row.kind})"
+    if row.state == "delivered":
+        return f"sent      {target}: {row.title}"
+    if row.state in _SETTLED:
+        retrying = f" (retrying: {row.last_error})" if row.last_error else " (not sent yet)"
+        return f"queued    {target}: {row.title}{retrying}"
+    if row.state == "dead":
+        return f"failed    {target}: {row.last_error or 'gave up'}"
+    if row.state == "held":
+        return f"held      {target}: {row.reason}"
+    reason = row.reason or row.state
+    why = reason if reason.startswith(row.state) else f"{row.state}: {reason}"
+    return f"not sent  {target}: {why}"
 
 
 from receiver.simulate import simulate as _simulate  # noqa: E402

@@ -11,7 +11,7 @@ import click
 from receiver.cli import _db_option, _when, _with_store
 from receiver.rules import parse_duration
 from receiver.rules.match import compile_match
-from receiver.store.tx import SQLiteTx
+from receiver.store.base import Tx
 
 
 @click.command()
@@ -40,7 +40,7 @@ def alerts(db: str, as_json: bool) -> None:
         )
 
 
-def _open_alerts(tx: SQLiteTx) -> list[dict[str, Any]]:
+def _open_alerts(tx: Tx) -> list[dict[str, Any]]:
     return [
         {
             "alert": a.id,

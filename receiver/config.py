@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     # Replay protection: a signed event whose timestamp is older than this is refused
     # (0 disables). Must stay shorter than retention, which forgets ids after it.
     max_event_age: float = Field(default=7 * 86400.0, ge=0)
+    # A signed event whose timestamp is further ahead of our clock than this is refused
+    # (0 disables): one event dated in the future would otherwise make every later event
+    # of its session look stale.
+    max_clock_skew: float = Field(default=300.0, ge=0)
     # Slow clients: headers, then the body, not fully received within these are refused (408).
     header_timeout: float = Field(default=10.0, gt=0)
     body_timeout: float = Field(default=10.0, gt=0)
@@ -60,6 +64,7 @@ class Settings(BaseSettings):
         "retry_max",
         "retry_for",
         "max_event_age",
+        "max_clock_skew",
         "header_timeout",
         "body_timeout",
         "retention",

@@ -1,7 +1,11 @@
 """The exception hierarchy, and the HTTP status and error code each request error maps to.
 
     ReceiverError
-    ├── RequestError                  an ingest request we refuse; .status and .code
+    ├── RequestError                  a request we refuse; .status and .code
+    │   ├── InvalidRequestError       400 invalid_request (not HTTP the parser accepts)
+    │   ├── HeaderTimeoutError        408 header_timeout
+    │   ├── HeadersTooLargeError      431 headers_too_large
+    │   ├── OverloadedError           503 overloaded (RECEIVER_LIMIT_CONCURRENCY reached)
     │   ├── PayloadTooLargeError      413 payload_too_large
     │   ├── BodyTimeoutError          408 body_timeout
     │   ├── SignatureError            401
@@ -10,6 +14,7 @@
     │   ├── InvalidJSONError          400 invalid_json
     │   ├── InvalidEventError         422 invalid_event
     │   ├── EventTooOldError          422 event_too_old
+    │   ├── EventFromFutureError      422 event_from_future
     │   └── StorageUnavailableError   503 storage_unavailable
     ├── StoreError                    the store failed outside a request
     └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
@@ -37,6 +42,26 @@ class RequestError(ReceiverError):
 
     def to_dict(self) -> dict[str, dict[str, str]]:
         return {"error": {"code": self.code, "message": self.message}}
+
+
+class InvalidRequestError(RequestError):
+    status = 400
+    code = "invalid_request"
+
+
+class HeaderTimeoutError(RequestError):
+    status = 408
+    code = "header_timeout"
+
+
+class HeadersTooLargeError(RequestError):
+    status = 431
+    code = "headers_too_large"
+
+
+class OverloadedError(RequestError):
+    status = 503
+    code = "overloaded"
 
 
 class PayloadTooLargeError(RequestError):
@@ -74,6 +99,13 @@ class InvalidEventError(RequestError):
 class EventTooOldError(RequestError):
     status = 422
     code = "event_too_old"
+
+
+class EventFromFutureError(RequestError):
+    """The event's timestamp is further ahead of our clock than RECEIVER_MAX_CLOCK_SKEW."""
+
+    status = 422
+    code = "event_from_future"
 
 
 class StorageUnavailableError(RequestError):

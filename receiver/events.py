@@ -113,7 +113,7 @@ def loads(body: bytes) -> dict[str, Any]:
             f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from exc
     except (ValueError, RecursionError) as exc:
-        raise InvalidJSONError(f"body is not acceptable JSON: {str(exc)[:200]}") from exc
+        raise InvalidJSONError(f"body is not acceptable JSON: {_reason(exc)}") from exc
     if not isinstance(data, dict):
         raise InvalidJSONError(f"body must be a JSON object, got a JSON {_json_kind(data)}")
     if _SURROGATE_ESCAPE.search(body):  # rare, so only then the full check (pairs are fine)
@@ -129,16 +129,26 @@ def loads(body: bytes) -> dict[str, Any]:
 def validate(data: dict[str, Any]) -> _Event:
     """Turn a parsed JSON object into an event, or raise InvalidEventError naming the field."""
     kind = data.get("type")
-    if "type" in data and not (isinstance(kind, str) and kind in EVENT_TYPES):
+    if "type" not in data:  # pydantic would say "unable to extract tag using discriminator"
+        raise InvalidEventError(f"type: field required; one of {', '.join(EVENT_TYPES)}")
+    if not (isinstance(kind, str) and kind in EVENT_TYPES):
         raise InvalidEventError(
             f"type: must be one of {', '.join(EVENT_TYPES)}; got {_short(kind)}"
         )
     try:
-        return _adapter.validate_python(data)
+        event = _adapter.validate_python(data)
     except _ValidationError as exc:
         raise InvalidEventError(_describe(exc)) from None
     except RecursionError:
         raise InvalidEventError("event is nested too deeply") from None
+    if event.timestamp.year in (1, 9999):  # at datetime's ends, the zone can push UTC past them
+        try:
+            to_utc(event.timestamp)
+        except OverflowError:
+            raise InvalidEventError(
+                f"timestamp: {event.timestamp.isoformat()} is out of range in UTC"
+            ) from None
+    return event
 
 
 def parse(body: bytes) -> _Event:
@@ -161,6 +171,21 @@ def _describe(exc: _ValidationError) -> str:
         field = ".".join(loc) or "event"
         parts.append(f"{field}: {err['msg'].lower()}")
     return "; ".join(parts)
+
+
+_TOO_MANY_DIGITS = re.compile(r"limit \((\d+) digits\).*value has (\d+) digits")
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a body's JSON was refused, in our words: Python's message about its integer
+    digit limit names sys.set_int_max_str_digits(), which means nothing to a sender."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = str(exc)
+    found = _TOO_MANY_DIGITS.search(text)
+    if found:
+        return f"a number has {found.group(2)} digits; at most {found.group(1)} are allowed"
+    return text[:200]
 
 
 def _short(value: Any) -> str:

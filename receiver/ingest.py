@@ -10,19 +10,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
 from receiver import events, signature
 from receiver.errors import (
+    EventFromFutureError,
     EventTooOldError,
     InvalidSignatureError,
     PayloadTooLargeError,
     RequestError,
     StorageUnavailableError,
 )
+from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.store import Store
 
@@ -52,12 +54,19 @@ class IngestEndpoint:
         max_body: int,
         metrics: Metrics,
         max_event_age: float = 0.0,
+        max_clock_skew: float = 0.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.clock = clock  # the time the age and skew limits are measured against
         self.secrets = list(secrets)
         self.max_body = max_body
         self.metrics = metrics
         self.max_event_age = max_event_age  # seconds; 0 = no limit
+        self.max_clock_skew = max_clock_skew  # seconds; 0 = no limit
+        # Rejections and conflicts are what a sender can make us log at will: a few lines a
+        # minute per reason and client, then a summary (the metrics count every one).
+        self.limited_log = LogLimiter(log)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -71,10 +80,14 @@ class IngestEndpoint:
             event_id = exc.event_id
             self.metrics.rejected[exc.code].inc()
             client = scope.get("client")
-            log.warning(
-                "rejected %s from %s: %s",
+            source = client[0] if client else "-"
+            self.limited_log.warning(
+                f"{exc.code} rejections",
+                source,
+                "rejected %s from %s%s: %s",
                 exc.code,
-                client[0] if client else "-",
+                source,
+                "" if event_id is None else f" (event {event_id})",
                 exc.message,
                 extra={"code": exc.code, "event_id": event_id},
             )
@@ -118,29 +131,63 @@ class IngestEndpoint:
             exc.event_id = event_id
             await self._quarantine(body, exc, client[0] if client else None, event_id)
             raise
-        if self.max_event_age:
-            # Not quarantined: it is a replay (the service stops retrying after about 11 hours),
-            # and keeping each copy would let a captured request fill the disk.
-            age = time.time() - events.to_utc(event.timestamp).timestamp()
-            if age > self.max_event_age:
-                too_old = EventTooOldError(
-                    f"timestamp {event.timestamp.isoformat()} is {_age(age)} old; events older"
-                    f" than {_age(self.max_event_age)} are refused (RECEIVER_MAX_EVENT_AGE)"
-                )
-                too_old.event_id = event.id
-                raise too_old
+        if self.max_event_age or self.max_clock_skew:
+            self._check_timestamp(event)
         try:
-            new = await self.store.accept(event, body)
+            result = await self.store.accept(event, body)
         except StorageUnavailableError as exc:
             exc.event_id = event.id
             raise
-        if new:
+        if result == "new":
             self.metrics.accepted.inc()
             log.debug("accepted %s %s", event.type, event.id)
             return 202, {"id": event.id, "status": "accepted"}
-        self.metrics.duplicate.inc()
-        log.debug("duplicate %s %s", event.type, event.id)
+        if result == "conflict":
+            # Same id, other bytes: a sender bug or a forged id. The first body stays; the
+            # answer is the duplicate's, so a sender's retry loop ends as it would anyway.
+            self.metrics.conflict.inc()
+            source = client[0] if client else "-"
+            self.limited_log.warning(
+                "conflicting duplicates",
+                source,
+                "conflict: event %s from %s repeats a stored id with a different body;"
+                " answered 200 duplicate, the stored body is kept",
+                event.id,
+                source,
+                extra={"code": "conflict", "event_id": event.id},
+            )
+        else:
+            self.metrics.duplicate.inc()
+            log.debug("duplicate %s %s", event.type, event.id)
         return 200, {"id": event.id, "status": "duplicate"}
+
+    def _check_timestamp(self, event: events._Event) -> None:
+        """Raise EventTooOldError or EventFromFutureError if the event's timestamp is out of
+        the window the settings allow around this receiver's clock (a limit of 0 is off)."""
+        age = self.clock() - events.to_utc(event.timestamp).timestamp()
+        if self.max_event_age and age > self.max_event_age:
+            # Not quarantined: it is a replay (the service stops retrying after about 11 hours),
+            # and keeping each copy would let a captured request fill the disk.
+            too_old = EventTooOldError(
+                f"timestamp {event.timestamp.isoformat()} is {_age(age)} old; events older"
+                f" than {_age(self.max_event_age)} are refused (RECEIVER_MAX_EVENT_AGE)"
+            )
+            too_old.event_id = event.id
+            raise too_old
+        if self.max_clock_skew and -age > self.max_clock_skew:
+            # Refused, or this one event would make every later event of its session look
+            # stale (the lifecycle orders by timestamp). Not quarantined, as too old is not:
+            # a captured copy could be sent again and again. The sender's retries carry the
+            # same timestamp: one that comes once it is no longer that far ahead is accepted.
+            future = EventFromFutureError(
+                f"timestamp {event.timestamp.isoformat()} is {_age(-age)} ahead of this"
+                f" receiver's clock; events more than {_age(self.max_clock_skew)} ahead are"
+                " refused (RECEIVER_MAX_CLOCK_SKEW): the sender's clock is wrong, and its"
+                " retries of this event will be refused too until that time; check its"
+                " clock (NTP)"
+            )
+            future.event_id = event.id
+            raise future
 
     async def _read_body(self, receive: Receive) -> bytes:
         chunks: list[bytes] = []

@@ -9,11 +9,12 @@ is, so a late drop cannot reopen an alert that has recovered, and lifecycle rule
 resolve or repeat: Rule.follows_alert) send nothing for it. Every other rule forwards it
 like any event: a plain rule notifies once for each matching event, in any order.
 
-Everything here runs inside one store transaction (store.tx.SQLiteTx).
+Everything here runs inside one store transaction (receiver.store.base.Tx).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from collections import Counter
@@ -24,17 +25,13 @@ from typing import Any
 
 from receiver.events import to_utc
 from receiver.rules import Decision, Rule, Ruleset, format_duration
+from receiver.rules.lifecycle import CLOSES, OPENS
 from receiver.rules.match import Condition, compile_match
-from receiver.store.base import Notification
-from receiver.store.tx import Alert, Group, Silence, SQLiteTx
+from receiver.store.base import Tx
+from receiver.store.records import Alert, Group, Notification, Replay, Silence
 
-OPENS = {"score.drop": "session", "intervention.fired": "intervention"}
-CLOSES = {
-    "score.recover": "session",
-    "session.stopped": "session",
-    "intervention.resolved": "intervention",
-}
 HEARTBEAT = "(heartbeat)"
+REPLAY_PREFIX = "[replay] "  # before the title of every notification an operator's replay sends
 DIGEST_MEMBERS = 100  # members kept per digest; the count goes on
 
 
@@ -60,7 +57,7 @@ class Transition:
     alert: Alert | None = None
 
 
-def apply(tx: SQLiteTx, payload: Mapping[str, Any], event_id: str, now: float) -> Transition:
+def apply(tx: Tx, payload: Mapping[str, Any], event_id: str, now: float) -> Transition:
     """Apply one event to its alert's stored state and say what happened."""
     aid = alert_id(payload)
     if aid is None:
@@ -91,21 +88,89 @@ def apply(tx: SQLiteTx, payload: Mapping[str, Any], event_id: str, now: float) -
 class Pipeline:
     """Routes one batch: each event's decisions placed through the lifecycle into the outbox."""
 
-    def __init__(self, tx: SQLiteTx, ruleset: Ruleset, now: float) -> None:
+    def __init__(self, tx: Tx, ruleset: Ruleset, now: float) -> None:
         self.tx = tx
         self.ruleset = ruleset
         self.now = now
         self.counts: Counter[str] = Counter()
         self.silences = [(s, compile_match(s.matchers)[0]) for s in tx.silences(now)]
+        self._replay: Replay | None = None  # the operator's replay being routed, if any
 
     def event(
+        self,
+        event_id: str,
+        payload: Mapping[str, Any],
+        decisions: Sequence[Decision],
+        *,
+        replay: int | None = None,
+    ) -> None:
+        """Route one event; replay names the operator's request when it is routed again
+        (`receiver replay`): then it is sent whatever the lifecycle says, unless the
+        request asks to respect it, and every row it produces is marked as a replay."""
+        self._replay = self.tx.replay_request(replay) if replay is not None else None
+        try:
+            if self._replay is not None and not self._replay.respect_lifecycle:
+                self._send_again(event_id, payload, decisions)
+            else:
+                transition = apply(self.tx, payload, event_id, self.now)
+                if transition.what == "resolve":
+                    self._resolve(event_id, payload, transition.alert)
+                for name, group in itertools.groupby(decisions, key=lambda d: d.rule):
+                    rule = self.ruleset.by_name[name]
+                    self._place(event_id, payload, rule, list(group), transition)
+            if self._replay is not None:
+                self.tx.replay_done(self._replay.id, self.now)
+        finally:
+            self._replay = None
+
+    def _add(self, event_id: str, n: Notification, **row: Any) -> None:
+        """tx.add, marking the row (and its title) as a replay while one is routed."""
+        if self._replay is not None:
+            n = dataclasses.replace(n, title=f"{REPLAY_PREFIX}{n.title}")
+            row["replay"] = self._replay.id
+            if row.get("reason") is None:
+                row["reason"] = f"replay #{self._replay.id}"
+        self.tx.add(event_id, n, **row)
+
+    def _send_again(
         self, event_id: str, payload: Mapping[str, Any], decisions: Sequence[Decision]
     ) -> None:
-        transition = apply(self.tx, payload, event_id, self.now)
-        if transition.what == "resolve":
-            self._resolve(event_id, payload, transition.alert)
+        """An operator's replay: every notification the rules give the event is sent,
+        whatever the lifecycle would say (stale, silenced, muted, grouped, throttled, held),
+        and the alert is left as it is. A lifecycle rule's rows join the alert's open
+        episode when the event belongs to it, so that its resolve answers them too; an
+        event that resolved the alert as it stands sends its resolved messages again."""
+        aid = alert_id(payload)
+        alert = self.tx.alert(aid) if aid is not None else None
+        ts = event_time(payload) if aid is not None else ""
+        current = (
+            alert is not None
+            and alert.state == "open"
+            and payload.get("type") in OPENS
+            and ts >= (alert.opened_ts or ts)
+        )
         for name, group in itertools.groupby(decisions, key=lambda d: d.rule):
-            self._place(event_id, payload, self.ruleset.by_name[name], list(group), transition)
+            rule = self.ruleset.by_name[name]
+            joins = alert if current and rule.follows_alert else None
+            for d in group:
+                self._add(
+                    event_id,
+                    _notification(d),
+                    state="pending",
+                    now=self.now,
+                    alert=joins.id if joins else None,
+                    episode=joins.episode if joins else None,
+                )
+            self.counts["pending"] += 1
+            if joins is not None and (rule.resolve or rule.repeat):
+                self.tx.add_notice(joins.id, joins.episode, rule.name, self.now, rule.repeat)
+        if (
+            alert is not None
+            and alert.state == "resolved"
+            and payload.get("type") in CLOSES
+            and alert.resolved_ts == ts
+        ):
+            self._resolved_messages(event_id, payload, alert)
 
     def _place(
         self,
@@ -126,7 +191,7 @@ class Pipeline:
             event_id, payload, rule, decisions[0], transition
         )
         for d in decisions:
-            self.tx.add(
+            self._add(
                 event_id,
                 _notification(d),
                 state=state,
@@ -191,9 +256,15 @@ class Pipeline:
         self.counts["cancelled"] += self.tx.cancel_held(
             alert.id, alert.episode, self.now, "cancelled: resolved before it was sent"
         )
+        if self._resolved_messages(event_id, payload, alert):
+            self.tx.end_repeats(alert.id, alert.episode)
+
+    def _resolved_messages(self, event_id: str, payload: Mapping[str, Any], alert: Alert) -> bool:
+        """A resolved message from each rule with resolve: true whose notification about the
+        alert's episode was sent; whether any rule noticed the episode at all."""
         notices = self.tx.notices(alert.id, alert.episode)
         if not notices:
-            return
+            return False
         opener = _json(self.tx.event_body(alert.opened_event or ""))
         extra = {
             "opener": opener,
@@ -210,7 +281,7 @@ class Pipeline:
                 continue  # never a resolved message for an alert that was never sent
             rendered = rule.render_resolved(payload, extra)
             for d in rule.decisions(rendered, self.ruleset.notifiers):
-                self.tx.add(
+                self._add(
                     event_id,
                     _notification(d),
                     state="pending",
@@ -220,7 +291,7 @@ class Pipeline:
                     episode=alert.episode,
                 )
             self.counts["resolved"] += 1
-        self.tx.end_repeats(alert.id, alert.episode)
+        return True
 
     # -- digests ------------------------------------------------------------------------------
 
@@ -388,8 +459,13 @@ def explain_now(
     *,
     silences: Sequence[Silence] = (),
     alert: Alert | None = None,
+    notified: Sequence[str] = (),
 ) -> list[str]:
-    """What the lifecycle would do with payload now, one line each, for `receiver explain`."""
+    """What the lifecycle would do with payload now, one line each, for `receiver explain`.
+
+    notified names the rules whose notification about the alert's open episode was sent:
+    a closing event sends a resolved message for each of them that has resolve: true.
+    """
     lines: list[str] = []
     aid = alert_id(payload)
     stale = aid is not None and alert is not None and event_time(payload) < alert.last_ts
@@ -401,6 +477,8 @@ def explain_now(
                 "stale: older than the alert's newest event, so rules with hold, resolve or"
                 " repeat send nothing; other rules forward it"
             )
+        elif payload.get("type") in CLOSES:
+            lines.append(_resolves_now(ruleset, alert, notified))
     for silence in silences:
         if _holds(compile_match(silence.matchers)[0], payload):
             until = datetime.fromtimestamp(silence.ends_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -437,3 +515,22 @@ def explain_now(
         if notes:
             lines.append(f"{name}: " + "; ".join(notes))
     return lines
+
+
+def _resolves_now(ruleset: Ruleset, alert: Alert | None, notified: Sequence[str]) -> str:
+    """What closing the alert now sends besides the rules' own notifications."""
+    if alert is None or alert.state != "open":
+        return "not open: it resolves nothing, and sends no resolved message"
+    rules = [ruleset.by_name[name] for name in notified if name in ruleset.by_name]
+    parts = []
+    count = 0
+    for rule in (r for r in rules if r.resolve):
+        urls = sum(len(ruleset.notifiers[name].urls) for name in rule.notify)
+        count += urls
+        plural = f" ({urls} urls)" if urls > 1 else ""
+        parts.append(f"{rule.name} -> {', '.join(rule.notify)}{plural}")
+    if not parts:
+        return "resolves it; no rule with resolve: true notified about it, so no resolved message"
+    return (
+        f"resolves it: {count} resolved message{'s' if count != 1 else ''}: {', '.join(parts)}"
+    )

@@ -9,11 +9,14 @@ REJECT_REASONS = (
     "header_timeout",
     "headers_too_large",
     "body_timeout",
+    "invalid_request",  # not HTTP the parser accepts (any path)
+    "overloaded",  # RECEIVER_LIMIT_CONCURRENCY reached (any path)
     "missing_signature",
     "invalid_signature",
     "invalid_json",
     "invalid_event",
     "event_too_old",
+    "event_from_future",
     "storage_unavailable",
     "method_not_allowed",
 )
@@ -28,6 +31,8 @@ class Metrics:
         )
         self.accepted = events.labels("accepted")
         self.duplicate = events.labels("duplicate")
+        # A duplicate id whose body differs from the stored one (answered as a duplicate).
+        self.conflict = events.labels("conflict")
         rejected = Counter(
             "receiver_events_rejected", "Deliveries refused, by reason.", ["reason"], registry=r
         )

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import harness
+from tests import harness, pg
+from tests.pg import ThrowawayPostgres
 from tests.servers import HTTPSink, SMTPSink
 
 
@@ -83,3 +84,44 @@ def _descendants(root: int) -> dict[int, str]:
         frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - found.keys()
         found.update({pid: commands[pid].strip() for pid in frontier})
     return found
+
+
+# -- stores: every store test runs on SQLite and on a real PostgreSQL ----------------------
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[ThrowawayPostgres]:
+    """One throwaway PostgreSQL for the session (or RECEIVER_TEST_PG's server)."""
+    why = pg.available()
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL tests cannot run: {why}")
+        pytest.skip(f"PostgreSQL tests SKIPPED: {why}")
+    server = ThrowawayPostgres().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres: ThrowawayPostgres) -> str:
+    """A new, empty PostgreSQL database."""
+    return postgres.create_database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """RECEIVER_DB for an empty store of each kind."""
+    if request.param == "sqlite":
+        return str(tmp_path / "receiver.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def receiver_db(request: pytest.FixtureRequest) -> str | None:
+    """RECEIVER_DB for an end-to-end test run on each store: None is the harness's own
+    SQLite file; else a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return None
+    return str(request.getfixturevalue("pg_url"))

@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from receiver import signature
+from tests import dbview
 from tests.servers import free_port
 
 SECRET = "test-secret-0123456789"
@@ -56,9 +58,11 @@ class Receiver:
         rules: str | None = None,
         env: dict[str, str] | None = None,
         secret: str = SECRET,
+        db: str | None = None,
     ) -> None:
         self.tmp = tmp
-        self.db = tmp / "receiver.db"
+        self.db = tmp / "receiver.db"  # the SQLite file, unless db names another store
+        self.db_url = db or str(self.db)
         self.rules = tmp / "rules.yaml"
         if rules is not None or not self.rules.exists():
             self.rules.write_text(rules or "rules:\n  - name: all\n    notify: [console]\n")
@@ -68,7 +72,7 @@ class Receiver:
         self.env = {
             **os.environ,
             "RECEIVER_PORT": str(self.port),
-            "RECEIVER_DB": str(self.db),
+            "RECEIVER_DB": self.db_url,
             "RECEIVER_RULES": str(self.rules),
             "RECEIVER_SECRETS": secret,
             "RECEIVER_LOG_LEVEL": "debug",
@@ -128,6 +132,10 @@ class Receiver:
     def logs(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows from the server's database (SQLite or PostgreSQL); `?` placeholders."""
+        return dbview.query(self.db_url, sql, params)
+
     def post(
         self, body: bytes, headers: dict[str, str] | None = None, client: httpx.Client | None = None
     ) -> httpx.Response:
@@ -166,11 +174,16 @@ class FakeClock:
     def __init__(self, start: float | None = None) -> None:
         self.now = time.time() if start is None else start
         self.apps: list[Any] = []
+        # Called before each move: a send in flight must be recorded first, or the jump
+        # would expire its lease and it would be sent again (a test race, not a bug).
+        self.settle: list[Callable[[], None]] = []
 
     def __call__(self) -> float:
         return self.now
 
     def advance(self, seconds: float) -> None:
+        for settle in self.settle:
+            settle()
         self.now += seconds
         for app in self.apps:
             app.state.wake()
@@ -204,9 +217,13 @@ class InProcessReceiver:
             port=self.port,
             retry_initial=0.2,
             notify_timeout=3,
+            # Tests here place events in time freely and move the clock by hand: an event
+            # minutes ahead of the fake clock is the scenario, not a wrong sender clock.
+            max_clock_skew=0,
         )
         app = create_app(settings, clock=self.clock)
         self.clock.apps = [app]
+        self.clock.settle = [self.wait_sent]
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on"
         )
@@ -233,6 +250,13 @@ class InProcessReceiver:
             timeout=10,
             headers={signature.SIGNATURE_HEADER: signature.sign(SECRET.encode(), body)},
         )
+
+    def wait_sent(self, timeout: float = 10) -> None:
+        """Wait until no notification is being sent (every claim's outcome recorded)."""
+        deadline = time.monotonic() + timeout
+        while dbview.query(str(self.db), "SELECT 1 FROM outbox WHERE state = 'sending' LIMIT 1"):
+            assert time.monotonic() < deadline, "a send in flight did not finish"
+            time.sleep(0.02)
 
     def wait_routed(self, count: int, timeout: float = 10) -> None:
         """Wait until count events are routed, so that moving the clock cannot race routing."""

@@ -247,6 +247,16 @@ class Mail:
     envelope_from: str
     envelope_to: list[str]
 
+    def parts(self) -> dict[str, list[str]]:
+        """The text parts by subtype, lines ending in LF: {"plain": [...], "html": [...]}."""
+        found: dict[str, list[str]] = {"plain": [], "html": []}
+        for part in self.message.walk():
+            if part.get_content_maintype() == "text":
+                assert isinstance(part, EmailMessage)
+                content = part.get_content().replace("\r\n", "\n")
+                found.setdefault(part.get_content_subtype(), []).append(content)
+        return found
+
 
 class _MailHandler:
     def __init__(self, sink: SMTPSink) -> None:

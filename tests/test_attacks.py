@@ -146,6 +146,54 @@ def test_max_event_age_reads_durations(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings()
 
 
+# -- clock skew ------------------------------------------------------------------------------
+
+
+def test_an_event_from_the_future_is_refused_counted_and_not_kept(server: Receiver) -> None:
+    # One event dated 2099 would make every later event of its session stale.
+    refused = server.metric("receiver_events_rejected_total", 'reason="event_from_future"')
+    body = drop("evt_2099", timestamp="2099-01-01T00:00:00Z")
+    for _ in range(2):  # the sender's retry carries the same timestamp: refused too
+        response = server.post(body, signed(body, NEW))
+        assert code(response) == (422, "event_from_future")
+    message = response.json()["error"]["message"]
+    assert "2099-01-01T00:00:00+00:00 is " in message
+    assert "ahead of this receiver's clock" in message
+    assert "more than 5m ahead are refused (RECEIVER_MAX_CLOCK_SKEW)" in message
+    assert "sender's clock is wrong" in message and "retries" in message
+    assert count(server, "events", "evt_2099") == 0
+    assert count(server, "quarantine", "evt_2099") == 0  # as too old: resending must not fill
+    after = server.metric("receiver_events_rejected_total", 'reason="event_from_future"')
+    assert after == refused + 2
+    assert "rejected event_from_future from 127.0.0.1 (event evt_2099): " in server.logs()
+    # A sender's clock a little ahead is fine.
+    ahead = drop("evt_ahead", timestamp=_stamp(timedelta(minutes=-4)))
+    assert server.post(ahead, signed(ahead, NEW)).status_code == 202
+
+
+def test_max_clock_skew_zero_disables_the_check(tmp_path: Path) -> None:
+    server = Receiver(tmp_path, env={"RECEIVER_MAX_CLOCK_SKEW": "0"}).start()
+    try:
+        body = drop("evt_later", timestamp="2099-01-01T00:00:00Z")
+        assert server.post(body, signed(body)).status_code == 202
+    finally:
+        server.stop()
+
+
+def test_max_clock_skew_reads_durations_and_is_a_serve_flag(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from receiver.cli import cli
+
+    assert Settings().max_clock_skew == 300
+    monkeypatch.setenv("RECEIVER_MAX_CLOCK_SKEW", "90s")
+    assert Settings().max_clock_skew == 90
+    result = CliRunner().invoke(cli, ["serve", "--max-clock-skew", "soon"])
+    assert result.exit_code == 1 and "RECEIVER_MAX_CLOCK_SKEW" in result.output
+
+
 # -- slow and greedy clients -----------------------------------------------------------------
 
 

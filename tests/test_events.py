@@ -108,3 +108,10 @@ def test_duplicate_keys_take_the_last_value() -> None:
 def test_sample_builds_a_valid_event_of_each_type() -> None:
     for kind in events.EVENT_TYPES:
         assert events.validate(events.sample(kind)).type == kind
+
+
+@pytest.mark.parametrize("stamp", ["9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"])
+def test_a_timestamp_out_of_range_in_utc_is_an_invalid_event(stamp: str) -> None:
+    # Not a 500 later, when the timestamp is compared with the clock or stored in UTC.
+    with pytest.raises(InvalidEventError, match="timestamp: .* is out of range in UTC"):
+        events.parse(body(timestamp=stamp))

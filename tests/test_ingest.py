@@ -58,6 +58,30 @@ def test_duplicate_is_detected_by_id_even_if_body_differs(server: Receiver) -> N
     assert server.post(b, signed(b)).json()["status"] == "duplicate"
 
 
+def test_a_duplicate_with_another_body_is_answered_duplicate_but_counted_and_logged(
+    server: Receiver,
+) -> None:
+    a, b = drop("evt_conflict", score=10), drop("evt_conflict", score=11)
+    conflicts = server.metric("receiver_events_total", 'result="conflict"')
+    duplicates = server.metric("receiver_events_total", 'result="duplicate"')
+    assert server.post(a, signed(a)).status_code == 202
+    assert server.post(a, signed(a)).json()["status"] == "duplicate"  # the same bytes
+    again = server.post(b, signed(b))
+    assert (again.status_code, again.json()) == (
+        200,
+        {"id": "evt_conflict", "status": "duplicate"},
+    )
+    assert server.metric("receiver_events_total", 'result="conflict"') == conflicts + 1
+    assert server.metric("receiver_events_total", 'result="duplicate"') == duplicates + 1
+    assert (
+        "WARNING receiver.ingest: conflict: event evt_conflict from 127.0.0.1 repeats a stored"
+        " id with a different body" in server.logs()
+    )
+    with sqlite3.connect(server.db) as conn:
+        (body,) = conn.execute("SELECT body FROM events WHERE id = 'evt_conflict'").fetchone()
+    assert body == a.decode()  # the first body is kept
+
+
 def test_missing_signature(server: Receiver) -> None:
     assert error(server.post(drop("evt_nosig"))) == (
         401,
@@ -299,3 +323,38 @@ def test_json_log_format_gives_one_object_a_line(tmp_path: Path) -> None:
     assert rejected["level"] == "warning" and rejected["logger"] == "receiver.ingest"
     assert rejected["msg"].startswith("rejected invalid_signature from 127.0.0.1")
     assert len(lines) == len(server.logs().splitlines())  # every line is JSON, uvicorn's too
+
+
+def test_an_event_id_with_a_newline_cannot_forge_a_log_line(tmp_path: Path) -> None:
+    forged = "2026-01-01 00:00:00,000 INFO    receiver: all clear"
+    event = {"id": f"evt_nl\n{forged}", "type": "score.drop", "sessionId": "s"}  # no timestamp
+    body = json.dumps(event).encode()
+    server = Receiver(tmp_path).start()
+    try:
+        assert error(server.post(body, signed(body)))[:2] == (422, "invalid_event")
+    finally:
+        server.stop()
+    logs = server.logs()
+    assert f"rejected invalid_event from 127.0.0.1 (event evt_nl\\n{forged}): " in logs
+    assert not any(line.startswith(forged) for line in logs.splitlines())
+
+
+def test_rejection_lines_are_limited_per_reason_and_client_but_all_counted(
+    tmp_path: Path,
+) -> None:
+    server = Receiver(tmp_path).start()
+    try:
+        before = server.metric("receiver_events_rejected_total", 'reason="missing_signature"')
+        with httpx.Client() as client:
+            for i in range(40):
+                assert server.post(drop(f"evt_flood_{i}"), client=client).status_code == 401
+        after = server.metric("receiver_events_rejected_total", 'reason="missing_signature"')
+        # Another reason from the same client still gets its own lines.
+        bad = drop("evt_flood_bad")
+        server.post(bad, {signature.SIGNATURE_HEADER: "sha256=" + "3" * 64})
+    finally:
+        server.stop()
+    assert after == before + 40
+    logs = server.logs()
+    assert logs.count("rejected missing_signature from 127.0.0.1") == 5
+    assert logs.count("rejected invalid_signature from 127.0.0.1") == 1

@@ -262,7 +262,7 @@ def test_repeat_renotifies_while_open_and_stops_when_resolved(
     assert "repeat 1" in second.json["message"]
     clock.advance(3600 * 4 + 1)
     http_sink.wait_for(3)
-    server.send(event("score.recover", "e2", 600))
+    server.send(event("score.recover", "e2", 480))  # 8h in, as the clock is now
     server.wait_routed(2)
     clock.advance(3600 * 5)
     quiet(http_sink, 3)

@@ -31,13 +31,15 @@ class Clock:
 
 
 def event(i: int) -> tuple[events._Event, bytes]:
-    e = events.validate(events.sample("score.drop", id=f"evt_{i}"))
+    # The same bytes each time: a redelivery, not a conflict.
+    sample = events.sample("score.drop", id=f"evt_{i}", timestamp="2026-01-01T00:00:00.000Z")
+    e = events.validate(sample)
     return e, e.model_dump_json().encode()
 
 
 async def seed(store: SQLiteStore, clock: Clock, ids: range, *, routed: bool = True) -> None:
     for i in ids:
-        assert await store.accept(*event(i))
+        assert await store.accept(*event(i)) == "new"
     if routed:
 
         def mark(tx: SQLiteTx) -> None:
@@ -110,14 +112,14 @@ def test_prunes_old_events_and_finished_notifications_keeps_the_rest(tmp_path: P
 def test_pruned_id_is_accepted_again_as_new(tmp_path: Path) -> None:
     db, clock = tmp_path / "r.db", Clock(T0)
 
-    async def go(store: SQLiteStore) -> list[bool]:
+    async def go(store: SQLiteStore) -> list[str]:
         await seed(store, clock, range(1, 2))
         before = await store.accept(*event(1))
         clock.now = T0 + 31 * DAY
         await Pruner(store, retention=30 * DAY, metrics=Metrics(), clock=clock).prune()
         return [before, await store.accept(*event(1)), await store.accept(*event(1))]
 
-    assert run_store(db, clock, go) == [False, True, False]
+    assert run_store(db, clock, go) == ["duplicate", "new", "duplicate"]
 
 
 def test_nothing_old_enough_prunes_nothing(tmp_path: Path) -> None:
@@ -152,7 +154,7 @@ def test_retention_setting_parses_durations() -> None:
 def test_serve_refuses_short_retention_with_a_settings_error() -> None:
     result = CliRunner().invoke(cli, ["serve", "--retention", "1h"])
     assert result.exit_code == 1
-    assert "RECEIVER_RETENTION: value error, must be at least 10h36m" in result.output
+    assert "RECEIVER_RETENTION (--retention): must be at least 10h36m" in result.output
 
 
 def test_prunes_finished_lifecycle_state_and_keeps_what_is_live(tmp_path: Path) -> None:

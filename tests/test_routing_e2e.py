@@ -2,7 +2,6 @@
 
 import json
 import signal
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,16 +42,16 @@ def until(check: Callable[[], bool], timeout: float = 10, what: str = "condition
 
 
 def outbox(server: Receiver) -> list[tuple[str, str, str]]:
-    with sqlite3.connect(server.db) as conn:
-        return conn.execute("SELECT event_id, rule, state FROM outbox ORDER BY id").fetchall()
+    return server.query("SELECT event_id, rule, state FROM outbox ORDER BY id")
 
 
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
+def start(tmp_path: Path, receiver_db: str | None) -> Iterator[Callable[..., Receiver]]:
+    """Starts the server on SQLite, and again on PostgreSQL (receiver_db)."""
     started: list[Receiver] = []
 
     def _start(rules: str, **env: str) -> Receiver:
-        server = Receiver(tmp_path, rules=rules, env=env).start()
+        server = Receiver(tmp_path, rules=rules, env=env, db=receiver_db).start()
         started.append(server)
         return server
 
@@ -81,6 +80,33 @@ def test_a_drop_reaches_json_chat_and_email(
     [mail] = smtp_sink.wait_for(1)
     assert mail.subject == "Attention dropped: user_42" and "Session sess_7 at 12" in mail.body
     until(lambda: [s for _, _, s in outbox(server)] == ["delivered"] * 3, what="3 delivered rows")
+
+
+@pytest.mark.parametrize("extra", ["", "&format=html"], ids=["default", "format-html"])
+def test_event_values_reach_email_as_text_never_as_markup(
+    start: Callable[..., Receiver], smtp_sink: SMTPSink, extra: str
+) -> None:
+    xss = "<img src=x onerror=alert(1)>"
+    server = start(
+        f"""
+notifiers:
+  mail: "{smtp_sink.mailto_url()}{extra}"
+rules:
+  - name: drop
+    notify: mail
+    title: "Attention dropped: {{{{ userId }}}}"
+    body: "User {{{{ userId }}}} in {{{{ sessionId }}}}"
+"""
+    )
+    assert server.send(drop("evt_xss", userId=xss)).status_code == 202
+    [mail] = smtp_sink.wait_for(1)
+    parts = mail.parts()
+    assert mail.subject == f"Attention dropped: {xss}"
+    assert [p.strip() for p in parts["plain"]] == [f"User {xss} in sess_7"]
+    for html in parts["html"]:  # an HTML part, if any (format=html asks for one): escaped
+        assert "&lt;img" in html and "<img" not in html
+    if extra:
+        assert len(parts["html"]) == 1
 
 
 def test_a_duplicate_delivery_notifies_nobody_again(
@@ -253,12 +279,11 @@ def test_an_event_stored_but_not_routed_is_routed_on_start(
     server = start(rules_for(http_sink).replace("[hook, chat]", "[hook]"))
     server.stop()
     event = drop("evt_unrouted")
-    with sqlite3.connect(server.db) as conn:
-        conn.execute(
-            "INSERT INTO events (id, type, session_id, event_ts, received_at, body)"
-            " VALUES (?, 'score.drop', 'sess_7', ?, ?, ?)",
-            ("evt_unrouted", event["timestamp"], time.time(), json.dumps(event)),
-        )
+    server.query(
+        "INSERT INTO events (id, type, session_id, event_ts, received_at, body)"
+        " VALUES (?, 'score.drop', 'sess_7', ?, ?, ?)",
+        ("evt_unrouted", event["timestamp"], time.time(), json.dumps(event)),
+    )
     server.start()
     [request] = http_sink.wait_for(1)
     assert request.json["message"] == "Session sess_7 at 12 (threshold 40)"

@@ -8,7 +8,6 @@ from SIGTERM to its exit.
 from __future__ import annotations
 
 import signal
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,10 +44,7 @@ def drop(n: int) -> dict[str, object]:
 
 
 def outbox(server: Receiver) -> list[tuple[str, str, str, int]]:
-    with sqlite3.connect(server.db) as conn:
-        return conn.execute(
-            "SELECT event_id, notifier, state, attempts FROM outbox ORDER BY id"
-        ).fetchall()
+    return server.query("SELECT event_id, notifier, state, attempts FROM outbox ORDER BY id")
 
 
 def until(check: Callable[[], object], timeout: float = 10, what: str = "condition") -> None:
@@ -65,9 +61,11 @@ def timed_stop(server: Receiver) -> tuple[int, float]:
 
 
 @pytest.fixture
-def start(tmp_path: Path) -> Iterator[Callable[..., Receiver]]:
+def start(tmp_path: Path, receiver_db: str | None) -> Iterator[Callable[..., Receiver]]:
+    """Starts the server on SQLite, and again on PostgreSQL (receiver_db)."""
+
     def _start(text: str, **env: str) -> Receiver:
-        return Receiver(tmp_path, rules=text, env={**ENV, **env}).start()
+        return Receiver(tmp_path, rules=text, env={**ENV, **env}, db=receiver_db).start()
 
     yield _start  # tests/conftest.py stops any server a failing test leaves behind
 

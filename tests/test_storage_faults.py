@@ -84,8 +84,15 @@ def test_full_disk_answers_503_keeps_no_partial_rows_and_recovers(
             else:
                 assert response.status_code == 202
         assert len(refused) >= 5, "the full disk never refused an event"
-        assert server.get("/readyz").status_code in (200, 503)  # no crash either way
+        # Not ready while the store cannot take an event (an empty write transaction would
+        # still commit on a full disk: the probe writes for real).
+        ready = server.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["error"]["code"] == "not_ready"
+        assert "store is not writable: " in ready.json()["error"]["message"]
+        assert server.get("/readyz").status_code == 503  # the probe does not pass by itself
         filler.unlink()
+        # Ready again by itself, before any event is sent: the probe's own write succeeds.
+        assert server.get("/readyz").status_code == 200
         assert stored(server.db, refused) == set()  # nothing half-written
         for event_id in refused:  # the sender's retries land, no restart needed
             b = body(event_id)

@@ -71,6 +71,29 @@ def test_mailto_reaches_smtp_sink_after_login(targets: Targets, smtp_sink: SMTPS
     assert smtp_sink.logins == ["receiver"]
 
 
+XSS = "<img src=x onerror=alert(1)>"
+
+
+@pytest.mark.parametrize("extra", ["", "&format=html"], ids=["default", "format-html"])
+def test_mail_carries_event_values_as_text_never_as_markup(
+    targets: Targets, smtp_sink: SMTPSink, extra: str
+) -> None:
+    title, body = f"Attention dropped: {XSS}", f"user {XSS} & co\nscore 12"
+    url = smtp_sink.mailto_url() + extra
+    asyncio.run(targets.send(url, title=title, body=body, label="mail[0]"))
+
+    [mail] = smtp_sink.wait_for(1)
+    parts = mail.parts()
+    assert mail.subject == title
+    assert [p.strip() for p in parts["plain"]] == [body]  # the text part: the text as sent
+    for html in parts["html"]:  # an HTML part, if any, shows the same text: escaped
+        html = html.replace("&nbsp;", " ")  # apprise keeps runs of spaces this way
+        assert "&lt;img src=x onerror=alert(1)&gt;" in html and "&amp; co" in html
+        assert "<img" not in html
+    if extra:  # asked for HTML: there is an HTML part, and it is the escaped text
+        assert len(parts["html"]) == 1
+
+
 def test_console_logs_one_readable_line(targets: Targets, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger="receiver.console"):
         send(targets, "console://")

@@ -327,7 +327,7 @@ class Targets:
         notifier.add(plugin)
         log.debug("sending %s notification to %s", scheme, label)
         try:
-            result = notifier.notify(body=body, title=title)
+            result = notifier.notify(body=body, title=title, body_format=_body_format(plugin))
         except Exception as exc:
             reason = redact(f"{type(exc).__name__}: {exc}", secrets)
             raise DeliveryError(f"{label}: {scheme} target failed: {reason}", label=label) from None
@@ -342,6 +342,20 @@ class Targets:
         finally:
             result.close()
         raise DeliveryError(_failure_message(label, scheme, reasons), label=label)
+
+
+def _body_format(plugin: Any) -> apprise.NotifyFormat | None:
+    """TEXT for a target that would show the body as HTML, so that apprise escapes it.
+
+    Titles and bodies are plain text (templates render with HTML escaping off), but a
+    body of no declared format goes into an HTML target as it is: an event value such as
+    `<img src=x onerror=...>` would be markup in the mail. Declared as text, it is escaped
+    in any HTML part, and email goes as text only unless its URL asks for `format=html`.
+    Other targets (Markdown chats) get the body as written, Markdown a rule may use included.
+    """
+    resolve = getattr(plugin, "resolve_format", None)  # apprise 2; before, notify_format
+    shown = resolve(None) if callable(resolve) else getattr(plugin, "notify_format", None)
+    return apprise.NotifyFormat.TEXT if shown == apprise.NotifyFormat.HTML else None
 
 
 def _failure_message(label: str, scheme: str, reasons: list[str]) -> str:

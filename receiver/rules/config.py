@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -81,21 +82,38 @@ class FileSpec(_Strict):
     heartbeat: Any = None
 
 
-def load_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Ruleset:
-    """Load and validate a rules file; raises ConfigError listing every problem."""
+def load_file(
+    path: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    lenient_env: bool = False,
+) -> Ruleset:
+    """Load and validate a rules file; raises ConfigError listing every problem.
+
+    lenient_env: an unset ${VAR} in a notifier url is not a problem (see load_text).
+    """
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ConfigError(f"cannot read rules file: {reason.lower()}", source=source) from exc
-    return load_text(text, env, source=source)
+    return load_text(text, env, source=source, lenient_env=lenient_env)
 
 
 def load_text(
-    text: str, env: Mapping[str, str] | None = None, source: str = "rules.yaml"
+    text: str,
+    env: Mapping[str, str] | None = None,
+    source: str = "rules.yaml",
+    *,
+    lenient_env: bool = False,
 ) -> Ruleset:
-    """Load rules from YAML text; env (default os.environ) fills ${VAR} in notifier urls."""
+    """Load rules from YAML text; env (default os.environ) fills ${VAR} in notifier urls.
+
+    With lenient_env (`receiver check` and `explain`, which send nothing), a variable
+    unset or empty is no problem: its urls are left unresolved and unchecked, and
+    Ruleset.unresolved_env lists it. The server never loads rules this way.
+    """
     env = os.environ if env is None else env
     raw = _parse_yaml(text, source)
     problems: list[str] = []
@@ -110,7 +128,7 @@ def load_text(
 
     notifiers: dict[str, Notifier] = {}
     for name, value in raw_notifiers.items():
-        notifier, found = build_notifier(name, value, env)
+        notifier, found = build_notifier(name, value, env, lenient=lenient_env)
         problems.extend(found)
         if notifier is not None:
             notifiers[notifier.name] = notifier
@@ -291,6 +309,16 @@ def _parse_yaml(text: str, source: str) -> dict[Any, Any]:
         raise ConfigError(f"yaml syntax error{where}: {exc.problem}", source=source) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"yaml syntax error: {type(exc).__name__}", source=source) from None
+    except ValueError as exc:
+        # A value YAML could not build: a date like 2026-13-45, or an integer longer than
+        # Python converts (its message names sys.set_int_max_str_digits, not the file).
+        digits = re.search(r"limit \((\d+) digits\).*value has (\d+) digits", str(exc))
+        reason = (
+            f"a number has {digits.group(2)} digits; at most {digits.group(1)} are allowed"
+            if digits
+            else str(exc).lower()
+        )
+        raise ConfigError(f"yaml value error: {reason}", source=source) from None
     finally:
         loader.dispose()
     if data is None:

@@ -1,4 +1,5 @@
-"""Why a payload was routed as it was: each rule's verdict, its reasons, and the rendered texts.
+"""Why a payload was routed as it was: each rule's verdict, its reasons, and the rendered texts;
+for an event that closes an alert, the resolved messages it would also send.
 
 Only notifier names appear here, never their URLs.
 """
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from receiver.rules.duration import format_duration
+from receiver.rules.lifecycle import CLOSES, OPENS
 from receiver.rules.match import lookup
 from receiver.rules.notifiers import Notifier
 from receiver.rules.rule import Decision, Rule
@@ -47,17 +49,43 @@ class RuleOutcome:
 
 
 @dataclass(frozen=True)
+class ResolvedOutcome:
+    """A resolved message a closing event sends when its alert is open and this rule's
+    notification about the event that opened it was sent (one per notifier URL)."""
+
+    rule: str
+    decisions: tuple[Decision, ...]
+    title: str
+    # Conditions of the rule on fields the opening event's copy here does not know (score,
+    # userId...): it sent only if the opener met them.
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Explanation:
-    """The routing of one payload; ``decisions`` equals what Ruleset.route returns."""
+    """The routing of one payload; ``decisions`` equals what Ruleset.route returns.
+
+    For an event that closes an alert (score.recover, session.stopped,
+    intervention.resolved), ``resolved`` lists the resolved messages it would send
+    too if the alert is open: explain has no database, so that is the condition.
+    """
 
     event_id: str | None
     event_type: str | None
     rules: tuple[RuleOutcome, ...]
     decisions: tuple[Decision, ...]
+    alert: str | None = None  # "session sess_1", for a closing event
+    opener: str | None = None  # the event type that opens that alert
+    resolved: tuple[ResolvedOutcome, ...] = ()
 
     @property
     def matched(self) -> list[str]:
         return [r.rule for r in self.rules if r.status == "matched"]
+
+    @property
+    def resolved_decisions(self) -> tuple[Decision, ...]:
+        """The resolved messages, one per notifier URL, if the alert is open."""
+        return tuple(d for r in self.resolved for d in r.decisions)
 
     def format(self) -> str:
         """Readable text for `receiver explain`."""
@@ -65,12 +93,31 @@ class Explanation:
         lines = [head]
         for number, outcome in enumerate(self.rules, start=1):
             lines.extend(_format_rule(number, outcome))
+        if self.resolved:
+            lines.append(
+                f"resolved messages, if an alert for {self.alert} is open: one from each rule"
+                f" below whose notification about the {self.opener} that opened it was sent"
+            )
+            for item in self.resolved:
+                lines.append(f"   - {_targets(item.decisions)}: {item.title}")
+                if item.unknown:
+                    lines.append(
+                        f"       only if that {self.opener} matched its conditions on"
+                        f" {', '.join(item.unknown)}"
+                    )
+        count = len(self.decisions)
         if not self.decisions:
-            lines.append("result: no rule matched; nothing is sent")
+            own = "no notification of its own" if self.resolved else "nothing is sent"
+            lines.append(f"result: no rule matched; {own}")
         else:
-            count = len(self.decisions)
-            targets = ", ".join(f"{d.rule} -> {d.notifier}" for d in self.decisions)
+            targets = _targets(self.decisions)
             lines.append(f"result: {count} notification{'s' if count != 1 else ''}: {targets}")
+        if self.resolved:
+            more = len(self.resolved_decisions)
+            lines.append(
+                f"        + if an alert for {self.alert} is open: up to {more} resolved"
+                f" message{'s' if more != 1 else ''} ({count + more} notifications in all)"
+            )
         return "\n".join(lines)
 
 
@@ -112,11 +159,74 @@ def explain(
         if not rule.continue_:
             stopped_by = rule.name
     event_id, event_type = lookup(payload, "id"), lookup(payload, "type")
+    closes = CLOSES.get(event_type) if isinstance(event_type, str) else None
+    alert = opener = None
+    resolved: tuple[ResolvedOutcome, ...] = ()
+    if closes is not None:
+        opener = next(kind for kind, alert_kind in OPENS.items() if alert_kind == closes)
+        alert = f"session {payload.get('sessionId')}"
+        if closes == "intervention":
+            alert = f"intervention {payload.get('interventionId', '(none)')} of {alert}"
+        resolved = _resolved(rules, notifiers, payload, opener)
     return Explanation(
         event_id=event_id if isinstance(event_id, str) else None,
         event_type=event_type if isinstance(event_type, str) else None,
         rules=tuple(outcomes),
         decisions=tuple(decisions),
+        alert=alert,
+        opener=opener,
+        resolved=resolved,
+    )
+
+
+# The fields an alert's opening event shares with the event closing it: they name the alert.
+_ALERT_FIELDS = ("sessionId", "interventionId")
+
+
+def _resolved(
+    rules: Sequence[Rule],
+    notifiers: Mapping[str, Notifier],
+    payload: Mapping[str, Any],
+    opener: str,
+) -> tuple[ResolvedOutcome, ...]:
+    """The rules that may have notified about the event opening this one's alert, routed as
+    the router would have routed that opener (first match wins), and have resolve: true.
+
+    Only the opener's type and the fields naming the alert are known here; a condition on
+    any other field may or may not have held, and is listed as unknown.
+    """
+    known: dict[str, Any] = {"type": opener}
+    known.update({key: payload[key] for key in _ALERT_FIELDS if key in payload})
+    found: list[ResolvedOutcome] = []
+    for rule in rules:
+        unknown = [c.field for c in rule.conditions if c.field.split(".")[0] not in known]
+        if not all(c.holds(known) for c in rule.conditions if c.field not in unknown):
+            continue
+        if rule.resolve:
+            # Only the title is shown: the body's opened_at and duration are the alert's.
+            extra = {"opener": known, "opened_at": payload.get("timestamp"), "duration": 0}
+            rendered = rule.render_resolved(payload, extra)
+            found.append(
+                ResolvedOutcome(
+                    rule.name,
+                    tuple(rule.decisions(rendered, notifiers)),
+                    rendered.title,
+                    tuple(dict.fromkeys(unknown)),
+                )
+            )
+        if not unknown and not rule.continue_:
+            break  # this rule surely took the opener: later rules never saw it
+    return tuple(found)
+
+
+def _targets(decisions: Sequence[Decision]) -> str:
+    """'rule -> notifier' for each (rule, notifier), with its URL count when more than one."""
+    counts: dict[tuple[str, str], int] = {}
+    for d in decisions:
+        counts[(d.rule, d.notifier)] = counts.get((d.rule, d.notifier), 0) + 1
+    return ", ".join(
+        f"{rule} -> {notifier}" + (f" ({n} urls)" if n > 1 else "")
+        for (rule, notifier), n in counts.items()
     )
 
 

@@ -22,6 +22,14 @@ GROUP_KEYS = ("by", "wait", "max")
 ACTIVE_KEYS = ("days", "hours", "tz", "defer")
 HEARTBEAT_KEYS = ("silent_for", "notify")
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+# Which events open and which close an alert, and its kind: a session's attention, or an
+# intervention (keyed by session and interventionId).
+OPENS = {"score.drop": "session", "intervention.fired": "intervention"}
+CLOSES = {
+    "score.recover": "session",
+    "session.stopped": "session",
+    "intervention.resolved": "intervention",
+}
 _HOURS = re.compile(r"([01]\d|2[0-3]):([0-5]\d)-([01]\d|2[0-4]):([0-5]\d)")
 
 

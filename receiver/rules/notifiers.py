@@ -30,6 +30,9 @@ class Notifier:
 
     name: str
     urls: tuple[str, ...]
+    # Variables left unset when loaded for `check` and `explain` only (lenient): those urls
+    # keep their ${VAR} text and were not checked. Never the case for the server.
+    unresolved: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         count = len(self.urls)
@@ -39,9 +42,14 @@ class Notifier:
 
 
 def build_notifier(
-    name: Any, raw: Any, env: Mapping[str, str]
+    name: Any, raw: Any, env: Mapping[str, str], *, lenient: bool = False
 ) -> tuple[Notifier | None, list[str]]:
-    """The notifier for one `notifiers:` entry, or None and every problem found."""
+    """The notifier for one `notifiers:` entry, or None and every problem found.
+
+    lenient (for `receiver check` and `explain`, which send nothing): a variable that is
+    unset or empty is not a problem; the url keeps its ${VAR} text, is not checked, and
+    the variable is listed in Notifier.unresolved.
+    """
     label = f"notifier {_quote(name)}"
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         return None, [
@@ -53,10 +61,18 @@ def build_notifier(
         return None, [f"{label}: expected an apprise url or a non-empty list of them"]
     problems: list[str] = []
     urls: list[str] = []
+    unresolved: list[str] = []
     for number, template in enumerate(templates, start=1):
         where = f"{label}: url #{number}" if len(templates) > 1 else label
         if not isinstance(template, str) or not template.strip():
             problems.append(f"{where}: expected a non-empty apprise url string")
+            continue
+        unset = _unset(template, env) if lenient else []
+        if unset:
+            _, missing = substitute(template.strip(), {**env, **dict.fromkeys(unset, "x")})
+            problems.extend(f"{where}: {m}" for m in missing)
+            unresolved.extend(v for v in unset if v not in unresolved)
+            urls.append(template.strip())
             continue
         url, missing = substitute(template.strip(), env)
         problems.extend(f"{where}: {m}" for m in missing)
@@ -69,7 +85,13 @@ def build_notifier(
             urls.append(url)
     if problems:
         return None, problems
-    return Notifier(name, tuple(urls)), []
+    return Notifier(name, tuple(urls), tuple(unresolved)), []
+
+
+def _unset(template: str, env: Mapping[str, str]) -> list[str]:
+    """The well-formed ${VAR} names in template that env leaves unset or empty."""
+    names = (found.group(1) for found in _VAR_RE.finditer(template))
+    return [n for n in names if _VAR_NAME_RE.fullmatch(n) and not env.get(n)]
 
 
 def substitute(template: str, env: Mapping[str, str]) -> tuple[str, list[str]]:

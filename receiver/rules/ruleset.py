@@ -57,6 +57,16 @@ class Ruleset:
         """Each rule's verdict on payload with reasons; ``.format()`` for humans."""
         return explain(self.rules, self.notifiers, payload)
 
+    @property
+    def unresolved_env(self) -> dict[str, list[str]]:
+        """Environment variables left unset (rules loaded with lenient_env), each with the
+        notifiers naming it; empty for rules the server loaded."""
+        found: dict[str, list[str]] = {}
+        for notifier in self.notifiers.values():
+            for var in notifier.unresolved:
+                found.setdefault(var, []).append(notifier.name)
+        return found
+
     def summary(self) -> str:
         """A few lines for `receiver check`: counts, then each rule and its notifiers."""
         count = len(self.rules)

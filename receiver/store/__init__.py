@@ -1,10 +1,10 @@
-"""Storage: one interface (base.Store), the embedded SQLite implementation behind it."""
+"""Storage: one interface (base.Store, base.Tx), SQLite (embedded, the default) and PostgreSQL
+(several replicas on one database) behind it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from receiver.errors import ConfigError
 from receiver.store.base import Notification, OutboxRow, Store, StoredEvent
 from receiver.store.sqlite import SQLiteStore
 
@@ -12,12 +12,12 @@ __all__ = ["Notification", "OutboxRow", "SQLiteStore", "Store", "StoredEvent", "
 
 
 def open_store(url: str, **options: Any) -> Store:
-    """The store for RECEIVER_DB: a file path (SQLite) or, later, a postgresql:// URL."""
+    """The store for RECEIVER_DB: a file path (SQLite) or a postgresql:// URL."""
     if url.startswith(("postgres://", "postgresql://")):
-        raise ConfigError(
-            "RECEIVER_DB: the PostgreSQL store is not available in this version; "
-            "use a SQLite file path"
-        )
+        from receiver.store.postgres import PostgresStore
+
+        options.pop("synchronous", None)  # SQLite's; PostgreSQL commits durably as configured
+        return PostgresStore(url, **options)
     if url.startswith("sqlite:///"):
         url = url.removeprefix("sqlite:///")
     return SQLiteStore(url, **options)

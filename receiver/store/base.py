@@ -2,87 +2,139 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal, Protocol, TypeVar
 
 from receiver.events import _Event as Event
+from receiver.store.records import (
+    OUTBOX_STATES,
+    Alert,
+    Group,
+    Notice,
+    Notification,
+    OutboxRow,
+    Replay,
+    Silence,
+    StoredEvent,
+)
 
-if TYPE_CHECKING:
-    from receiver.store.tx import SQLiteTx
+__all__ = [
+    "OUTBOX_STATES",
+    "Notification",
+    "OnAccepted",
+    "OutboxRow",
+    "Store",
+    "StoredEvent",
+    "Tx",
+]
 
 T = TypeVar("T")
 
 OnAccepted = Callable[[], None]
-# held: waiting for a hold, an active window (defer) or a digest window to pass.
-# The last six are suppressed notifications, kept with their reason.
-OUTBOX_STATES = (
-    "pending",
-    "held",
-    "sending",
-    "delivered",
-    "dead",
-    "throttled",
-    "cancelled",
-    "muted",
-    "silenced",
-    "grouped",
-    "stale",
-)
+# What accept() did: stored it; or its id was stored already, with the same raw body
+# (duplicate) or another (conflict: the first body is kept).
+Accepted = Literal["new", "duplicate", "conflict"]
 
 
-@dataclass(frozen=True)
-class StoredEvent:
-    id: str
-    type: str
-    body: str
-    received_at: float
+class Tx(Protocol):
+    """One write transaction of the router, the alert lifecycle or an operator command.
 
+    Synchronous: the store runs the whole function it is given (Store.transact) inside
+    one transaction, on SQLite on the event loop, on PostgreSQL in a pool thread. Every
+    read and write below sees the transaction's own writes; all commit, or none.
+    """
 
-@dataclass(frozen=True)
-class Notification:
-    """One notification the router wants sent: a future outbox row."""
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A nested transaction: an exception inside rolls back its writes alone."""
 
-    rule: str
-    notifier: str
-    target: int
-    title: str
-    body: str
-    throttle_key: str | None = None
-    throttle_seconds: float | None = None
+    def try_lock(self, name: str) -> bool:
+        """Whether this transaction holds the named timer for this turn (with several
+        replicas, one at a time runs it); always True with one process."""
 
+    # events
+    def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
+        """Events not yet routed, oldest first; with several replicas, ones no other
+        replica is routing right now."""
 
-@dataclass(frozen=True)
-class OutboxRow:
-    id: int
-    event_id: str
-    rule: str
-    notifier: str
-    target: int
-    title: str
-    body: str
-    state: str
-    attempts: int
-    next_at: float
-    created_at: float
-    updated_at: float
-    reason: str | None = None
-    last_error: str | None = None
-    kind: str = "event"
+    def mark_routed(self, event_ids: list[str], now: float) -> int: ...
+    def event_body(self, event_id: str) -> str | None: ...
+    def replay_request(self, replay_id: int) -> Replay | None:
+        """The replay request an unrouted event names (StoredEvent.replay)."""
 
-    @property
-    def label(self) -> str:
-        """A name for logs that never includes the target URL."""
-        return f"{self.notifier}[{self.target}]"
+    def replay_done(self, replay_id: int, now: float) -> None:
+        """Note the replay request routed, and clear it from its event."""
+
+    def last_received(self) -> float | None: ...
+
+    # the outbox
+    def add(
+        self,
+        event_id: str,
+        n: Notification,
+        *,
+        state: str,
+        now: float,
+        next_at: float | None = None,
+        reason: str | None = None,
+        kind: str = "event",
+        alert: str | None = None,
+        episode: int | None = None,
+        group_id: int | None = None,
+        replay: int | None = None,
+    ) -> int: ...
+    def throttled(self, rule: str, key: str, now: float, every: float) -> bool:
+        """True if (rule, key) notified within the last `every` seconds; else open a window."""
+
+    def cancel_held(self, alert: str, episode: int, now: float, reason: str) -> int: ...
+    def sent(self, alert: str, episode: int, rule: str) -> bool: ...
+
+    # alerts and notices (an alert read here is locked until the transaction ends)
+    def alert(self, alert_id: str) -> Alert | None: ...
+    def save_alert(self, alert: Alert, now: float) -> None: ...
+    def read_alerts(self, alert_ids: Iterable[str]) -> None:
+        """Read these alerts ahead; until write_alerts(), alert() and save_alert() keep
+        them in memory (the batch must then be written, or its savepoint rolled back)."""
+
+    def write_alerts(self) -> None: ...
+    def forget_alerts(self) -> None: ...
+    def open_alerts(self, limit: int = 1000) -> list[Alert]: ...
+    def add_notice(
+        self, alert: str, episode: int, rule: str, now: float, repeat: float | None
+    ) -> None: ...
+    def notices(self, alert: str, episode: int) -> list[Notice]: ...
+    def end_repeats(self, alert: str, episode: int) -> None: ...
+    def due_repeats(self, now: float, limit: int = 100) -> list[Notice]: ...
+    def repeated(self, notice: Notice, next_at: float | None) -> None: ...
+
+    # digests
+    def open_group(self, rule: str, key: str, now: float) -> Group | None: ...
+    def new_group(self, rule: str, key: str, now: float, closes_at: float) -> Group: ...
+    def update_group(
+        self, group: Group, *, title: str, body: str, now: float, release: bool
+    ) -> None: ...
+
+    # silences and named state
+    def silences(self, now: float) -> list[Silence]: ...
+    def add_silence(
+        self, matchers: dict[str, Any], reason: str, now: float, until: float
+    ) -> int: ...
+    def expire_silence(self, silence_id: int, now: float) -> bool: ...
+    def all_silences(self, limit: int = 100) -> list[Silence]: ...
+    def get_state(self, name: str) -> Any: ...
+    def set_state(self, name: str, value: Any) -> None: ...
 
 
 class Store(Protocol):
     on_accepted: OnAccepted | None
+    # Why the last write failed, while no write has succeeded since; else None.
+    last_write_error: str | None
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
-    async def accept(self, event: Event, raw: bytes) -> bool:
-        """Keep event durably; True if new, False if its id was already stored."""
+    async def accept(self, event: Event, raw: bytes) -> Accepted:
+        """Keep event durably: "new"; or, its id already stored, "duplicate" if the stored
+        raw body is the same bytes, "conflict" if not (the stored one is kept)."""
 
     def under_pressure(self) -> bool:
         """Whether ingest is in a burst just now (routing then gives way)."""
@@ -91,13 +143,14 @@ class Store(Protocol):
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
     ) -> None: ...
     async def check_writable(self) -> None:
-        """Raise StorageUnavailableError unless a write transaction can start."""
+        """Raise StorageUnavailableError unless a small write commits (a real one, which
+        needs the disk: an empty transaction commits even on a full disk)."""
 
     async def prune(self, before: float, *, limit: int) -> dict[str, int]:
         """Delete one batch (at most limit rows a table) received before `before`; the
         counts deleted by table: events, outbox, quarantine."""
 
-    async def transact(self, fn: Callable[[SQLiteTx], T]) -> T:
+    async def transact(self, fn: Callable[[Tx], T]) -> T:
         """Run fn in one write transaction: all of its writes commit, or none."""
 
     async def claim_due(
@@ -123,4 +176,11 @@ class Store(Protocol):
         self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
     ) -> list[OutboxRow]: ...
     async def retry_dead(self, row_id: int | None, *, now: float) -> int: ...
-    async def replay(self, event_id: str) -> bool: ...
+    async def replay(
+        self, event_id: str, *, now: float, respect_lifecycle: bool = False
+    ) -> int | None:
+        """Ask the router to route a stored event again (`receiver replay`); the Replay
+        request's id, or None if no event has that id."""
+
+    async def replay_status(self, replay_id: int) -> tuple[Replay | None, list[OutboxRow]]:
+        """A replay request as it stands, and the outbox rows it has produced so far."""

@@ -126,6 +126,21 @@ MIGRATIONS: list[str] = [
     CREATE INDEX outbox_target_due ON outbox (notifier, target, next_at)
         WHERE state IN ('pending', 'sending', 'held');
     """,
+    # 5: `receiver replay`: an operator's request to route an event again, sent whatever
+    # the lifecycle says unless it asks to respect it. The event names its open request;
+    # the outbox rows it produced name it too, so the command can report each one.
+    """
+    CREATE TABLE replays (
+        id INTEGER PRIMARY KEY,
+        event_id TEXT NOT NULL,
+        requested_at REAL NOT NULL,
+        respect_lifecycle INTEGER NOT NULL,
+        routed_at REAL
+    );
+    ALTER TABLE events ADD COLUMN replay INTEGER;
+    ALTER TABLE outbox ADD COLUMN replay INTEGER;
+    CREATE INDEX outbox_replay ON outbox (replay) WHERE replay IS NOT NULL;
+    """,
 ]
 
 

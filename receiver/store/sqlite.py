@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.events import to_utc
-from receiver.store.base import OnAccepted, OutboxRow
+from receiver.store.base import Accepted, OnAccepted, OutboxRow
+from receiver.store.records import Replay
 from receiver.store.schema import migrate
 from receiver.store.tx import SQLiteTx
 
@@ -51,7 +52,7 @@ _INSERT_ROWS = {
 }
 _OUTBOX_COLUMNS = (
     "id, event_id, rule, notifier, target, title, body, state, attempts, next_at,"
-    " created_at, updated_at, reason, last_error, kind"
+    " created_at, updated_at, reason, last_error, kind, replay"
 )
 
 Result = tuple["asyncio.Future[Any]", Any, BaseException | None]
@@ -60,15 +61,17 @@ Result = tuple["asyncio.Future[Any]", Any, BaseException | None]
 class _Accept:
     __slots__ = ("future", "params")
 
-    def __init__(self, future: asyncio.Future[bool], params: tuple[Any, ...]) -> None:
+    def __init__(self, future: asyncio.Future[Accepted], params: tuple[Any, ...]) -> None:
         self.future = future
         self.params = params
 
 
-def _insert_batch(conn: sqlite3.Connection, accepts: list[_Accept]) -> list[bool]:
-    """Insert a group of accepted events in the open transaction; True for each one new.
+def _insert_batch(conn: sqlite3.Connection, accepts: list[_Accept]) -> list[Accepted]:
+    """Insert a group of accepted events in the open transaction; "new" for each one new.
 
-    An id already stored, or seen earlier in the same group, is a duplicate.
+    An id already stored, or seen earlier in the same group, is a "duplicate", or a
+    "conflict" if its raw body differs from the stored one. Only a group with duplicates
+    pays for reading bodies back: one SELECT for all of them.
     """
     stored: set[str] = set()
     for start in range(0, len(accepts), _CHUNKS[0]):
@@ -79,12 +82,25 @@ def _insert_batch(conn: sqlite3.Connection, accepts: list[_Accept]) -> list[bool
             params = [value for job in rows[done : done + size] for value in job.params]
             stored.update(row[0] for row in conn.execute(_INSERT_ROWS[size], params))
             done += size
-    new = []
+    results: list[Accepted] = []
     for job in accepts:
         event_id = job.params[0]
-        new.append(event_id in stored)
+        results.append("new" if event_id in stored else "duplicate")
         stored.discard(event_id)  # a second copy in the same group is a duplicate
-    return new
+    if "duplicate" in results:
+        ids = json.dumps(
+            [job.params[0] for job, r in zip(accepts, results, strict=True) if r == "duplicate"]
+        )
+        # The first copy of an id repeated within the group is already in, so it is read too.
+        bodies = dict(
+            conn.execute(
+                "SELECT id, body FROM events WHERE id IN (SELECT value FROM json_each(?))", (ids,)
+            ).fetchall()
+        )
+        for i, (job, result) in enumerate(zip(accepts, results, strict=True)):
+            if result == "duplicate" and bodies.get(job.params[0], job.params[8]) != job.params[8]:
+                results[i] = "conflict"
+    return results
 
 
 def _real(value: float | None) -> float | None:
@@ -151,6 +167,8 @@ class SQLiteStore:
         self._pump: asyncio.Task[None] | None = None
         self._closing = False
         self._pressed_at = float("-inf")  # when a cycle last took a crowd of accepts
+        # Why the last write cycle failed, until one commits a change again (readiness).
+        self.last_write_error: str | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -232,8 +250,10 @@ class SQLiteStore:
             self._pressed_at = loop.time()
         results: list[Result] = []
         woke = False
+        writes = bool(accepts) or any(c.write for c in calls)
+        changes = conn.total_changes
         try:
-            begin = "BEGIN IMMEDIATE" if accepts or any(c.write for c in calls) else "BEGIN"
+            begin = "BEGIN IMMEDIATE" if writes else "BEGIN"
             try:
                 conn.execute(begin)
             except sqlite3.OperationalError as exc:
@@ -241,9 +261,11 @@ class SQLiteStore:
                     raise
                 await loop.run_in_executor(disk, self._begin_waiting, conn, begin)
             try:
+                inserted = True
                 if accepts:
                     results += self._insert(conn, accepts)
-                    woke = any(value is True for _, value, _ in results)
+                    woke = any(value == "new" for _, value, _ in results)
+                    inserted = results[0][2] is None  # all of them are refused, or none
                 results += [self._call_in(conn, call) for call in calls]
                 commit = loop.run_in_executor(disk, conn.execute, "COMMIT")
                 try:
@@ -256,6 +278,10 @@ class SQLiteStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            # Cleared only by a commit that changed something: an empty one (nothing due to
+            # claim, all duplicates) needs no disk space, so it proves nothing on a full disk.
+            if inserted and conn.total_changes != changes:
+                self.last_write_error = None
         except Exception as exc:  # noqa: BLE001 - fail this cycle, never the pump (all would hang)
             cause = exc.cause if isinstance(exc, _TransactionLost) else exc
             if not isinstance(cause, sqlite3.Error):
@@ -265,6 +291,8 @@ class SQLiteStore:
             error = StorageUnavailableError(f"storage unavailable: {cause}; retry later")
             results = [(job.future, None, error) for job in jobs]
             woke = False
+            if writes:
+                self.last_write_error = str(cause)
         for future, value, failure in results:
             if future.done():
                 continue
@@ -295,10 +323,11 @@ class SQLiteStore:
         except Exception as exc:  # noqa: BLE001 - refused, the senders retry; calls go on
             _undo(conn, "accepts", exc)
             log.exception("storing %d events failed", len(accepts))
+            self.last_write_error = f"storing events failed: {exc}"
             error = StorageUnavailableError(f"storage failed: {exc}; retry later")
             return [(job.future, None, error) for job in accepts]
         conn.execute("RELEASE accepts")
-        return [(job.future, is_new, None) for job, is_new in zip(accepts, new, strict=True)]
+        return [(job.future, result, None) for job, result in zip(accepts, new, strict=True)]
 
     def _call_in(self, conn: sqlite3.Connection, call: _Call) -> Result:
         conn.execute("SAVEPOINT call")
@@ -321,10 +350,10 @@ class SQLiteStore:
 
     # -- ingest -----------------------------------------------------------------------------
 
-    async def accept(self, event: Event, raw: bytes) -> bool:
+    async def accept(self, event: Event, raw: bytes) -> Accepted:
         if self._conn is None or self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
-        future: asyncio.Future[bool] = self._loop.create_future()
+        future: asyncio.Future[Accepted] = self._loop.create_future()
         params = (
             event.id,
             event.type,
@@ -360,7 +389,16 @@ class SQLiteStore:
         await self._call(insert)
 
     async def check_writable(self) -> None:
-        await self._call(lambda conn: None, write=True)
+        """Commit a one-row write (the schema version, rewritten as it is): it needs a page
+        of disk, as an event does, where an empty transaction needs none and would pass on
+        a full disk. Clears last_write_error when it commits."""
+        await self._call(
+            lambda conn: conn.execute(
+                "UPDATE schema_version SET version = version"
+                " WHERE version = (SELECT max(version) FROM schema_version)"
+            ),
+            write=True,
+        )
 
     async def prune(self, before: float, *, limit: int) -> dict[str, int]:
         """Delete one batch of what is older than before (received_at, epoch seconds).
@@ -404,6 +442,8 @@ class SQLiteStore:
                     " WHERE closes_at < ? LIMIT ?)",
                     "DELETE FROM silences WHERE id IN (SELECT id FROM silences"
                     " WHERE ends_at < ? LIMIT ?)",
+                    "DELETE FROM replays WHERE id IN (SELECT id FROM replays"
+                    " WHERE requested_at < ? LIMIT ?)",
                 )
             )
             return {
@@ -539,12 +579,45 @@ class SQLiteStore:
             params += (row_id,)
         return await self._call(lambda conn: conn.execute(sql, params).rowcount)
 
-    async def replay(self, event_id: str) -> bool:
-        return await self._call(
-            lambda conn: (
-                conn.execute(
-                    "UPDATE events SET routed_at = NULL WHERE id = ?", (event_id,)
-                ).rowcount
-                == 1
+    async def replay(
+        self, event_id: str, *, now: float, respect_lifecycle: bool = False
+    ) -> int | None:
+        """Ask the router to route a stored event again; the request's id, or None if no
+        event has that id. See records.Replay. StoreError for an event never routed yet
+        (its first routing must apply it to its alert); a request still waiting is
+        replaced by this one."""
+
+        def request(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(
+                "SELECT routed_at, replay FROM events WHERE id = ?", (event_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            if row[0] is None and row[1] is None:
+                raise StoreError(
+                    f"event {event_id} has not been routed yet; the server routes it in turn"
+                    " (replay it once it has been)"
+                )
+            cur = conn.execute(
+                "INSERT INTO replays (event_id, requested_at, respect_lifecycle) VALUES (?, ?, ?)",
+                (event_id, now, int(respect_lifecycle)),
             )
-        )
+            replay_id = int(cur.lastrowid or 0)
+            conn.execute(
+                "UPDATE events SET routed_at = NULL, replay = ? WHERE id = ?", (replay_id, event_id)
+            )
+            return replay_id
+
+        return await self._call(request)
+
+    async def replay_status(self, replay_id: int) -> tuple[Replay | None, list[OutboxRow]]:
+        """A replay request as it stands, and the outbox rows it has produced so far."""
+
+        def select(conn: sqlite3.Connection) -> tuple[Replay | None, list[OutboxRow]]:
+            tx = SQLiteTx(conn)
+            rows = conn.execute(
+                f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE replay = ? ORDER BY id", (replay_id,)
+            )
+            return tx.replay_request(replay_id), [OutboxRow(*row) for row in rows]
+
+        return await self._call(select, write=False)

@@ -3,62 +3,25 @@ lifecycle make, inside one store transaction so each batch commits as a whole.""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import sqlite3
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from receiver.store.base import Notification, StoredEvent
+from receiver.store.records import (
+    SENT_STATES,
+    Alert,
+    Group,
+    Notice,
+    Notification,
+    Replay,
+    Silence,
+    StoredEvent,
+)
 
-SENT_STATES = ("pending", "sending", "delivered")
-
-
-@dataclass
-class Alert:
-    """A session's attention (or an intervention) as an alert: open or resolved, per episode."""
-
-    id: str
-    state: str  # "open" | "resolved"
-    episode: int
-    last_ts: str  # the newest event timestamp applied; older events are stale
-    opened_ts: str | None = None
-    opened_event: str | None = None
-    resolved_ts: str | None = None
-
-
-@dataclass(frozen=True)
-class Notice:
-    """A rule notified about an alert's episode: the basis of resolved and repeat messages."""
-
-    alert: str
-    episode: int
-    rule: str
-    notified_at: float
-    next_repeat_at: float | None
-    repeats: int
-
-
-@dataclass(frozen=True)
-class Group:
-    id: int
-    rule: str
-    key: str
-    closes_at: float
-    count: int
-    members: list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Silence:
-    id: int
-    matchers: dict[str, Any]
-    reason: str
-    starts_at: float
-    ends_at: float
-    expired_at: float | None = None
-    created_at: float = 0.0
-
+_savepoints = itertools.count(1)
 
 _SELECT_ALERTS = (
     "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts FROM alerts"
@@ -101,12 +64,27 @@ class SQLiteTx:
         self._held: set[str] = set()
         self._noticed: set[str] = set()
 
+    @contextlib.contextmanager
+    def savepoint(self) -> Iterator[None]:
+        name = f"sp{next(_savepoints)}"
+        self.conn.execute(f"SAVEPOINT {name}")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute(f"ROLLBACK TO {name}")
+            self.conn.execute(f"RELEASE {name}")
+            raise
+        self.conn.execute(f"RELEASE {name}")
+
+    def try_lock(self, name: str) -> bool:
+        return True  # one process holds the database's write lock for the transaction
+
     # -- events ------------------------------------------------------------------------------
 
     def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
         skip = set(skip)
         rows = self.conn.execute(
-            "SELECT id, type, body, received_at FROM events WHERE routed_at IS NULL"
+            "SELECT id, type, body, received_at, replay FROM events WHERE routed_at IS NULL"
             " ORDER BY received_at LIMIT ?",
             (limit + len(skip),),
         )
@@ -124,6 +102,23 @@ class SQLiteTx:
     def event_body(self, event_id: str) -> str | None:
         row = self.conn.execute("SELECT body FROM events WHERE id = ?", (event_id,)).fetchone()
         return None if row is None else str(row[0])
+
+    def replay_request(self, replay_id: int) -> Replay | None:
+        row = self.conn.execute(
+            "SELECT id, event_id, requested_at, respect_lifecycle, routed_at FROM replays"
+            " WHERE id = ?",
+            (replay_id,),
+        ).fetchone()
+        return None if row is None else Replay(row[0], row[1], row[2], bool(row[3]), row[4])
+
+    def replay_done(self, replay_id: int, now: float) -> None:
+        """The replay request is routed: note when, and clear it from its event."""
+        self.conn.execute("UPDATE replays SET routed_at = ? WHERE id = ?", (now, replay_id))
+        self.conn.execute(
+            "UPDATE events SET replay = NULL"
+            " WHERE id = (SELECT event_id FROM replays WHERE id = ?) AND replay = ?",
+            (replay_id, replay_id),
+        )
 
     def last_received(self) -> float | None:
         # rowid order is arrival order, so this reads one row, not the table.
@@ -147,13 +142,14 @@ class SQLiteTx:
         alert: str | None = None,
         episode: int | None = None,
         group_id: int | None = None,
+        replay: int | None = None,
     ) -> int:
         if alert is not None and state == "held":
             self._held.add(alert)
         cur = self.conn.execute(
             "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state, reason,"
-            " next_at, created_at, updated_at, kind, alert, episode, group_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " next_at, created_at, updated_at, kind, alert, episode, group_id, replay)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 event_id,
                 n.rule,
@@ -170,6 +166,7 @@ class SQLiteTx:
                 alert,
                 episode,
                 group_id,
+                replay,
             ),
         )
         return int(cur.lastrowid or 0)

@@ -1,0 +1,134 @@
+"""The records the store hands out and takes in: plain data, no storage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# held: waiting for a hold, an active window (defer) or a digest window to pass.
+# The last six are suppressed notifications, kept with their reason.
+OUTBOX_STATES = (
+    "pending",
+    "held",
+    "sending",
+    "delivered",
+    "dead",
+    "throttled",
+    "cancelled",
+    "muted",
+    "silenced",
+    "grouped",
+    "stale",
+)
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    id: str
+    type: str
+    body: str
+    received_at: float
+    replay: int | None = None  # the Replay request it is routed for again, if any
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One notification the router wants sent: a future outbox row."""
+
+    rule: str
+    notifier: str
+    target: int
+    title: str
+    body: str
+    throttle_key: str | None = None
+    throttle_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    event_id: str
+    rule: str
+    notifier: str
+    target: int
+    title: str
+    body: str
+    state: str
+    attempts: int
+    next_at: float
+    created_at: float
+    updated_at: float
+    reason: str | None = None
+    last_error: str | None = None
+    kind: str = "event"
+    replay: int | None = None  # the Replay request that produced it
+
+    @property
+    def label(self) -> str:
+        """A name for logs that never includes the target URL."""
+        return f"{self.notifier}[{self.target}]"
+
+
+# Outbox states of a notification that went out, or is on its way.
+SENT_STATES = ("pending", "sending", "delivered")
+
+
+@dataclass
+class Alert:
+    """A session's attention (or an intervention) as an alert: open or resolved, per episode."""
+
+    id: str
+    state: str  # "open" | "resolved"
+    episode: int
+    last_ts: str  # the newest event timestamp applied; older events are stale
+    opened_ts: str | None = None
+    opened_event: str | None = None
+    resolved_ts: str | None = None
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A rule notified about an alert's episode: the basis of resolved and repeat messages."""
+
+    alert: str
+    episode: int
+    rule: str
+    notified_at: float
+    next_repeat_at: float | None
+    repeats: int
+
+
+@dataclass(frozen=True)
+class Group:
+    id: int
+    rule: str
+    key: str
+    closes_at: float
+    count: int
+    members: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Silence:
+    id: int
+    matchers: dict[str, Any]
+    reason: str
+    starts_at: float
+    ends_at: float
+    expired_at: float | None = None
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Replay:
+    """An operator's `receiver replay`: route a stored event again.
+
+    Sent whatever the lifecycle says (stale, silenced, throttled...) unless
+    respect_lifecycle; routed_at is set once the router has routed it.
+    """
+
+    id: int
+    event_id: str
+    requested_at: float
+    respect_lifecycle: bool
+    routed_at: float | None = None

@@ -1,0 +1,158 @@
+"""A throwaway PostgreSQL server for the tests: initdb in a temporary folder, a free port.
+
+    server = ThrowawayPostgres().start()
+    url = server.create_database()      # a fresh, empty database each call
+    server.stop()
+
+RECEIVER_TEST_PG=postgresql://... uses that server instead (each test still gets a
+database of its own, created there). PostgreSQL refuses to run as root, so when the tests
+run as root the server runs as the `postgres` system user.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.servers import free_port
+
+STARTUP_TIMEOUT = 30.0
+
+
+def find_bin(name: str) -> str | None:
+    """initdb / pg_ctl on PATH, else under Debian's /usr/lib/postgresql/<version>/bin."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)
+    return candidates[0] if candidates else None
+
+
+def available() -> str | None:
+    """Why no throwaway server can be started here, or None when one can."""
+    if os.environ.get("RECEIVER_TEST_PG"):
+        return None
+    missing = [name for name in ("initdb", "pg_ctl") if find_bin(name) is None]
+    if missing:
+        return f"{' and '.join(missing)} not found (install postgresql, or set RECEIVER_TEST_PG)"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser, and PostgreSQL refuses to run as root"
+    return None
+
+
+class ThrowawayPostgres:
+    """One PostgreSQL server for the whole test session (or RECEIVER_TEST_PG's)."""
+
+    def __init__(self) -> None:
+        self.external = os.environ.get("RECEIVER_TEST_PG")
+        self.port = free_port()
+        self.dir: Path | None = None
+        self._names = itertools.count(1)
+
+    @property
+    def admin_url(self) -> str:
+        if self.external:
+            return self.external
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> ThrowawayPostgres:
+        if self.external:
+            return self
+        self.dir = Path(tempfile.mkdtemp(prefix="receiver-pg-"))
+        data = self.dir / "data"
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self._run(
+            find_bin("initdb") or "initdb",
+            "-D",
+            str(data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+        self._pg_ctl_start()
+        return self
+
+    def create_database(self) -> str:
+        """A new empty database on this server; its URL."""
+        import psycopg
+
+        name = f"receiver_test_{os.getpid()}_{next(self._names)}"
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        base = self.admin_url.rsplit("/", 1)[0]
+        return f"{base}/{name}"
+
+    def stop(self, mode: str = "fast") -> None:
+        if self.external or self.dir is None:
+            return
+        data = self.dir / "data"
+        if (data / "postmaster.pid").exists():
+            self._run(find_bin("pg_ctl") or "pg_ctl", "-D", str(data), "-m", mode, "-w", "stop")
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir = None
+
+    def kill(self) -> None:
+        """Stop the server at once, as a crash would (pg_ctl -m immediate), keeping its data."""
+        assert self.dir is not None
+        self._run(
+            find_bin("pg_ctl") or "pg_ctl", "-D", str(self.dir / "data"), "-m", "immediate", "stop"
+        )
+
+    def restart(self) -> None:
+        """Start again on the same data and port after kill()."""
+        self._pg_ctl_start()
+
+    def _pg_ctl_start(self) -> None:
+        assert self.dir is not None
+        # fsync off: the tests need PostgreSQL's behaviour, not its durability across a
+        # power cut (make bench runs it with fsync on).
+        options = (
+            f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
+            " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        self._run(
+            find_bin("pg_ctl") or "pg_ctl",
+            "-D",
+            str(self.dir / "data"),
+            "-o",
+            options,
+            "-l",
+            str(self.dir / "server.log"),
+            "-w",
+            "-t",
+            str(int(STARTUP_TIMEOUT)),
+            "start",
+        )
+
+    def _run(self, *argv: str) -> None:
+        command = list(argv)
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        started = time.monotonic()
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=STARTUP_TIMEOUT + 10,
+            cwd="/",
+            check=False,
+        )
+        if done.returncode != 0:
+            log = ""
+            if self.dir is not None and (self.dir / "server.log").exists():
+                log = (self.dir / "server.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(
+                f"{' '.join(argv[:1])} failed ({done.returncode}) after"
+                f" {time.monotonic() - started:.1f}s: {done.stderr.strip()}\n{log}"
+            )

@@ -1,0 +1,208 @@
+"""`receiver serve` and the README agree: every setting is a flag, every command written in the
+README (and in the shipped rules.yaml) parses, and a start that fails says why in one line."""
+
+import logging
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from receiver import logs, rules
+from receiver.app import RulesHolder
+from receiver.cli import cli, serve
+from receiver.config import Settings
+from receiver.metrics import Metrics
+from tests.servers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+# Variables that are not `receiver serve` settings: its secrets (never a flag), and what
+# `receiver send` / `sign` read.
+NOT_SERVE = {"RECEIVER_SECRETS", "RECEIVER_URL", "RECEIVER_SIGN_SECRET"}
+
+
+def _flag(variable: str) -> str:
+    return "--" + variable.removeprefix("RECEIVER_").lower().replace("_", "-")
+
+
+def test_every_setting_is_a_serve_flag() -> None:
+    flags = {opt for param in serve.params for opt in param.opts}
+    fields = {f"RECEIVER_{name.upper()}" for name in Settings.model_fields}
+    missing = sorted(_flag(v) for v in fields - NOT_SERVE if _flag(v) not in flags)
+    assert missing == []
+
+
+def test_every_setting_in_the_readme_table_is_a_serve_flag() -> None:
+    table = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(RECEIVER_[A-Z_]+)` \|", table, flags=re.MULTILINE))
+    assert {"RECEIVER_NOTIFY_TIMEOUT", "RECEIVER_RETRY_FOR"} <= listed
+    flags = {opt for param in serve.params for opt in param.opts}
+    assert sorted(_flag(v) for v in listed - NOT_SERVE if _flag(v) not in flags) == []
+    help_text = CliRunner().invoke(cli, ["serve", "--help"], terminal_width=200).output
+    for variable in listed - NOT_SERVE:
+        assert variable in help_text, variable
+
+
+def _commands(text: str, *, comments: bool = False) -> list[str]:
+    """Every `receiver ...` command line in text's code blocks (or `# ...` comments)."""
+    found = []
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.DOTALL) if not comments else [text]
+    for block in blocks:
+        block = block.replace("\\\n", " ")
+        for line in block.splitlines():
+            if comments:  # "# Check a change before deploying it:   receiver check"
+                _, sep, command = line.partition("  receiver ")
+                line = f"receiver {command}" if sep else ""
+            line = line.strip().removeprefix("$ ")
+            match = re.match(r"^(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?receiver( .*)?$", line)
+            if match and not re.match(r"^receiver[:.]", line):
+                found.append(line)
+    return found
+
+
+def _parse(line: str) -> None:
+    """Parse a command line as `receiver` would, without running it (UsageError if wrong)."""
+    words = shlex.split(line, comments=True)
+    while "=" in words[0]:
+        words.pop(0)
+    command: click.Command = cli
+    ctx = click.Context(cli, info_name="receiver")
+    args = words[1:]
+    while isinstance(command, click.Group) and args and not args[0].startswith("-"):
+        name, args = args[0], args[1:]
+        found = command.get_command(ctx, name)
+        assert found is not None, f"no command {name!r}: {line}"
+        command = found
+        ctx = click.Context(command, info_name=name, parent=ctx)
+    with command.make_context(ctx.info_name, args, parent=ctx.parent):
+        pass  # parsed; leaving closes what the options opened (--file)
+
+
+def test_readme_and_rules_yaml_commands_work_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "event.json").write_text("{}")
+    written = _commands(README) + _commands(
+        rules.starter_text().split("\nnotifiers:", 1)[0], comments=True
+    )
+    assert "receiver explain --file event.json" in written  # the rules.yaml comment
+    assert len(written) > 10
+    for line in written:
+        try:
+            _parse(line)
+        except click.UsageError as exc:
+            pytest.fail(f"{line}: {exc.format_message()}")
+
+
+def test_readme_says_how_receiver_gets_on_the_path_before_using_it_bare() -> None:
+    first_bare = re.search(r"^(\$ )?receiver ", README, flags=re.MULTILINE)
+    assert first_bare is not None
+    assert ". .venv/bin/activate" in README[: first_bare.start()]
+
+
+# -- a start that fails: one line, no traceback, nothing said as if it were running ----------
+
+
+def _serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("RECEIVER_")}
+    run = subprocess.run(
+        [sys.executable, "-m", "receiver", "serve", *args],
+        cwd=tmp_path,
+        env={**environ, "RECEIVER_SECRETS": "s3cret", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return run.returncode, run.stdout + run.stderr
+
+
+def test_a_corrupt_database_is_one_clear_line(tmp_path: Path) -> None:
+    (tmp_path / "receiver.db").write_bytes(os.urandom(8192))
+    code, out = _serve(tmp_path, "--db", "receiver.db", "--port", str(free_port()))
+    assert code == 1
+    assert out == "Error: cannot open database receiver.db: file is not a database\n"
+
+
+def test_a_busy_port_is_one_clear_line_and_nothing_says_receiving(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, out = _serve(tmp_path, "--port", str(port))
+    assert code == 1
+    assert out == (
+        f"Error: cannot listen on 127.0.0.1:{port}: address already in use"
+        " (is another server running there? choose another with --port)\n"
+    )
+
+
+def test_invalid_settings_are_said_in_our_words(tmp_path: Path) -> None:
+    code, out = _serve(tmp_path, "--port", "99999", "--retry-max", "soon")
+    assert code == 1
+    assert "RECEIVER_PORT (--port): must be less than or equal to 65535" in out
+    assert 'RECEIVER_RETRY_MAX (--retry-max): invalid duration "soon"' in out
+    assert "value error" not in out.lower() and "input should" not in out.lower()
+
+
+def test_serve_still_needs_the_variables_that_check_does_not(tmp_path: Path) -> None:
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(
+        'notifiers:\n  oncall: "slack://${SLACK_TOKEN_X}/#oncall"\n'
+        "rules:\n  - name: all\n    notify: oncall\n"
+    )
+    result = CliRunner().invoke(cli, ["check", str(rules_file)], env={"SLACK_TOKEN_X": None})
+    assert result.exit_code == 0, result.output
+    code, out = _serve(tmp_path, "--rules", str(rules_file), "--port", str(free_port()))
+    assert code == 1 and "environment variable SLACK_TOKEN_X is not set" in out
+
+
+# -- logging -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    names = ["receiver", *logs.THIRD_PARTY, "uvicorn.error", "some.library"]
+    saved = (root.handlers[:], root.level, {n: logging.getLogger(n).level for n in names})
+    yield
+    root.handlers[:], root.level = saved[0], saved[1]
+    for name, level in saved[2].items():
+        logging.getLogger(name).setLevel(level)
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_debug_keeps_every_third_party_library_at_warning() -> None:
+    logs.configure("text", "debug")
+    assert logging.getLogger("receiver.router").isEnabledFor(logging.DEBUG)
+    assert logging.getLogger("receiver.console").isEnabledFor(logging.INFO)
+    libraries = ["uvicorn.error", "urllib3.connectionpool", "requests", "apprise", "httpcore"]
+    for name in [*libraries, "watchfiles.main", "asyncio", "some.library"]:
+        logger = logging.getLogger(name)
+        assert not logger.isEnabledFor(logging.INFO), name
+        assert logger.isEnabledFor(logging.WARNING), name
+
+
+def test_a_reload_that_succeeds_after_a_refused_one_says_it_recovered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "rules.yaml"
+    good = "rules:\n  - name: all\n    notify: console\n"
+    path.write_text(good)
+    holder, metrics = RulesHolder(path, rules.load_file(path)), Metrics()
+    path.write_text("rules: [")
+    with caplog.at_level(logging.INFO, logger="receiver"):
+        assert holder.reload(metrics) is False
+        path.write_text(good)  # back to the very rules in force
+        assert holder.reload(metrics) is True
+    assert "rules reload refused" in caplog.text
+    assert f"rules reload recovered: {path} is valid again, 1 rules in force" in caplog.text
+    assert holder.status()["last_reload"] == "ok"

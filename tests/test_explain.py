@@ -1,0 +1,133 @@
+"""`receiver explain` tells the whole truth without a database or tokens: one notification per
+notifier URL, and the resolved messages an event closing an alert would send if it is open."""
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from receiver import rules
+from receiver.cli import cli
+from receiver.errors import ConfigError
+
+RULES = """
+notifiers:
+  hook: ["json://127.0.0.1:9/a", "json://127.0.0.1:9/b"]
+  team: "json://127.0.0.1:9/c"
+rules:
+  - name: forward-all
+    notify: team
+    continue: true
+  - name: interventions
+    match: {type: intervention.fired}
+    notify: team
+    resolve: true
+    continue: true
+  - name: deep
+    match: {type: score.drop, score: {lt: 20}}
+    notify: team
+    resolve: true
+    continue: true
+  - name: page
+    match: {type: score.drop, sessionId: "sess_*"}
+    notify: hook
+    resolved_title: "all clear for {{ sessionId }}"
+    resolve: true
+  - name: never-reached
+    match: {type: score.drop}
+    notify: hook
+    resolve: true
+"""
+
+
+def payload(kind: str) -> dict[str, object]:
+    return {"id": "e2", "type": kind, "sessionId": "sess_1", "timestamp": "2026-11-23T10:05:00Z"}
+
+
+def test_a_closing_event_lists_the_resolved_messages_it_may_send() -> None:
+    explanation = rules.load_text(RULES).explain(payload("score.recover"))
+    assert [d.notifier for d in explanation.decisions] == ["team"]
+    assert [(r.rule, len(r.decisions), r.unknown) for r in explanation.resolved] == [
+        ("deep", 1, ("score",)),
+        ("page", 2, ()),
+    ]
+    assert explanation.resolved[1].title == "all clear for sess_1"
+    text = explanation.format()
+    assert "resolved messages, if an alert for session sess_1 is open" in text
+    assert "   - page -> hook (2 urls): all clear for sess_1" in text
+    assert text.endswith(
+        "result: 1 notification: forward-all -> team\n"
+        "        + if an alert for session sess_1 is open: up to 3 resolved messages"
+        " (4 notifications in all)"
+    )
+
+
+def test_no_resolved_messages_from_rules_the_opener_could_not_match() -> None:
+    other = {**payload("score.recover"), "sessionId": "web_1"}
+    # page's sessionId condition fails for web_1, so the drop would reach never-reached
+    assert [r.rule for r in rules.load_text(RULES).explain(other).resolved] == [
+        "deep",
+        "never-reached",
+    ]
+    stopped = rules.load_text(RULES).explain(payload("intervention.resolved"))
+    assert [r.rule for r in stopped.resolved] == ["interventions"]
+    assert stopped.alert == "intervention (none) of session sess_1"
+    assert rules.load_text(RULES).explain(payload("score.drop")).resolved == ()
+
+
+def test_each_notifier_url_is_a_notification() -> None:
+    drop = {**payload("score.drop"), "userId": "u", "score": 12, "threshold": 40}
+    text = rules.load_text(RULES).explain(drop).format()
+    assert text.endswith(
+        "result: 4 notifications: forward-all -> team, deep -> team, page -> hook (2 urls)"
+    )
+
+
+TOKENS = """
+notifiers:
+  oncall: ["slack://${SLACK_TOKEN_T}/#oncall", "ntfys://ntfy.sh/${NTFY_TOPIC_T}"]
+rules:
+  - name: page
+    match: {type: score.drop}
+    notify: oncall
+    resolve: true
+"""
+
+
+@pytest.fixture
+def token_rules(tmp_path: Path) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text(TOKENS)
+    return path
+
+
+def test_check_and_explain_run_without_the_tokens(token_rules: Path) -> None:
+    unset = {"SLACK_TOKEN_T": None, "NTFY_TOPIC_T": None}
+    result = CliRunner().invoke(cli, ["check", str(token_rules)], env=unset)
+    assert result.exit_code == 0, result.output
+    assert "notifiers: oncall (2 urls), console (built-in)" in result.output
+    assert (
+        "note: environment variables not set: NTFY_TOPIC_T (oncall), SLACK_TOKEN_T (oncall);"
+        " their urls were not checked." in result.output
+    )
+    args = ["explain", "--rules", str(token_rules), "--score", "12", "--db", "none.db"]
+    result = CliRunner().invoke(cli, args, env=unset)
+    assert result.exit_code == 0, result.output
+    assert "result: 2 notifications: page -> oncall (2 urls)" in result.output
+    with pytest.raises(ConfigError, match="environment variable SLACK_TOKEN_T is not set"):
+        rules.load_file(token_rules, env={})  # as the server loads them
+
+
+def test_no_env_reads_no_variable_even_a_set_one(token_rules: Path) -> None:
+    env = {"SLACK_TOKEN_T": "xoxb-secret-value", "NTFY_TOPIC_T": "topic"}
+    result = CliRunner().invoke(cli, ["check", "--no-env", str(token_rules)], env=env)
+    assert result.exit_code == 0, result.output
+    assert "environment variables not read (--no-env): NTFY_TOPIC_T (oncall)," in result.output
+    assert "xoxb-secret-value" not in result.output
+
+
+def test_a_bad_variable_reference_is_still_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text('notifiers:\n  x: "json://${1BAD}/x"\nrules: []\n')
+    result = CliRunner().invoke(cli, ["check", "--no-env", str(path)])
+    assert result.exit_code == 1 and 'invalid variable reference "${1BAD}"' in result.output
