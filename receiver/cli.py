@@ -775,3 +775,7 @@ from receiver.cli_alerts import silence as _silence  # noqa: E402
 
 cli.add_command(_alerts)
 cli.add_command(_silence)
+
+from receiver.cli_db import db as _db  # noqa: E402
+
+cli.add_command(_db)

@@ -129,6 +129,8 @@ class Store(Protocol):
     on_accepted: OnAccepted | None
     # Why the last write failed, while no write has succeeded since; else None.
     last_write_error: str | None
+    # Once open: the schema version it was migrated to (opening migrates, under a lock).
+    schema_version: int
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

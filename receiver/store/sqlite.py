@@ -158,6 +158,7 @@ class SQLiteStore:
         self.busy_timeout = busy_timeout
         self.on_accepted = on_accepted
         self.clock = clock
+        self.schema_version = 0  # once open: the schema it was migrated to
         self._conn: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # The one thread that waits on the disk (COMMIT's fsync) or on another process's lock.
@@ -204,7 +205,7 @@ class SQLiteStore:
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             conn.execute("PRAGMA temp_store=MEMORY")
-            migrate(conn)
+            self.schema_version = migrate(conn)
             # From now on the event loop must never wait on a lock: it gets "locked" at once
             # and hands the wait to the disk thread (_begin_waiting).
             conn.execute("PRAGMA busy_timeout=0")

@@ -1,0 +1,113 @@
+"""`receiver db copy`: a SQLite store's whole history into an empty PostgreSQL store.
+
+Events, the outbox, quarantine, alert state (alerts, notices, digests, throttle windows,
+named state), silences and replay requests, with their ids, in one PostgreSQL
+transaction: the target ends up with all of it, or (on any error) none. Both stores are
+first brought to their newest schema. Run it with the receiver stopped (or expect the
+events it accepts meanwhile to stay behind in the SQLite file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from receiver.errors import StoreError
+from receiver.store.postgres import PostgresStore
+from receiver.store.sqlite import SQLiteStore
+
+# Table -> columns, in an order both schemas share; tables with an identity id last in
+# their own list so their sequences can be moved past the copied ids.
+TABLES: dict[str, tuple[str, ...]] = {
+    "events": (
+        "id", "type", "session_id", "user_id", "score", "threshold", "event_ts",
+        "received_at", "body", "routed_at", "replay",
+    ),
+    "quarantine": ("id", "received_at", "reason", "client", "event_id", "body"),
+    "outbox": (
+        "id", "event_id", "rule", "notifier", "target", "title", "body", "state", "reason",
+        "attempts", "next_at", "lease_until", "last_error", "created_at", "updated_at", "kind",
+        "alert", "episode", "group_id", "replay",
+    ),
+    "throttle": ("rule", "key", "until"),
+    "alerts": (
+        "id", "state", "episode", "opened_ts", "opened_event", "last_ts", "resolved_ts",
+        "updated_at",
+    ),
+    "notices": ("alert", "episode", "rule", "notified_at", "next_repeat_at", "repeats"),
+    "groups": ("id", "rule", "key", "opened_at", "closes_at", "count", "members", "state"),
+    "silences": ("id", "matchers", "reason", "created_at", "starts_at", "ends_at", "expired_at"),
+    "state": ("name", "value"),
+    "replays": ("id", "event_id", "requested_at", "respect_lifecycle", "routed_at"),
+}  # fmt: skip
+_IDENTITY = ("quarantine", "outbox", "groups", "silences", "replays")
+_BOOLEAN = {("replays", "respect_lifecycle")}
+CHUNK = 5000
+
+Progress = Callable[[str, int], None]  # (table, rows just copied)
+
+
+def count_rows(source: str | Path) -> dict[str, int]:
+    """Rows per table in the SQLite store at source (brought to the newest schema first)."""
+    asyncio.run(_migrate_sqlite(source))
+    with sqlite3.connect(f"file:{source}?mode=ro", uri=True) as conn:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+
+def copy_to_postgres(source: str | Path, target: str, progress: Progress) -> dict[str, int]:
+    """Copy the SQLite store at source into the PostgreSQL store at target, which must hold
+    no events and no notifications yet; rows copied per table."""
+    import psycopg
+
+    asyncio.run(_migrate_postgres(target))
+    copied = dict.fromkeys(TABLES, 0)
+    with (
+        sqlite3.connect(f"file:{source}?mode=ro", uri=True) as src,
+        psycopg.connect(target) as dst,
+        dst.transaction(),
+    ):
+        for table in ("events", "outbox", "alerts", "silences"):
+            if dst.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone():
+                raise StoreError(
+                    f"the target database already holds {table}: copy only into an empty store"
+                )
+        for table, columns in TABLES.items():
+            rows = src.execute(f"SELECT {', '.join(columns)} FROM {table}")
+            with dst.cursor().copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                while chunk := rows.fetchmany(CHUNK):
+                    for row in chunk:
+                        copy.write_row(_adapt(table, columns, row))
+                    copied[table] += len(chunk)
+                    progress(table, len(chunk))
+        for table in _IDENTITY:
+            dst.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'),"
+                f" coalesce((SELECT max(id) FROM {table}), 0) + 1, false)"
+            )
+    return copied
+
+
+def _adapt(table: str, columns: tuple[str, ...], row: tuple[Any, ...]) -> tuple[Any, ...]:
+    if not any((table, c) in _BOOLEAN for c in columns):
+        return row
+    return tuple(
+        bool(v) if (table, c) in _BOOLEAN and v is not None else v
+        for c, v in zip(columns, row, strict=True)
+    )
+
+
+async def _migrate_sqlite(source: str | Path) -> None:
+    if not Path(source).exists():
+        raise StoreError(f"no SQLite database at {source}")
+    store = SQLiteStore(source)
+    await store.open()
+    await store.close()
+
+
+async def _migrate_postgres(target: str) -> None:
+    store = PostgresStore(target)
+    await store.open()
+    await store.close()
