@@ -22,8 +22,8 @@ from starlette.routing import Route
 
 from receiver import signature
 from receiver.cli import server_config
-from receiver.config import Settings
 from receiver.errors import SignatureError
+from receiver.settings import Settings
 
 SECRETS = [
     s.strip().encode() for s in os.environ.get("RECEIVER_SECRETS", "").split(",") if s.strip()

@@ -23,7 +23,6 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from receiver import rules
-from receiver.config import Settings
 from receiver.errors import ConfigError, StorageUnavailableError
 from receiver.ingest import IngestEndpoint
 from receiver.metrics import Metrics
@@ -31,6 +30,7 @@ from receiver.notify.targets import Targets
 from receiver.notify.worker import Backoff, Worker
 from receiver.retention import Pruner
 from receiver.router import Router
+from receiver.settings import Settings
 from receiver.store import open_store
 
 log = logging.getLogger("receiver")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-import os
 import socket
 import sys
 import time
@@ -18,8 +17,8 @@ import httpx
 from pydantic import ValidationError
 
 from receiver import __version__, events, rules, signature
-from receiver.config import DEFAULT_RULES, DEV_SECRET, Settings
 from receiver.errors import ConfigError, ReceiverError
+from receiver.settings import DEFAULT_RULES, Settings, signing_secret
 from receiver.store import Store, open_store
 from receiver.store.base import OUTBOX_STATES
 
@@ -235,13 +234,6 @@ def server_config(app: Any, settings: Settings) -> Any:
 # -- sign and send --------------------------------------------------------------------------
 
 
-def _secret(given: str | None) -> bytes:
-    if given:
-        return given.encode()
-    env = [s for s in os.environ.get("RECEIVER_SECRETS", "").split(",") if s.strip()]
-    return (env[0].strip() if env else DEV_SECRET).encode()
-
-
 _secret_option = click.option(
     "--secret",
     envvar="RECEIVER_SIGN_SECRET",
@@ -262,7 +254,7 @@ def sign(file: Any, secret: str | None) -> None:
         curl -H "$(receiver sign event.json)" --data-binary @event.json localhost:4000/v1/events
     """
     body = file.read()
-    click.echo(f"{signature.SIGNATURE_HEADER}: {signature.sign(_secret(secret), body)}")
+    click.echo(f"{signature.SIGNATURE_HEADER}: {signature.sign(signing_secret(secret), body)}")
 
 
 def _event_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -345,7 +337,7 @@ def send(url: str, secret: str | None, unsigned: bool, **event_args: Any) -> Non
     body = _build_body(**event_args)
     headers = {"content-type": "application/json"}
     if not unsigned:
-        headers[signature.SIGNATURE_HEADER] = signature.sign(_secret(secret), body)
+        headers[signature.SIGNATURE_HEADER] = signature.sign(signing_secret(secret), body)
     try:
         response = httpx.post(url, content=body, headers=headers, timeout=10)
     except httpx.HTTPError as exc:

@@ -156,9 +156,26 @@ def parse(body: bytes) -> _Event:
     return validate(loads(body))
 
 
+# The service retries a failed delivery after these delays (API part 6): five retries over
+# 10h36m, then it gives up on the delivery.
+SENDER_RETRIES = (60.0, 300.0, 1800.0, 7200.0, 28800.0)
+
+
 def to_utc(ts: datetime) -> datetime:
     """An event timestamp in UTC; a timestamp without a zone is taken as UTC."""
     return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+
+
+def iso(ts: datetime, *, digits: int = 6) -> str:
+    """A timestamp as ISO 8601 UTC with `digits` of the second's fraction and a Z: text
+    order is time order. The service writes milliseconds (digits=3); the store keeps
+    microseconds.
+
+    >>> iso(datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC), digits=3)
+    '2026-05-01T12:00:00.123Z'
+    """
+    text = to_utc(ts).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return text[: len(text) - 6 + digits] + "Z"
 
 
 def _describe(exc: _ValidationError) -> str:
@@ -218,7 +235,7 @@ def sample(kind: str = "score.drop", **fields: Any) -> dict[str, Any]:
         "type": kind,
         "sessionId": "sess_demo",
         "userId": "user_42",
-        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        "timestamp": iso(datetime.now(UTC), digits=3),
     }
     if kind.startswith("score."):
         event["score"] = 22 if kind == "score.drop" else 61

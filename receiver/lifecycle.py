@@ -25,8 +25,8 @@ from typing import Any
 
 from receiver.events import to_utc
 from receiver.rules import Decision, Rule, Ruleset, format_duration
-from receiver.rules.lifecycle import CLOSES, OPENS
 from receiver.rules.match import Condition, compile_match
+from receiver.rules.options import CLOSES, OPENS
 from receiver.store.base import Tx
 from receiver.store.records import Alert, Group, Notification, Replay, Silence
 

@@ -22,7 +22,6 @@ import heapq
 import itertools
 import json
 import math
-import os
 import random
 import sys
 import time
@@ -38,11 +37,10 @@ import click
 import httpx
 
 from receiver import signature
-from receiver.config import DEV_SECRET
+from receiver.events import SENDER_RETRIES, iso
+from receiver.settings import signing_secret
 
 DEFAULT_URL = "http://127.0.0.1:4000/v1/events"
-# The service's retry delays after a failed delivery (API part 6): five retries, then failed.
-RETRY_SCHEDULE = (60.0, 300.0, 1800.0, 7200.0, 28800.0)
 
 # The walk. A tick moves the score by a small gaussian step; now and then it
 # drops suddenly; below the threshold it drifts back up (the user re-engages).
@@ -61,12 +59,12 @@ def retry_delays(speed: float = 1.0) -> tuple[float, ...]:
     """
     if speed <= 0:
         raise ValueError(f"speed must be > 0, got {speed}")
-    return tuple(d / speed for d in RETRY_SCHEDULE)
+    return tuple(d / speed for d in SENDER_RETRIES)
 
 
 def timestamp(when: datetime) -> str:
     """ISO 8601 UTC with milliseconds, as the service writes it: 2024-05-01T12:00:00.123Z."""
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return iso(when, digits=3)
 
 
 # -- sessions: the pure part ----------------------------------------------------------------
@@ -543,13 +541,6 @@ class Summary:
 # -- the command ----------------------------------------------------------------------------
 
 
-def _secret(given: str | None) -> bytes:
-    if given:
-        return given.encode()
-    env = [s.strip() for s in os.environ.get("RECEIVER_SECRETS", "").split(",") if s.strip()]
-    return (env[0] if env else DEV_SECRET).encode()
-
-
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
     if value is None:
         return None
@@ -770,7 +761,7 @@ def simulate(
     err = Console(stderr=True)
     sim = Simulation(
         url,
-        _secret(secret),
+        signing_secret(secret),
         options,
         seed=seed,
         on_warning=lambda message: err.print(f"warning: {message}"),

@@ -208,7 +208,7 @@ class InProcessReceiver:
         import uvicorn
 
         from receiver.app import create_app
-        from receiver.config import Settings
+        from receiver.settings import Settings
 
         settings = Settings(
             db=str(self.db),

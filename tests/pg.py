@@ -7,6 +7,15 @@
 RECEIVER_TEST_PG=postgresql://... uses that server instead (each test still gets a
 database of its own, created there). PostgreSQL refuses to run as root, so when the tests
 run as root the server runs as the `postgres` system user.
+
+    server = ThrowawayPostgres(durable=True, own=True).start()   # chaos: a server to kill
+
+`durable=True` runs it with fsync and synchronous commit on, as a deployment would: a
+commit is in the WAL on disk before the receiver answers 202, so kill() (a crash of the
+server) loses nothing committed. The default keeps fsync and synchronous commit off,
+which is faster, and a crash of the server can then lose the last commits (still in its
+WAL buffers). `own=True` starts a server here even when RECEIVER_TEST_PG names one:
+a scenario that kills its server must not kill a shared one.
 """
 
 from __future__ import annotations
@@ -34,9 +43,10 @@ def find_bin(name: str) -> str | None:
     return candidates[0] if candidates else None
 
 
-def available() -> str | None:
-    """Why no throwaway server can be started here, or None when one can."""
-    if os.environ.get("RECEIVER_TEST_PG"):
+def available(*, own: bool = False) -> str | None:
+    """Why no throwaway server can be started here, or None when one can (with own, a
+    server of our own even when RECEIVER_TEST_PG names one)."""
+    if os.environ.get("RECEIVER_TEST_PG") and not own:
         return None
     missing = [name for name in ("initdb", "pg_ctl") if find_bin(name) is None]
     if missing:
@@ -49,8 +59,9 @@ def available() -> str | None:
 class ThrowawayPostgres:
     """One PostgreSQL server for the whole test session (or RECEIVER_TEST_PG's)."""
 
-    def __init__(self) -> None:
-        self.external = os.environ.get("RECEIVER_TEST_PG")
+    def __init__(self, *, durable: bool = False, own: bool = False) -> None:
+        self.external = None if own else os.environ.get("RECEIVER_TEST_PG")
+        self.durable = durable
         self.port = free_port()
         self.dir: Path | None = None
         self._names = itertools.count(1)
@@ -116,10 +127,13 @@ class ThrowawayPostgres:
     def _pg_ctl_start(self) -> None:
         assert self.dir is not None
         # fsync off: the tests need PostgreSQL's behaviour, not its durability across a
-        # power cut (make bench runs it with fsync on).
+        # power cut (make bench runs it with fsync on). Durable: a deployment's settings,
+        # so a crash of the server (kill()) loses no commit it acknowledged.
+        durability = "on" if self.durable else "off"
         options = (
-            f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off"
-            " -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+            f" -c fsync={durability} -c synchronous_commit={durability}"
+            f" -c full_page_writes={durability} -c max_connections=200"
         )
         self._run(
             find_bin("pg_ctl") or "pg_ctl",

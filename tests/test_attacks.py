@@ -18,7 +18,7 @@ import pytest
 from pydantic import ValidationError
 
 from receiver import events, signature
-from receiver.config import Settings
+from receiver.settings import Settings
 from tests.harness import Receiver, signed
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from receiver import signature
 from receiver.cli import cli
-from receiver.config import DEV_SECRET
+from receiver.settings import DEV_SECRET
 from tests.harness import SECRET, Receiver
 from tests.servers import HTTPSink
 

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from receiver import logs, rules
 from receiver.app import RulesHolder
 from receiver.cli import cli, serve
-from receiver.config import Settings
 from receiver.metrics import Metrics
+from receiver.settings import Settings
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

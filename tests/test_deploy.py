@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from receiver.app import create_app
-from receiver.config import Settings
 from receiver.rules import parse_duration
+from receiver.settings import Settings
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 SETTINGS = {f"RECEIVER_{name.upper()}" for name in Settings.model_fields}

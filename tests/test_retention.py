@@ -12,9 +12,9 @@ from pydantic import ValidationError
 
 from receiver import events
 from receiver.cli import cli
-from receiver.config import Settings
 from receiver.metrics import Metrics
 from receiver.retention import Pruner
+from receiver.settings import Settings
 from receiver.store import Notification, SQLiteStore
 from receiver.store.tx import SQLiteTx
 

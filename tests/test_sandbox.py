@@ -67,7 +67,7 @@ def test_event_values_are_data_never_templates(value: str) -> None:
         "rules: !!python/object/new:os.system ['true']\n",
         "rules: !!python/name:os.system\n",
         "rules: !!python/module:os\n",
-        "rules: !!python/object:receiver.config.Settings {}\n",
+        "rules: !!python/object:receiver.settings.Settings {}\n",
         "rules: !<tag:yaml.org,2002:python/object/apply:os.system> ['true']\n",
     ],
     ids=["apply", "new", "name", "module", "object", "long-tag"],

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 
 from receiver import events, signature
 from receiver.cli import cli
+from receiver.events import SENDER_RETRIES
 from receiver.simulate import (
-    RETRY_SCHEDULE,
     Options,
     Simulation,
     Summary,
@@ -149,7 +149,7 @@ def test_retry_schedule_is_the_services_divided_by_speed(
     speed: float, expected: tuple[float, ...]
 ) -> None:
     assert retry_delays(speed) == pytest.approx(expected)
-    assert RETRY_SCHEDULE == (60, 300, 1800, 7200, 28800)
+    assert SENDER_RETRIES == (60, 300, 1800, 7200, 28800)
 
 
 def test_retry_speed_must_be_positive() -> None:
@@ -255,7 +255,7 @@ def test_a_delivery_failing_every_attempt_is_marked_failed_after_five_retries(
     # The whole schedule passed, in virtual time: 10h40m after the first try.
     first = min(t[0] for t in receiver.tries.values())
     last = max(t[-1] for t in receiver.tries.values())
-    assert last - first >= sum(RETRY_SCHEDULE)
+    assert last - first >= sum(SENDER_RETRIES)
     sim.write_record(tmp_path / "record.tsv")
     lines = (tmp_path / "record.tsv").read_text().splitlines()
     assert len(lines) == summary.events

@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from receiver import rules, signature
 from receiver.app import from_env
 from receiver.cli import cli
-from receiver.config import DEV_SECRET, Settings, is_loopback
 from receiver.errors import ConfigError
+from receiver.settings import DEV_SECRET, Settings, is_loopback
 from tests.harness import SECRET, STARTUP_TIMEOUT
 from tests.servers import free_port
 

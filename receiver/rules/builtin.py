@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from receiver.rules.config import load_text
+from receiver.rules.load import load_text
 from receiver.rules.ruleset import Ruleset
 
 BUILTIN_SOURCE = "built-in rules"

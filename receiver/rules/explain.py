@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from receiver.rules.duration import format_duration
-from receiver.rules.lifecycle import CLOSES, OPENS
+from receiver.durations import format_duration
 from receiver.rules.match import lookup
 from receiver.rules.notifiers import Notifier
+from receiver.rules.options import CLOSES, OPENS
 from receiver.rules.rule import Decision, Rule
 
 Status = Literal["matched", "not matched", "not evaluated"]

@@ -5,6 +5,11 @@ number or boolean (equality), a mapping of numeric operators (``{lt: 30}``) or a
 list of any of these (any one must hold). Every test returns the verdict and a
 reason (``test``, for explain); routing uses ``ok`` / ``Condition.holds``, which
 decide the same verdict without formatting anything (tests check they agree).
+
+Regexes run on RE2 (google-re2), which never backtracks: a match takes time linear
+in the value, so no pattern and value can stall routing (``(a+)+$`` against
+``"a" * 28 + "!"`` took 20 s on Python's ``re``). Patterns RE2 cannot run
+(backreferences, lookaround, ...) are refused when compiled, naming what to change.
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ import json
 import math
 import operator
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from fnmatch import translate
 from typing import Any, Protocol
+
+import re2
+from re2 import _re2
 
 OPERATORS = ("lt", "lte", "gt", "gte", "eq", "between")
 _GLOB_CHARS = frozenset("*?[")
@@ -71,17 +80,95 @@ class Glob:
 
 @dataclass(frozen=True)
 class Regex:
-    pattern: re.Pattern[str]
+    """``~pattern``: the pattern found anywhere in the value (``re.search`` semantics),
+    on RE2. Raises ValueError for a pattern that is invalid or that RE2 cannot run."""
+
+    pattern: str
+    _search: Callable[[str], bool] = dataclass_field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_search", compile_regex(self.pattern))
 
     def ok(self, value: Any) -> bool:
-        return isinstance(value, str) and self.pattern.search(value) is not None
+        return isinstance(value, str) and self._search(value)
 
     def test(self, value: Any) -> tuple[bool, str]:
         if not isinstance(value, str):
             return False, f"{show(value)} is not a string"
         ok = self.ok(value)
         verb = "matches" if ok else "does not match"
-        return ok, f"{show(value)} {verb} regex {show(self.pattern.pattern)}"
+        return ok, f"{show(value)} {verb} regex {show(self.pattern)}"
+
+
+def _re2_options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # a refusal is reported to whoever wrote it, not to stderr
+    options.never_capture = True  # only the verdict is wanted: RE2's fastest matcher
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
+# The binding itself: re2.compile()'s wrapper builds a match object and maps offsets back
+# to characters, about 7 µs a search more; a verdict needs neither.
+_RE2 = _re2.RE2
+_UNANCHORED = _re2.RE2.Anchor.UNANCHORED
+# Python's re accepts these and RE2 refuses them; by the start of RE2's message.
+_NOT_ON_RE2 = (
+    ("invalid escape sequence: \\Z", "not supported: write \\z for the end of the value"),
+    ("invalid perl operator: (?=", "lookahead is not supported"),
+    ("invalid perl operator: (?!", "lookahead is not supported"),
+    ("invalid perl operator: (?<=", "lookbehind is not supported"),
+    ("invalid perl operator: (?<!", "lookbehind is not supported"),
+    ("invalid perl operator: (?>", "atomic groups are not supported (nor needed)"),
+    ("bad repetition operator", "possessive quantifiers are not supported (nor needed)"),
+    ("invalid perl operator: (?(", "conditional groups are not supported"),
+    ("invalid perl operator: (?#", "comments (?#...) are not supported"),
+    ("invalid perl operator: (?", "only the flags i, m, s and U are supported"),
+    ("invalid repetition size", "repetition counts above 1000 are not supported (nested"
+     " counts multiply)"),
+    ("pattern too large", "the pattern is too large"),
+)
+
+
+def compile_regex(pattern: str) -> Callable[[str], bool]:
+    """A test of whether pattern occurs in a string (``re.search``), linear in its length.
+
+    RE2's syntax is Python's less the features that need backtracking, plus a few of
+    its own (``\\pL``, ``[[:alpha:]]``). Raises ValueError saying what is wrong:
+    Python's message for invalid syntax ("missing ), unterminated subpattern at
+    position 0"), or why RE2 cannot run a pattern Python accepts ("\\1: backreferences
+    are not supported (...)").
+    """
+    program = _RE2(pattern.encode("utf-8", "surrogatepass"), _RE2_OPTIONS)
+    if not program.ok():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # FutureWarning: "possible nested set"
+                re.compile(pattern)
+        except re.error as exc:  # invalid anywhere: Python's words, which users know
+            raise ValueError(str(exc)) from None
+        raise ValueError(_refusal(program.error(), pattern))
+    match, unanchored = program.Match, _UNANCHORED
+
+    def search(value: str) -> bool:
+        text = value.encode("utf-8", "surrogatepass")
+        return bool(match(unanchored, text, 0, len(text))[0][0] >= 0)
+
+    return search
+
+
+def _refusal(error: bytes | str, pattern: str) -> str:
+    """RE2's refusal of a pattern and what to change: ``(?=: lookahead is not supported``."""
+    text = error.decode(errors="replace") if isinstance(error, bytes) else error
+    what, _, where = text.partition(": ")
+    backreference = (where == "(?P" and "(?P=" in pattern) or (
+        what == "invalid escape sequence" and where[1:2].isdigit()
+    )
+    if backreference:
+        why = "backreferences are not supported"
+    else:
+        why = next((w for start, w in _NOT_ON_RE2 if text.startswith(start)), what)
+    return f"{where or text}: {why} (regexes run on RE2, which never backtracks)"
 
 
 @dataclass(frozen=True)
@@ -243,8 +330,8 @@ def _compile(value: Any, problems: list[str], *, top: bool) -> Matcher | None:
                 problems.append('empty regex "~"; write a pattern after the ~')
                 return None
             try:
-                return Regex(re.compile(value[1:]))
-            except re.error as exc:
+                return Regex(value[1:])
+            except ValueError as exc:
                 problems.append(f"invalid regex {show(value[1:])}: {exc}")
                 return None
         if _GLOB_CHARS & set(value):

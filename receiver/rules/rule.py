@@ -10,9 +10,9 @@ from typing import Any
 from jinja2 import Template
 
 from receiver.rules import templates
-from receiver.rules.lifecycle import ALERT_KEYS, ActiveWindow, GroupSpec
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
+from receiver.rules.options import ALERT_KEYS, ActiveWindow, GroupSpec
 
 RULE_WIDE_KEY = "*"
 
@@ -63,7 +63,7 @@ class Rule:
         default=None, repr=False, compare=False
     )
     _resolved: tuple[Template, Template] | None = field(default=None, repr=False, compare=False)
-    # The alert lifecycle (rules/lifecycle.py): all off by default.
+    # The alert lifecycle (rules/options.py): all off by default.
     hold: float | None = None
     resolve: bool = False
     group: GroupSpec | None = None

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from receiver.rules.duration import format_duration
+from receiver.durations import format_duration
 from receiver.rules.explain import Explanation, explain
-from receiver.rules.lifecycle import Heartbeat
 from receiver.rules.notifiers import Notifier
+from receiver.rules.options import Heartbeat
 from receiver.rules.rule import Decision, Rule
 
 

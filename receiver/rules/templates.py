@@ -18,7 +18,7 @@ from typing import Any
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from receiver.rules.duration import format_duration
+from receiver.durations import format_duration
 from receiver.rules.match import lookup, show
 
 DEFAULT_TITLE = (

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
-from receiver.events import to_utc
+from receiver.events import iso
 from receiver.store.base import Accepted, OnAccepted, OutboxRow, Tx
 from receiver.store.records import (
     SENT_STATES,
@@ -346,7 +346,7 @@ class PostgresStore:
             event.userId,
             _real(event.score),
             _real(event.threshold),
-            to_utc(event.timestamp).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            iso(event.timestamp),
             self.clock(),
             raw.decode("utf-8"),
         )

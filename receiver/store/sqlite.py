@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
-from receiver.events import to_utc
+from receiver.events import iso
 from receiver.store.base import Accepted, OnAccepted, OutboxRow
 from receiver.store.records import Replay
 from receiver.store.schema import migrate
@@ -362,7 +362,7 @@ class SQLiteStore:
             event.userId,
             _real(event.score),
             _real(event.threshold),
-            to_utc(event.timestamp).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            iso(event.timestamp),
             self.clock(),
             raw.decode("utf-8"),
         )

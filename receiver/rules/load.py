@@ -21,12 +21,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
+from receiver.durations import parse_duration
 from receiver.errors import ConfigError
 from receiver.rules import templates
-from receiver.rules.duration import parse_duration
-from receiver.rules.lifecycle import LIFECYCLE_KEYS, check_heartbeat, check_options
 from receiver.rules.match import compile_match, show
 from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, NAME_RE, Notifier, build_notifier
+from receiver.rules.options import LIFECYCLE_KEYS, check_heartbeat, check_options
 from receiver.rules.rule import Rule
 from receiver.rules.ruleset import Ruleset
 

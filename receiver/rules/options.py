@@ -9,7 +9,7 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from receiver.rules.duration import parse_duration
+from receiver.durations import parse_duration
 from receiver.rules.match import show
 
 LIFECYCLE_KEYS = ("hold", "resolve", "resolved_title", "resolved_body", "group", "repeat", "active")

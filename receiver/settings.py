@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -10,6 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from receiver.errors import ConfigError
+from receiver.events import SENDER_RETRIES
 
 # Used when RECEIVER_SECRETS is unset, so `make run` + `receiver send` work with no account.
 # It is public (it is in the README), so it is accepted only on a loopback address.
@@ -17,7 +19,25 @@ DEV_SECRET = "dev-secret-not-for-production"
 # The rules file when RECEIVER_RULES is not set; without it, the built-in rules apply.
 DEFAULT_RULES = Path("./rules.yaml")
 # The sender retries a failed delivery after 1m, 5m, 30m, 2h and 8h: 10h36m in all.
-SENDER_RETRY_SPAN = (1 + 5 + 30 + 120 + 480) * 60.0
+SENDER_RETRY_SPAN = sum(SENDER_RETRIES)
+
+
+def parse_secrets(text: str) -> list[str]:
+    """RECEIVER_SECRETS: comma-separated signing secrets, blanks and spaces dropped.
+
+    >>> parse_secrets(" new, old ,")
+    ['new', 'old']
+    """
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def signing_secret(given: str | None = None) -> bytes:
+    """What `receiver send`, `sign` and `simulate` sign with: the given secret, else the
+    first of RECEIVER_SECRETS, else the development secret."""
+    if given:
+        return given.encode()
+    found = parse_secrets(os.environ.get("RECEIVER_SECRETS", ""))
+    return (found[0] if found else DEV_SECRET).encode()
 
 
 class Settings(BaseSettings):
@@ -99,12 +119,12 @@ class Settings(BaseSettings):
     @property
     def secret_list(self) -> list[bytes]:
         """The signing secrets, the development secret when none is configured."""
-        found = [s.strip().encode() for s in self.secrets.split(",") if s.strip()]
+        found = [s.encode() for s in parse_secrets(self.secrets)]
         return found or [DEV_SECRET.encode()]
 
     @property
     def using_dev_secret(self) -> bool:
-        return not any(s.strip() for s in self.secrets.split(","))
+        return not parse_secrets(self.secrets)
 
     @property
     def rules_file(self) -> Path | None:
