@@ -8,14 +8,14 @@ from typing import Any
 
 import click
 
-from receiver.cli import _db_option, _when, _with_store
+from receiver.cli._common import db_option, when, with_store
 from receiver.rules import parse_duration
 from receiver.rules.match import compile_match
 from receiver.store.base import Tx
 
 
 @click.command()
-@_db_option
+@db_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
 def alerts(db: str, as_json: bool) -> None:
     """List the alerts open now: sessions whose attention dropped, interventions not resolved.
@@ -24,7 +24,7 @@ def alerts(db: str, as_json: bool) -> None:
 
         receiver alerts
     """
-    found = _with_store(db, lambda s: s.transact(lambda tx: _open_alerts(tx)))
+    found = with_store(db, lambda s: s.transact(lambda tx: _open_alerts(tx)))
     if as_json:
         for row in found:
             click.echo(json.dumps(row))
@@ -65,7 +65,7 @@ def silence() -> None:
 
 
 @silence.command("add")
-@_db_option
+@db_option
 @click.option(
     "--match",
     "matches",
@@ -102,21 +102,21 @@ def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
     now = time.time()
-    silence_id = _with_store(
+    silence_id = with_store(
         db, lambda s: s.transact(lambda tx: tx.add_silence(matchers, reason, now, now + seconds))
     )
     click.echo(
-        f"silence #{silence_id} until {_when(now + seconds)}: {_describe(matchers)} ({reason})"
+        f"silence #{silence_id} until {when(now + seconds)}: {_describe(matchers)} ({reason})"
     )
 
 
 @silence.command("list")
-@_db_option
+@db_option
 @click.option("--all", "show_all", is_flag=True, help="Include expired silences.")
 def silence_list(db: str, show_all: bool) -> None:
     """List silences, newest first: active ones, or all with --all."""
     now = time.time()
-    found = _with_store(db, lambda s: s.transact(lambda tx: tx.all_silences()))
+    found = with_store(db, lambda s: s.transact(lambda tx: tx.all_silences()))
     shown = 0
     for s in found:
         active = s.expired_at is None and s.ends_at > now
@@ -124,9 +124,9 @@ def silence_list(db: str, show_all: bool) -> None:
             continue
         shown += 1
         status = (
-            ("active until " + _when(s.ends_at))
+            ("active until " + when(s.ends_at))
             if active
-            else ("expired " + _when(s.expired_at or s.ends_at))
+            else ("expired " + when(s.expired_at or s.ends_at))
         )
         click.echo(f"#{s.id}  {_describe(s.matchers)}  {status}  ({s.reason})")
     if not shown:
@@ -134,7 +134,7 @@ def silence_list(db: str, show_all: bool) -> None:
 
 
 @silence.command("expire")
-@_db_option
+@db_option
 @click.argument("silence_id", type=int)
 def silence_expire(db: str, silence_id: int) -> None:
     """End a silence now.
@@ -144,7 +144,7 @@ def silence_expire(db: str, silence_id: int) -> None:
         receiver silence expire 3
     """
     now = time.time()
-    if not _with_store(db, lambda s: s.transact(lambda tx: tx.expire_silence(silence_id, now))):
+    if not with_store(db, lambda s: s.transact(lambda tx: tx.expire_silence(silence_id, now))):
         raise click.ClickException(f"no active silence #{silence_id}")
     click.echo(f"silence #{silence_id} expired")
 

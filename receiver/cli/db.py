@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from receiver.cli import _db_option, _with_store
+from receiver.cli._common import db_option, with_store
 from receiver.errors import ReceiverError
 from receiver.store import Store
 
@@ -18,7 +18,7 @@ def db() -> None:
 
 
 @db.command()
-@_db_option
+@db_option
 def migrate(db: str) -> None:
     """Apply the schema migrations this version needs, and exit.
 
@@ -33,12 +33,12 @@ def migrate(db: str) -> None:
     async def version(store: Store) -> int:
         return store.schema_version
 
-    found = _with_store(db, version, create=True)
+    found = with_store(db, version, create=True)
     click.echo(f"{_where(db)}: schema at version {found}, up to date")
 
 
 @db.command()
-@_db_option
+@db_option
 @click.option(
     "--to",
     "target",

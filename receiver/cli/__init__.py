@@ -1,0 +1,37 @@
+"""The `receiver` command: serve, init, sign, send, check, explain, deliveries, retry, replay,
+alerts, silence, db, simulate. One module per group of commands; this one only gathers them."""
+
+from __future__ import annotations
+
+import click
+
+from receiver import __version__
+from receiver.cli.alerts import alerts, silence
+from receiver.cli.db import db
+from receiver.cli.outbox import deliveries, replay, retry
+from receiver.cli.rules import check, explain, init
+from receiver.cli.send import send, sign
+from receiver.cli.serve import serve, server_config
+from receiver.simulate import simulate
+
+__all__ = ["cli", "serve", "server_config"]
+
+
+@click.group()
+@click.version_option(__version__, prog_name="attention-receiver")
+def cli() -> None:
+    """attention-receiver: verify, keep and route the Attention Scoring Service's webhooks.
+
+    Example:
+
+        receiver serve                      # 127.0.0.1:4000, SQLite in ./data
+        receiver init                       # write a starter rules.yaml to edit
+        receiver send --type score.drop     # sign a sample event and POST it
+    """
+
+
+for command in (
+    serve, init, sign, send, check, explain, deliveries, retry, replay, alerts, silence, db,
+    simulate,
+):  # fmt: skip
+    cli.add_command(command)

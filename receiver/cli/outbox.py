@@ -1,0 +1,200 @@
+"""`receiver deliveries`, `retry` and `replay`: the notifications, from the command line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from receiver import rules
+from receiver.cli._common import (
+    db_option,
+    when,
+    with_store,
+)
+from receiver.store import Store
+from receiver.store.base import OUTBOX_STATES
+
+
+@click.command()
+@db_option
+@click.option(
+    "--state",
+    type=click.Choice(OUTBOX_STATES),
+    help="Only rows in this state.",
+)
+@click.option("--event", "event_id", help="Only rows of this event id.")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_json: bool) -> None:
+    """List recent notifications, newest first. Names notifiers, never their URLs.
+
+    Example:
+
+        receiver deliveries --state dead
+    """
+    rows = with_store(db, lambda s: s.deliveries(state=state, event_id=event_id, limit=limit))
+    if as_json:
+        for row in rows:
+            click.echo(json.dumps(row.__dict__))
+        return
+    if not rows:
+        click.echo("no deliveries match")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("id", "event", "rule", "notifier", "state", "tries", "updated", "detail")
+    for row in rows:
+        table.add_row(
+            str(row.id),
+            row.event_id,
+            row.rule,
+            row.label,
+            row.state,
+            str(row.attempts),
+            when(row.updated_at),
+            row.last_error or row.reason or "",
+        )
+    Console(width=max(120, Console().width)).print(table)
+
+
+@click.command()
+@db_option
+@click.argument("row_id", type=int, required=False)
+@click.option("--all-dead", is_flag=True, help="Retry every dead row.")
+def retry(db: str, row_id: int | None, all_dead: bool) -> None:
+    """Send a dead notification again (its id from `receiver deliveries`), or all of them.
+
+    A running server picks the rows up within a few seconds.
+
+    Example:
+
+        receiver retry 17
+        receiver retry --all-dead
+    """
+    if (row_id is None) == (not all_dead):
+        raise click.UsageError("give a row id or --all-dead (not both)")
+    n = with_store(db, lambda s: s.retry_dead(row_id, now=time.time()))
+    if row_id is not None and n == 0:
+        raise click.ClickException(f"no dead delivery with id {row_id}")
+    click.echo(f"{n} notification(s) queued again")
+
+
+REPLAY_WAIT = "10s"  # how long `receiver replay` waits for the running server by default
+_SETTLED = ("pending", "sending")  # rows still on their way: worth waiting for
+
+
+@click.command()
+@db_option
+@click.argument("event_id")
+@click.option(
+    "--respect-lifecycle",
+    is_flag=True,
+    help="Apply the usual checks (stale, silenced, muted, grouped, throttled, held) "
+    "instead of sending regardless.",
+)
+@click.option(
+    "--wait",
+    "wait_for",
+    default=REPLAY_WAIT,
+    show_default=True,
+    help="How long to wait for the running server to route and send it; 0: do not wait.",
+)
+def replay(db: str, event_id: str, respect_lifecycle: bool, wait_for: str) -> None:
+    """Route a stored event again through the current rules: it notifies again.
+
+    A replay is an operator's deliberate act, so its notifications are sent
+    whatever the alert lifecycle would say (stale, silenced, muted, grouped,
+    throttled, held), each marked as a replay: "[replay] " before the title,
+    and the outbox row's `replay` column. With --respect-lifecycle the usual
+    checks apply. An event that resolved its alert, while the alert is still as
+    it left it, sends its resolved messages again. The alert is not changed.
+
+    The running server routes it within a few seconds; this command waits up to
+    --wait, then prints each notification: sent, queued (and why not yet), or
+    not sent and why. Exit status 0 once routed (whatever was sent), 1 if there
+    is no such event, 3 if no running server routed it within --wait: it stays
+    queued and is routed when a server starts.
+
+    Example:
+
+    \b
+        receiver replay evt_1
+        receiver replay evt_1 --respect-lifecycle
+    """
+    try:
+        seconds = float(wait_for)
+    except ValueError:
+        try:
+            seconds = rules.parse_duration(wait_for.strip())
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--wait") from None
+
+    async def run(store: Store) -> tuple[int | None, Any, list[Any]]:
+        replay_id = await store.replay(
+            event_id, now=time.time(), respect_lifecycle=respect_lifecycle
+        )
+        if replay_id is None:
+            return None, None, []
+        deadline = time.monotonic() + seconds
+        while True:
+            request, rows = await store.replay_status(replay_id)
+            routed = request is not None and request.routed_at is not None
+            if routed and not any(row.state in _SETTLED for row in rows):
+                return replay_id, request, rows
+            if time.monotonic() >= deadline:
+                return replay_id, request, rows
+            await asyncio.sleep(0.1)
+
+    replay_id, request, rows = with_store(db, run)
+    if replay_id is None:
+        raise click.ClickException(f"no stored event with id {event_id!r}")
+    how = "respecting the lifecycle" if respect_lifecycle else "sent regardless of the lifecycle"
+    if request is None or request.routed_at is None:
+        if seconds <= 0:
+            click.echo(
+                f"replay #{replay_id} of {event_id} queued ({how}); not waiting:"
+                f" `receiver deliveries --event {event_id}` shows what it sends"
+            )
+            return
+        click.echo(
+            f"replay #{replay_id} of {event_id} queued; no running server routed it within"
+            f" {seconds:g}s: it will be routed when one starts"
+        )
+        sys.exit(3)
+    if not rows:
+        click.echo(
+            f"replay #{replay_id} of {event_id}: no rule gives it a notification now; nothing sent"
+        )
+        return
+    count = len(rows)
+    click.echo(
+        f"replay #{replay_id} of {event_id} ({how}):"
+        f" {count} notification{'s' if count != 1 else ''}"
+    )
+    for row in rows:
+        click.echo("  " + _replay_line(row))
+
+
+def _replay_line(row: Any) -> str:
+    """One outbox row of a replay: what happened to it, and why when it was not sent."""
+    target = f"{row.rule} -> {row.label}"
+    if row.kind != "event":
+        target += f" ({row.kind})"
+    if row.state == "delivered":
+        return f"sent      {target}: {row.title}"
+    if row.state in _SETTLED:
+        retrying = f" (retrying: {row.last_error})" if row.last_error else " (not sent yet)"
+        return f"queued    {target}: {row.title}{retrying}"
+    if row.state == "dead":
+        return f"failed    {target}: {row.last_error or 'gave up'}"
+    if row.state == "held":
+        return f"held      {target}: {row.reason}"
+    reason = row.reason or row.state
+    why = reason if reason.startswith(row.state) else f"{row.state}: {reason}"
+    return f"not sent  {target}: {why}"

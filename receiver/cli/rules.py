@@ -1,0 +1,165 @@
+"""`receiver init`, `check` and `explain`: write, validate and try out the rules."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from receiver import events, rules
+from receiver.cli._common import (
+    build_body,
+    env_notes,
+    event_options,
+    load_rules,
+    no_env_option,
+    rules_option,
+    with_store,
+)
+from receiver.errors import ReceiverError
+from receiver.settings import DEFAULT_RULES
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path), required=False)
+@rules_option
+@no_env_option
+def check(path: Path | None, rules_path: Path | None, no_env: bool) -> None:
+    """Validate a rules file with the server's own loader; exit 1 on any problem.
+
+    Without PATH, --rules and RECEIVER_RULES it checks ./rules.yaml, or, if
+    there is none, says that `receiver serve` would use the built-in rules.
+
+    Notifier urls need no tokens here: a ${VAR} that is not set (any, with
+    --no-env) is noted, not an error, and its url is not checked; `receiver
+    serve` does need them.
+
+    Example:
+
+        receiver check rules.yaml
+    """
+    ruleset = load_rules(path or rules_path, no_env=no_env)
+    if ruleset.source == rules.BUILTIN_SOURCE:
+        click.echo(
+            f"no {DEFAULT_RULES} and no RECEIVER_RULES: `receiver serve` would use the"
+            " built-in rules below (`receiver init` writes them to rules.yaml)"
+        )
+    click.echo(f"{ruleset.source}: OK")
+    click.echo(ruleset.summary())
+    for note in env_notes(ruleset, no_env=no_env):
+        click.echo(note)
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False), default=str(DEFAULT_RULES))
+def init(path: Path) -> None:
+    """Write a commented starter rules file to PATH (default ./rules.yaml).
+
+    It sends every event to the console, like the built-in rules, and lists
+    notifiers to uncomment (Slack, email, Teams, Discord, Telegram, ntfy,
+    PagerDuty, any HTTPS endpoint). An existing file is never overwritten.
+
+    Example:
+
+    \b
+        receiver init
+        receiver check
+    """
+    text = rules.starter_text()
+    try:
+        with path.open("x", encoding="utf-8") as out:
+            out.write(text)
+    except FileExistsError:
+        raise click.ClickException(
+            f"{path} already exists; not overwriting it (move it away, or give another PATH)"
+        ) from None
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise click.ClickException(f"cannot write {path}: {reason}") from exc
+    count = len(rules.load_builtin().rules)
+    click.echo(f"wrote {path}: {count} rules, every event to the console")
+    if path.resolve() == DEFAULT_RULES.resolve():
+        click.echo(
+            "next: edit it, run `receiver check`, then `receiver serve` (a server"
+            " already running here on the built-in rules switches to it at once)"
+        )
+    else:
+        click.echo(
+            f"next: edit it, run `receiver check {path}`, then"
+            f" `receiver serve --rules {path}` (or RECEIVER_RULES={path})"
+        )
+
+
+@click.command()
+@event_options
+@rules_option
+@no_env_option
+@click.option(
+    "--db",
+    envvar="RECEIVER_DB",
+    default="./data/receiver.db",
+    show_default=True,
+    help="Database to read silences and alert state from, if it exists.",
+)
+def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -> None:
+    """Show what the rules would do with an event, without sending anything.
+
+    Which rules match, which condition failed for the others, the rendered
+    title and body, and the notifiers by name (a notifier with two urls is two
+    notifications). For an event that closes an alert (score.recover,
+    session.stopped, intervention.resolved), also the resolved messages it
+    sends if the alert is open. Then what the alert lifecycle would do with it
+    now, from the database: stale, silenced, muted or deferred, held, grouped,
+    resolved and repeated. Needs no tokens: see `receiver check --help`.
+
+    Example:
+
+    \b
+        receiver explain --type score.drop --score 12 --user user_42
+        receiver explain --type score.recover --session sess_1
+        receiver explain --file event.json
+    """
+    ruleset = load_rules(rules_path, no_env=no_env)
+    body = build_body(**event_args)
+    try:
+        event = events.parse(body)
+    except ReceiverError as exc:
+        raise click.ClickException(f"not a valid event: {exc}") from exc
+    payload = event.payload()
+    click.echo(ruleset.explain(payload).format())
+    for note in env_notes(ruleset, no_env=no_env):
+        click.echo(note)
+    lines = _lifecycle_now(ruleset, payload, db)
+    if lines:
+        click.echo("now:")
+        for line in lines:
+            click.echo(f"  {line}")
+
+
+def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> list[str]:
+    from receiver import lifecycle
+
+    now = time.time()
+    silences: list[Any] = []
+    alert = None
+    notified: list[str] = []
+    if Path(db).exists():
+        aid = lifecycle.alert_id(payload)
+
+        def read(tx: Any) -> tuple[list[Any], Any, list[str]]:
+            alert = tx.alert(aid) if aid else None
+            notified: list[str] = []
+            if alert is not None and alert.state == "open":
+                notified = [
+                    n.rule
+                    for n in tx.notices(alert.id, alert.episode)
+                    if tx.sent(alert.id, alert.episode, n.rule)
+                ]
+            return tx.silences(now), alert, notified
+
+        silences, alert, notified = with_store(db, lambda s: s.transact(read))
+    return lifecycle.explain_now(
+        ruleset, payload, now, silences=silences, alert=alert, notified=notified
+    )

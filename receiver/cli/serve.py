@@ -1,0 +1,205 @@
+"""`receiver serve`: settings from flags and RECEIVER_*, then the app under uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from receiver.cli._common import (
+    with_store,
+)
+from receiver.errors import ConfigError
+from receiver.settings import Settings
+
+
+@click.command()
+@click.option("--host", help="Listen address [RECEIVER_HOST, 127.0.0.1].")
+@click.option("--port", type=int, help="Listen port [RECEIVER_PORT, 4000].")
+@click.option("--db", help="SQLite file [RECEIVER_DB, ./data/receiver.db].")
+@click.option(
+    "--rules",
+    "rules_path",
+    type=click.Path(path_type=Path),
+    help="Rules file; must exist [RECEIVER_RULES, else ./rules.yaml if it exists, "
+    "else the built-in rules].",
+)
+@click.option("--max-body", type=int, help="Largest body in bytes [RECEIVER_MAX_BODY, 65536].")
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), help="[RECEIVER_LOG_FORMAT, text]"
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="[RECEIVER_LOG_LEVEL, info]",
+)
+@click.option(
+    "--synchronous",
+    type=click.Choice(["full", "normal"]),
+    help="SQLite durability [RECEIVER_SYNCHRONOUS, full].",
+)
+@click.option(
+    "--max-event-age",
+    help="Refuse events older than this; 0 = no limit [RECEIVER_MAX_EVENT_AGE, 7d].",
+)
+@click.option(
+    "--max-clock-skew",
+    help="Refuse events dated further ahead of this clock; 0 = no limit "
+    "[RECEIVER_MAX_CLOCK_SKEW, 5m].",
+)
+@click.option("--header-timeout", help="Longest wait for headers [RECEIVER_HEADER_TIMEOUT, 10s].")
+@click.option("--body-timeout", help="Longest wait for a body [RECEIVER_BODY_TIMEOUT, 10s].")
+@click.option(
+    "--limit-concurrency",
+    type=int,
+    help="Connections at once before answering 503; 0 = no limit "
+    "[RECEIVER_LIMIT_CONCURRENCY, 1000].",
+)
+@click.option("--notify-timeout", help="Longest one send may take [RECEIVER_NOTIFY_TIMEOUT, 10s].")
+@click.option(
+    "--shutdown-grace",
+    help="From SIGTERM to exit, at most [RECEIVER_SHUTDOWN_GRACE, 10s].",
+)
+@click.option(
+    "--notify-concurrency",
+    type=int,
+    help="Sends in flight at once to any one target [RECEIVER_NOTIFY_CONCURRENCY, 8].",
+)
+@click.option(
+    "--retry-initial",
+    help="First retry delay of a failed send; doubles each time [RECEIVER_RETRY_INITIAL, 30s].",
+)
+@click.option("--retry-max", help="Longest delay between retries [RECEIVER_RETRY_MAX, 1h].")
+@click.option(
+    "--retry-for",
+    help="A send still failing this long after it was queued is dead [RECEIVER_RETRY_FOR, 24h].",
+)
+@click.option(
+    "--retention",
+    help="Prune events received longer ago than this; at least 10h36m [RECEIVER_RETENTION, 30d].",
+)
+def serve(rules_path: Path | None, **flags: Any) -> None:
+    """Serve POST /v1/events, /healthz, /readyz and /metrics.
+
+    Every flag has a RECEIVER_* environment variable; a flag wins. Signing
+    secrets come only from RECEIVER_SECRETS, never from a flag, so they stay
+    out of shell history and process listings. Without RECEIVER_SECRETS the
+    public development secret is accepted, on a loopback address only: on any
+    other address the server refuses to start (exit 2).
+
+    Without RECEIVER_RULES and without ./rules.yaml, the built-in rules send
+    every event to the console; `receiver init` writes them to a file to edit.
+
+    Example:
+
+        RECEIVER_SECRETS=s3cret receiver serve --port 4000 --log-format json
+    """
+    from receiver import logs
+    from receiver.app import create_app
+
+    if rules_path is not None:
+        flags["rules"] = rules_path
+    try:
+        settings = Settings(**{k: v for k, v in flags.items() if v is not None})
+    except ValidationError as exc:
+        problems = [_setting_problem(e) for e in exc.errors(include_url=False)]
+        raise click.ClickException("invalid settings: " + "; ".join(problems)) from None
+    try:
+        settings.check_exposure()  # before anything binds
+    except ConfigError as exc:
+        raise _RefusedError(str(exc)) from exc
+    logs.configure(settings.log_format, settings.log_level)
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from exc
+    # A database that cannot be opened, or a port in use, is one line and exit 1, found
+    # before the server starts: not a traceback, and nothing logged as if it were running.
+    with_store(settings.db, lambda store: asyncio.sleep(0), create=True)
+    sockets = _listen(settings.host, settings.port)
+    from receiver.http import Server
+
+    def stopping(since: float) -> None:
+        app.state.shutdown_started = since
+
+    Server(server_config(app, settings), grace=settings.shutdown_grace, on_stopping=stopping).run(
+        sockets
+    )
+
+
+def _setting_problem(error: Any) -> str:
+    """A settings validation error in our words: 'RECEIVER_PORT (--port): must be ...'."""
+    name = "_".join(map(str, error["loc"]))
+    message = str(error["msg"]).removeprefix("Value error, ")
+    message = message.replace("Input should be", "must be").replace("input should be", "must be")
+    if error["type"] in ("int_parsing", "float_parsing"):
+        message = f"must be a number, got {str(error.get('input'))[:40]!r}"
+    flag = name.replace("_", "-")
+    return f"RECEIVER_{name.upper()} (--{flag}): {message[:1].lower()}{message[1:]}"
+
+
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """The listening sockets for host:port, bound now, as asyncio would bind them (every
+    address host resolves to). uvicorn then serves on them once the app has started."""
+    try:
+        found = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        reason = (exc.strerror or str(exc)).lower()
+        hint = " (is another server running there? choose another with --port)"
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {reason}"
+            + (hint if exc.errno == errno.EADDRINUSE else "")
+        ) from None
+    return sockets
+
+
+class _RefusedError(click.ClickException):
+    """Settings that must not run (exit 2, like a usage error): "Error: ..." on stderr."""
+
+    exit_code = 2
+
+
+def server_config(app: Any, settings: Settings) -> Any:
+    """The uvicorn settings `receiver serve` runs with (the bench's ceiling uses them too)."""
+    import uvicorn
+
+    from receiver.http import guarded_protocol
+
+    metrics = getattr(getattr(app, "state", None), "metrics", None)
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        # Requests in flight get half the shutdown grace; sends in flight what is left.
+        # (Typed int, but uvicorn only hands it to asyncio.wait_for: a float is fine.)
+        timeout_graceful_shutdown=settings.shutdown_grace / 2,  # type: ignore[arg-type]
+        server_header=False,
+        limit_concurrency=settings.limit_concurrency or None,
+        http=guarded_protocol(
+            header_timeout=settings.header_timeout,
+            body_timeout=settings.body_timeout,
+            on_refused=(lambda code: metrics.rejected[code].inc()) if metrics else None,
+        ),
+    )
