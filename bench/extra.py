@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from receiver import signature
-from receiver.store.schema import migrate
+from receiver.store.sqlite.schema import migrate
 
 BENCH = Path(__file__).resolve().parent
 CACHE = BENCH / ".cache"

@@ -15,7 +15,7 @@ from receiver.store import Notification, Store, open_store
 from receiver.store.base import Tx
 from receiver.store.postgres import MIGRATIONS as PG_MIGRATIONS
 from receiver.store.records import Alert
-from receiver.store.schema import MIGRATIONS as SQLITE_MIGRATIONS
+from receiver.store.sqlite.schema import MIGRATIONS as SQLITE_MIGRATIONS
 
 T = TypeVar("T")
 

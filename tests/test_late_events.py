@@ -17,8 +17,8 @@ import pytest
 
 from receiver.lifecycle import Pipeline, explain_now
 from receiver.rules import Ruleset, load_text
-from receiver.store.schema import migrate
-from receiver.store.tx import Alert, SQLiteTx
+from receiver.store.sqlite.schema import migrate
+from receiver.store.sqlite.tx import Alert, SQLiteTx
 
 T0 = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)  # a Monday, 10:00 UTC
 

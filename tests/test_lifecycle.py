@@ -409,7 +409,7 @@ def test_explain_shows_what_the_lifecycle_would_do_now(tmp_path: Path) -> None:
     import asyncio
 
     from receiver.store import SQLiteStore
-    from receiver.store.tx import Alert, SQLiteTx
+    from receiver.store.sqlite.tx import Alert, SQLiteTx
 
     db = tmp_path / "r.db"
     now = time.time()

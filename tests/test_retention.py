@@ -16,7 +16,7 @@ from receiver.metrics import Metrics
 from receiver.retention import Pruner
 from receiver.settings import Settings
 from receiver.store import Notification, SQLiteStore
-from receiver.store.tx import SQLiteTx
+from receiver.store.sqlite.tx import SQLiteTx
 
 DAY = 86400.0
 T0 = 1_800_000_000.0  # received_at of the old events
@@ -158,7 +158,7 @@ def test_serve_refuses_short_retention_with_a_settings_error() -> None:
 
 
 def test_prunes_finished_lifecycle_state_and_keeps_what_is_live(tmp_path: Path) -> None:
-    from receiver.store.tx import Alert
+    from receiver.store.sqlite.tx import Alert
 
     db, clock = tmp_path / "r.db", Clock(T0)
 

@@ -9,7 +9,7 @@ import pytest
 from receiver import events
 from receiver.errors import StorageUnavailableError
 from receiver.store import Notification, SQLiteStore
-from receiver.store.schema import MIGRATIONS
+from receiver.store.sqlite.schema import MIGRATIONS
 
 T = TypeVar("T")
 

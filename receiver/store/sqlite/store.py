@@ -25,8 +25,8 @@ from receiver.events import _Event as Event
 from receiver.events import iso
 from receiver.store.base import Accepted, OnAccepted, OutboxRow
 from receiver.store.records import Replay
-from receiver.store.schema import migrate
-from receiver.store.tx import SQLiteTx
+from receiver.store.sqlite.schema import migrate
+from receiver.store.sqlite.tx import SQLiteTx
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
