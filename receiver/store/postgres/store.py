@@ -27,21 +27,20 @@ What makes replicas one receiver:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.events import iso
-from receiver.store.base import Accepted, OnAccepted, OutboxRow, Tx
+from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.postgres.schema import migrate
-from receiver.store.postgres.tx import PostgresTx, try_lock
-from receiver.store.records import (
-    Replay,
-)
+from receiver.store.postgres.tx import PostgresTx, query, try_lock
+from receiver.store.sql import Query, SQLOutbox
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
@@ -52,10 +51,6 @@ CROWD = 4  # accepts in one batch that mean a burst
 PRESSURE_WINDOW = 0.25
 MAX_BATCH = 500  # accepts in one INSERT
 
-_OUTBOX_COLUMNS = (
-    "id, event_id, rule, notifier, target, title, body, state, attempts, next_at,"
-    " created_at, updated_at, reason, last_error, kind, replay"
-)
 
 def _real(value: float | None) -> float | None:
     if value is None:
@@ -72,7 +67,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore:
+class PostgresStore(SQLOutbox):
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -261,118 +256,15 @@ class PostgresStore:
     async def transact(self, fn: Callable[[Tx], T]) -> T:
         return await self._call(lambda conn: fn(PostgresTx(conn)))
 
-    # -- delivery ---------------------------------------------------------------------------
+    # -- delivery and operator commands (shared: receiver.store.sql.SQLOutbox) -------------
 
-    async def claim_due(
-        self,
-        *,
-        now: float,
-        limit: int,
-        lease: float,
-        lanes: Mapping[tuple[str, int], int] | None = None,
-    ) -> list[OutboxRow]:
-        update = (
-            "UPDATE outbox SET state = 'sending', lease_until = %s, attempts = attempts + 1,"
-            " updated_at = %s WHERE id IN (SELECT id FROM outbox WHERE"
-            " state IN ('pending', 'sending', 'held') AND next_at <= %s"
-            " AND (state <> 'sending' OR lease_until <= %s) {where}"
-            " ORDER BY next_at LIMIT %s FOR UPDATE SKIP LOCKED)"
-            f" RETURNING {_OUTBOX_COLUMNS}"
-        )
-        head = (now + lease, now, now, now)
+    _claim_lock = " FOR UPDATE SKIP LOCKED"  # replicas claim disjoint rows
 
-        def claim(conn: Any) -> list[OutboxRow]:
-            rows: list[Any] = []
-            for (notifier, target), n in (lanes or {}).items():
-                if n > 0:
-                    sql = update.format(where="AND notifier = %s AND target = %s")
-                    rows += conn.execute(sql, (*head, notifier, target, n)).fetchall()
-            if limit > 0:
-                where, params = "", []
-                if lanes:
-                    values = ", ".join("(%s, %s)" for _ in lanes)
-                    where = f"AND (notifier, target) NOT IN (VALUES {values})"
-                    params = [part for key in lanes for part in key]
-                rows += conn.execute(update.format(where=where), (*head, *params, limit)).fetchall()
-            return sorted((OutboxRow(*row) for row in rows), key=lambda r: r.id)
+    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
+        return await self._call(lambda conn: fn(functools.partial(query, conn)))
 
-        return await self._call(claim)
-
-    async def release(self, row_ids: Sequence[int], *, now: float) -> int:
-        if not row_ids:
-            return 0
-        return await self._call(
-            lambda conn: (
-                conn.execute(
-                    "UPDATE outbox SET state = 'pending', attempts = greatest(attempts - 1, 0),"
-                    " lease_until = NULL, next_at = %s, updated_at = %s WHERE state = 'sending'"
-                    " AND id = ANY(%s)",
-                    (now, now, list(row_ids)),
-                ).rowcount
-            )
-        )
-
-    async def next_due(self) -> float | None:
-        def select(conn: Any) -> float | None:
-            row = conn.execute(
-                "SELECT min(CASE state WHEN 'sending' THEN lease_until ELSE next_at END)"
-                " FROM outbox WHERE state IN ('pending', 'sending', 'held')"
-            ).fetchone()
-            return None if row[0] is None else float(row[0])
-
-        return await self._call(select)
-
-    async def mark_delivered(self, row_id: int, *, now: float) -> None:
-        await self._call(
-            lambda conn: conn.execute(
-                "UPDATE outbox SET state = 'delivered', lease_until = NULL, updated_at = %s,"
-                " last_error = NULL WHERE id = %s",
-                (now, row_id),
-            )
-        )
-
-    async def mark_failed(
-        self, row_id: int, *, error: str, now: float, retry_at: float | None
-    ) -> None:
-        state = "pending" if retry_at is not None else "dead"
-        await self._call(
-            lambda conn: conn.execute(
-                "UPDATE outbox SET state = %s, next_at = %s, lease_until = NULL,"
-                " last_error = %s, updated_at = %s WHERE id = %s",
-                (state, retry_at if retry_at is not None else now, error, now, row_id),
-            )
-        )
-
-    # -- operator commands ------------------------------------------------------------------
-
-    async def deliveries(
-        self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
-    ) -> list[OutboxRow]:
-        where, params = [], []
-        if state:
-            where.append("state = %s")
-            params.append(state)
-        if event_id:
-            where.append("event_id = %s")
-            params.append(event_id)
-        sql = f"SELECT {_OUTBOX_COLUMNS} FROM outbox"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY id DESC LIMIT %s"
-        return await self._call(
-            lambda conn: [OutboxRow(*row) for row in conn.execute(sql, (*params, limit))]
-        )
-
-    async def retry_dead(self, row_id: int | None, *, now: float) -> int:
-        sql = (
-            "UPDATE outbox SET state = 'pending', next_at = %s, attempts = 0, updated_at = %s"
-            " WHERE state = 'dead'"
-        )
-        params: tuple[Any, ...] = (now, now)
-        if row_id is not None:
-            sql += " AND id = %s"
-            params += (row_id,)
-        return await self._call(lambda conn: conn.execute(sql, params).rowcount)
+    def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
+        return f"{column} = ANY(?)", list(values)
 
     async def replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False
@@ -400,16 +292,6 @@ class PostgresStore:
             return int(replay_id)
 
         return await self._call(request)
-
-    async def replay_status(self, replay_id: int) -> tuple[Replay | None, list[OutboxRow]]:
-        def select(conn: Any) -> tuple[Replay | None, list[OutboxRow]]:
-            rows = conn.execute(
-                f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE replay = %s ORDER BY id",
-                (replay_id,),
-            )
-            return PostgresTx(conn).replay_request(replay_id), [OutboxRow(*row) for row in rows]
-
-        return await self._call(select)
 
     async def prune(self, before: float, *, limit: int) -> dict[str, int]:
         """One batch of retention, on the replica that holds the retention lock this turn."""
@@ -485,5 +367,3 @@ def _insert_events(conn: Any, params: list[tuple[Any, ...]]) -> list[Accepted]:
             for p, r in zip(params, results, strict=True)
         ]
     return results
-
-

@@ -15,7 +15,7 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.events import iso
-from receiver.store.base import Accepted, OnAccepted, OutboxRow
-from receiver.store.records import Replay
+from receiver.store.base import Accepted, OnAccepted
+from receiver.store.sql import Query, SQLOutbox
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
 
@@ -50,10 +50,6 @@ _INSERT_ROWS = {
     + " RETURNING id"
     for n in _CHUNKS
 }
-_OUTBOX_COLUMNS = (
-    "id, event_id, rule, notifier, target, title, body, state, attempts, next_at,"
-    " created_at, updated_at, reason, last_error, kind, replay"
-)
 
 Result = tuple["asyncio.Future[Any]", Any, BaseException | None]
 
@@ -141,7 +137,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore:
+class SQLiteStore(SQLOutbox):
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -462,123 +458,10 @@ class SQLiteStore:
         """Run fn in one write transaction (a savepoint of a cycle): all of it commits, or none."""
         return await self._call(lambda conn: fn(SQLiteTx(conn)))
 
-    # -- delivery ---------------------------------------------------------------------------
+    # -- delivery and operator commands (shared: receiver.store.sql.SQLOutbox) -------------
 
-    async def claim_due(
-        self,
-        *,
-        now: float,
-        limit: int,
-        lease: float,
-        lanes: Mapping[tuple[str, int], int] | None = None,
-    ) -> list[OutboxRow]:
-        """Lease due rows for sending, oldest due first: up to lanes[(notifier, target)]
-        rows of each target named in lanes, and up to limit rows of all other targets
-        (of every target when lanes is None). Each claim counts as an attempt."""
-
-        def claim(conn: sqlite3.Connection) -> list[OutboxRow]:
-            update = (
-                "UPDATE outbox SET state = 'sending', lease_until = ?, attempts = attempts + 1,"
-                " updated_at = ? WHERE id IN (SELECT id FROM outbox WHERE"
-                " state IN ('pending', 'sending', 'held') AND next_at <= ?"
-                " AND (state != 'sending' OR lease_until <= ?) {where}"
-                f" ORDER BY next_at LIMIT ?) RETURNING {_OUTBOX_COLUMNS}"
-            )
-            head = (now + lease, now, now, now)
-            rows = []
-            for (notifier, target), n in (lanes or {}).items():
-                if n > 0:
-                    sql = update.format(where="AND notifier = ? AND target = ?")
-                    rows += conn.execute(sql, (*head, notifier, target, n)).fetchall()
-            if limit > 0:
-                where, params = "", []
-                if lanes:
-                    values = ", ".join("(?, ?)" for _ in lanes)
-                    where = f"AND (notifier, target) NOT IN (VALUES {values})"
-                    params = [part for key in lanes for part in key]
-                sql = update.format(where=where)
-                rows += conn.execute(sql, (*head, *params, limit)).fetchall()
-            return sorted((OutboxRow(*row) for row in rows), key=lambda r: r.id)
-
-        return await self._call(claim)
-
-    async def release(self, row_ids: Sequence[int], *, now: float) -> int:
-        """Give back rows claimed but not sent (a shutdown abandoned them): pending and due
-        now, their attempt not counted. Rows whose outcome was recorded meanwhile are left."""
-        if not row_ids:
-            return 0
-        return await self._call(
-            lambda conn: conn.execute(
-                "UPDATE outbox SET state = 'pending', attempts = max(attempts - 1, 0),"
-                " lease_until = NULL, next_at = ?, updated_at = ? WHERE state = 'sending'"
-                " AND id IN (SELECT value FROM json_each(?))",
-                (now, now, json.dumps(list(row_ids))),
-            ).rowcount
-        )
-
-    async def next_due(self) -> float | None:
-        def select(conn: sqlite3.Connection) -> float | None:
-            row = conn.execute(
-                "SELECT min(CASE state WHEN 'sending' THEN lease_until ELSE next_at END)"
-                " FROM outbox WHERE state IN ('pending', 'sending', 'held')"
-            ).fetchone()
-            return None if row[0] is None else float(row[0])
-
-        return await self._call(select, write=False)
-
-    async def mark_delivered(self, row_id: int, *, now: float) -> None:
-        await self._call(
-            lambda conn: conn.execute(
-                "UPDATE outbox SET state = 'delivered', lease_until = NULL, updated_at = ?,"
-                " last_error = NULL WHERE id = ?",
-                (now, row_id),
-            )
-        )
-
-    async def mark_failed(
-        self, row_id: int, *, error: str, now: float, retry_at: float | None
-    ) -> None:
-        state = "pending" if retry_at is not None else "dead"
-        await self._call(
-            lambda conn: conn.execute(
-                "UPDATE outbox SET state = ?, next_at = ?, lease_until = NULL, last_error = ?,"
-                " updated_at = ? WHERE id = ?",
-                (state, retry_at if retry_at is not None else now, error, now, row_id),
-            )
-        )
-
-    # -- operator commands ------------------------------------------------------------------
-
-    async def deliveries(
-        self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
-    ) -> list[OutboxRow]:
-        where, params = [], []
-        if state:
-            where.append("state = ?")
-            params.append(state)
-        if event_id:
-            where.append("event_id = ?")
-            params.append(event_id)
-        sql = f"SELECT {_OUTBOX_COLUMNS} FROM outbox"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY id DESC LIMIT ?"
-
-        def select(conn: sqlite3.Connection) -> list[OutboxRow]:
-            return [OutboxRow(*row) for row in conn.execute(sql, (*params, limit))]
-
-        return await self._call(select, write=False)
-
-    async def retry_dead(self, row_id: int | None, *, now: float) -> int:
-        sql = (
-            "UPDATE outbox SET state = 'pending', next_at = ?, attempts = 0, updated_at = ?"
-            " WHERE state = 'dead'"
-        )
-        params: tuple[Any, ...] = (now, now)
-        if row_id is not None:
-            sql += " AND id = ?"
-            params += (row_id,)
-        return await self._call(lambda conn: conn.execute(sql, params).rowcount)
+    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
+        return await self._call(lambda conn: fn(conn.execute), write=write)
 
     async def replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False
@@ -610,15 +493,3 @@ class SQLiteStore:
             return replay_id
 
         return await self._call(request)
-
-    async def replay_status(self, replay_id: int) -> tuple[Replay | None, list[OutboxRow]]:
-        """A replay request as it stands, and the outbox rows it has produced so far."""
-
-        def select(conn: sqlite3.Connection) -> tuple[Replay | None, list[OutboxRow]]:
-            tx = SQLiteTx(conn)
-            rows = conn.execute(
-                f"SELECT {_OUTBOX_COLUMNS} FROM outbox WHERE replay = ? ORDER BY id", (replay_id,)
-            )
-            return tx.replay_request(replay_id), [OutboxRow(*row) for row in rows]
-
-        return await self._call(select, write=False)
