@@ -26,8 +26,9 @@ from receiver import rules
 from receiver.errors import ConfigError, StorageUnavailableError
 from receiver.ingest import IngestEndpoint
 from receiver.metrics import Metrics
+from receiver.notify.backoff import Backoff
 from receiver.notify.targets import Targets
-from receiver.notify.worker import Backoff, Worker
+from receiver.notify.worker import Worker
 from receiver.retention import Pruner
 from receiver.router import Router
 from receiver.settings import Settings

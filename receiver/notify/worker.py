@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from receiver.errors import StorageUnavailableError
 from receiver.metrics import Metrics
+from receiver.notify.backoff import Backoff
 from receiver.notify.targets import DeliveryError, Targets
 from receiver.rules import Ruleset
 from receiver.store import OutboxRow, Store
@@ -21,29 +20,7 @@ log = logging.getLogger("receiver.notify")
 
 IDLE_POLL = 5.0  # upper bound on an idle sleep: picks up `receiver retry` from another process
 BUSY_POLL = 1.0  # how often to look again while everything due waits for a busy lane
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Exponential backoff with jitter: initial, doubling, capped at maximum, dead after give_up.
-
-    >>> Backoff(initial=30, maximum=3600, give_up=86400, jitter=0).delay(3)
-    120.0
-    """
-
-    initial: float = 30.0
-    maximum: float = 3600.0
-    give_up: float = 86400.0
-    jitter: float = 0.2
-
-    def delay(self, attempts: int) -> float:
-        base = min(self.maximum, self.initial * 2 ** max(0, attempts - 1))
-        return float(base * (1 + random.uniform(-self.jitter, self.jitter)))
-
-    def retry_at(self, row: OutboxRow, now: float) -> float | None:
-        """When to try row again after a failure at now, or None when it is dead."""
-        at = now + self.delay(row.attempts)
-        return None if at - row.created_at > self.give_up else at
+RECORD_RETRY = 0.5  # seconds between tries to record an outcome while the store is unavailable
 
 
 class Worker:
@@ -195,7 +172,7 @@ class Worker:
             return
         self.metrics.delivery_seconds.observe(time.perf_counter() - started)
         self.metrics.notifications["delivered"].inc()
-        await self._record(self.store.mark_delivered(row.id, now=self.clock()))
+        await self._record(row, lambda: self.store.mark_delivered(row.id, now=self.clock()))
         log.info("delivered %s for event %s (rule %s)", row.label, row.event_id, row.rule)
 
     def _url(self, row: OutboxRow) -> str:
@@ -232,11 +209,23 @@ class Worker:
                 error,
                 retry_at - now,
             )
-        await self._record(self.store.mark_failed(row.id, error=error, now=now, retry_at=retry_at))
+        await self._record(
+            row, lambda: self.store.mark_failed(row.id, error=error, now=now, retry_at=retry_at)
+        )
 
-    async def _record(self, write: Awaitable[None]) -> None:
-        # If this write fails the row's lease expires and it is sent again: at least once.
-        try:
-            await write
-        except StorageUnavailableError as exc:
-            log.error("could not record a delivery outcome: %s", exc.message)
+    async def _record(self, row: OutboxRow, write: Callable[[], Awaitable[None]]) -> None:
+        """Record a send's outcome. While the store is unavailable (a database restart, a
+        lock), try again until shortly before the row's lease runs out: a row whose outcome
+        is not recorded is sent again once its lease expires (at least once), so giving up
+        at the first failure would send twice everything in flight when the database went
+        away. row.updated_at is when it was claimed."""
+        give_up = row.updated_at + self.lease - 2 * RECORD_RETRY
+        while True:
+            try:
+                await write()
+                return
+            except StorageUnavailableError as exc:
+                if self.clock() >= give_up:
+                    log.error("could not record a delivery outcome: %s", exc.message)
+                    return
+            await asyncio.sleep(RECORD_RETRY)

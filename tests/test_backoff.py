@@ -1,6 +1,6 @@
 import pytest
 
-from receiver.notify.worker import Backoff
+from receiver.notify.backoff import Backoff
 from receiver.store import OutboxRow
 
 
