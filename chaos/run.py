@@ -2,6 +2,10 @@
 
     python chaos/run.py                       # 10 kills, 60s outage, the rest
     python chaos/run.py --kills 20 --outage 5m --only crash,outage
+    python chaos/run.py --replicas 3          # only: 3 replicas on PostgreSQL, 10 kills, PG crash
+
+The report is rewritten by a run without --replicas, keeping its replicas section; a run
+with --replicas rewrites only that section.
 
 Exits 1 if any scenario broke the promise. Bounded: load is `receiver simulate`
 with a fixed seed; the machine is shared, so figures are indicative.
@@ -18,12 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chaos import scenarios  # noqa: E402
+from chaos import replicas, scenarios  # noqa: E402
 from chaos.scenarios import Load, Outcome  # noqa: E402
 from receiver.rules import parse_duration  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "RELIABILITY-RESULTS.md"
 ALL = ("baseline", "crash", "sigterm", "outage", "slow-sink")
+REPLICAS_HEADING = "## Replicas on PostgreSQL"
 
 
 def main() -> int:
@@ -37,7 +42,13 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--only", default=",".join(ALL))
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--replicas", type=int, default=0, help="run only the replica scenario, with N replicas"
+    )
+    parser.add_argument("--pg-down", default="8s", help="how long PostgreSQL stays down")
     args = parser.parse_args()
+    if args.replicas:
+        return _replicas(args)
     duration = parse_duration(args.duration)
     outage = parse_duration(args.outage)
     load = Load(sessions=args.sessions, duration=duration, tick=0.05, seed=args.seed, max_wait=90)
@@ -69,9 +80,49 @@ def main() -> int:
                 print(f"  - {problem}")
             results.append(outcome)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(_report(results, args))
+    _, kept = _sections(args.out)
+    args.out.write_text(_report(results, args) + kept)
     print(f"chaos: wrote {args.out}")
     return 0 if all(r.ok for r in results) else 1
+
+
+def _replicas(args: argparse.Namespace) -> int:
+    """The replica scenario alone; its section of the report, the rest kept."""
+    pg_down = parse_duration(args.pg_down)
+    # Long enough for every kill (a gap, then a restart of about 2s) and the PostgreSQL
+    # crash to happen under load.
+    duration = max(parse_duration(args.duration), 4.0 * args.kills + pg_down + 15)
+    load = Load(
+        sessions=args.sessions,
+        duration=duration,
+        tick=0.05,
+        seed=args.seed,
+        max_wait=90,
+        timeout=10,  # a replica answers 503 within a few seconds while PostgreSQL is down
+    )
+    faults = replicas.Faults(replicas=args.replicas, kills=args.kills, pg_down=pg_down)
+    print(f"chaos: replicas x{args.replicas} ...", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        outcome = replicas.run(Path(tmp), faults=faults, load=load)
+    print(f"  {'ok' if outcome.ok else 'BROKEN'}: {_line(outcome)}", flush=True)
+    for problem in outcome.problems:
+        print(f"  - {problem}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    head, _ = _sections(args.out)
+    args.out.write_text(
+        (head or "# Chaos results\n").rstrip("\n") + "\n\n" + _replicas_report(outcome, args, load)
+    )
+    print(f"chaos: wrote the replicas section of {args.out}")
+    return 0 if outcome.ok else 1
+
+
+def _sections(path: Path) -> tuple[str, str]:
+    """The report as (everything before the replicas section, the replicas section)."""
+    text = path.read_text() if path.exists() else ""
+    at = text.find(REPLICAS_HEADING)
+    if at < 0:
+        return text, ""
+    return text[:at], "\n" + text[at:]
 
 
 def _line(o: Outcome) -> str:
@@ -84,6 +135,64 @@ def _line(o: Outcome) -> str:
         f"{o.events} events, {o.acknowledged} acknowledged, {o.stored} stored, "
         f"{o.notified} notified, {o.notified_twice} notified twice; {kinds}; {figures};"
         f" {o.elapsed_s}s"
+    )
+
+
+def _replicas_report(o: Outcome, args: argparse.Namespace, load: Load) -> str:
+    f = o.figures
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    rows = [
+        "| check | result |",
+        "| --- | --- |",
+        f"| outcome | {'ok' if o.ok else 'BROKEN: ' + '; '.join(o.problems)} |",
+        f"| events sent / acknowledged / stored once | {o.events} / {o.acknowledged} /"
+        f" {o.stored} |",
+        f"| acknowledged but not stored (lost) | {o.lost} |",
+        f"| events notified (every notification to send delivered) | {o.notified} of"
+        f" {o.stored - o.not_sent} |",
+        f"| requests answered per replica (balancer) | {f.get('requests_per_replica')} |",
+        f"| kill -9 of a random replica | {f.get('kills')}, restart {f.get('restart_s_mean')} s"
+        f" mean, {f.get('restart_s_max')} s max |",
+        f"| deliveries beyond the first (same notification twice) | {f.get('extra_deliveries')}:"
+        f" {f.get('extra_after_kills')} after the kills (at most {f.get('extra_per_kill_max')}"
+        f" after one), {f.get('extra_after_pg_crash')} after the PostgreSQL crash,"
+        f" {f.get('extra_after_retried_sends')} after sends that timed out"
+        f" ({f.get('sends_retried')} sends failed and were retried) |",
+        f"| throttle, one per user per {replicas.Faults.throttle_every:g}s | "
+        f"{f.get('throttle_users')} users, {f.get('throttle_sent')} sent,"
+        f" {f.get('throttle_held')} throttled; users notified twice within a window:"
+        f" {f.get('throttle_users_twice_in_a_window')}, throttled outside one:"
+        f" {f.get('throttle_users_held_outside_a_window')}; burst:"
+        f" {f.get('burst_users_notified_once')} users notified exactly once |",
+        f"| PostgreSQL down (pg_ctl -m immediate) | {f.get('pg_down_s')} s |",
+        f"| 503 storage_unavailable while down | {f.get('pg_503_probes')} to probes,"
+        f" {f.get('pg_503_via_balancer')} to the sender through the balancer; slowest answer"
+        f" {f.get('pg_answer_s_max')} s; /readyz 503 x{f.get('pg_readyz_503')} |",
+        f"| recovery, same processes (202 and /readyz 200 from every replica) |"
+        f" {f.get('pg_recovery_s')} s after PostgreSQL was up |",
+        f"| sender errors (retried on its schedule) | {f.get('sender_errors')} |",
+    ]
+    kinds = [
+        "| notifications of | recorded | sent | stale | other held back | twice |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for key, c in o.kinds.items():
+        kinds.append(
+            f"| {scenarios.KINDS[key]} | {c.notifications} | {c.sent} | {c.stale} | {c.other} |"
+            f" {c.twice} |"
+        )
+    return (
+        f"{REPLICAS_HEADING}\n\n"
+        f"Written by `make chaos REPLICAS={args.replicas}` ({when}; {platform.platform()},"
+        f" {platform.python_version()}), {o.elapsed_s} s. {args.replicas} receivers on one"
+        " PostgreSQL (fsync and synchronous commit on) behind a round-robin balancer; load"
+        f" {load.sessions} sessions for {load.duration:g}s at 20 ticks/s, seed {load.seed}."
+        " Other replicas keep taking the load while one is down; the PostgreSQL crash comes"
+        ' halfway through the kills. See RELIABILITY.md, "Replicas on PostgreSQL".\n\n'
+        + "\n".join(rows)
+        + "\n\n"
+        + "\n".join(kinds)
+        + "\n"
     )
 
 

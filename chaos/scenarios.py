@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests import dbview
 from tests.harness import SECRET, Receiver
 from tests.servers import HTTPSink
 
@@ -65,6 +65,9 @@ KINDS = {
     "lifecycle": f"lifecycle ({LIFECYCLE_RULE})",
     "resolved": f"resolved messages ({LIFECYCLE_RULE})",
 }
+# The replica scenario (chaos/replicas.py) adds a throttled rule, titled "throttle <id>".
+THROTTLE_RULE = "per-user"
+KINDS["throttle"] = f"throttled per user ({THROTTLE_RULE})"
 
 # Fast retries so a test sees the whole story in seconds: the notifier retries from 0.2s,
 # never waits more than 1s between tries, and never gives up within a test.
@@ -89,6 +92,7 @@ class Load:
     concurrency: int = 8
     max_wait: float = 40.0
     seed: int = 1
+    timeout: float = 3.0  # seconds before the sender counts a delivery as failed
 
 
 @dataclass
@@ -118,6 +122,7 @@ class Outcome:
     notified: int = 0
     notified_twice: int = 0
     not_sent: int = 0  # events with no notification to send (every rule held it back)
+    lost: int = 0  # acknowledged ids not stored
     kinds: dict[str, RuleCounts] = field(default_factory=dict)
     sink_requests: int = 0
     sim: dict[str, Any] = field(default_factory=dict)
@@ -152,7 +157,7 @@ def start_simulator(url: str, load: Load, record: Path) -> subprocess.Popen[byte
         "--concurrency",
         str(load.concurrency),
         "--timeout",
-        "3",
+        f"{load.timeout:g}",
         "--max-wait",
         f"{round(load.max_wait)}s",
         "--seed",
@@ -184,9 +189,9 @@ def read_record(path: Path) -> dict[str, str]:
     return outcomes
 
 
-def stored_ids(db: Path) -> Counter[str]:
-    with sqlite3.connect(db) as conn:
-        return Counter(row[0] for row in conn.execute("SELECT id FROM events"))
+def stored_ids(db: str) -> Counter[str]:
+    """id -> times stored, in the SQLite file or PostgreSQL database db (RECEIVER_DB)."""
+    return Counter(row[0] for row in dbview.query(db, "SELECT id FROM events"))
 
 
 # Outbox states in which the rules (and the alert lifecycle) decided not to send: a late
@@ -195,15 +200,14 @@ def stored_ids(db: Path) -> Counter[str]:
 NOT_SENT = {"throttled", "cancelled", "muted", "silenced", "grouped", "stale", "deferred"}
 
 
-def outbox_rows(db: Path) -> list[tuple[str, str, str, str]]:
+def outbox_rows(db: str) -> list[tuple[str, str, str, str]]:
     """(event id, rule, kind, state) of every outbox row."""
-    with sqlite3.connect(db) as conn:
-        return conn.execute("SELECT event_id, rule, kind, state FROM outbox").fetchall()
+    rows = dbview.query(db, "SELECT event_id, rule, kind, state FROM outbox")
+    return [(str(a), str(b), str(c), str(d)) for a, b, c, d in rows]
 
 
-def outbox_states(db: Path) -> Counter[str]:
-    with sqlite3.connect(db) as conn:
-        return Counter(row[0] for row in conn.execute("SELECT state FROM outbox"))
+def outbox_states(db: str) -> Counter[str]:
+    return Counter(row[0] for row in dbview.query(db, "SELECT state FROM outbox"))
 
 
 class _Tally:
@@ -211,7 +215,7 @@ class _Tally:
 
     def __init__(self, rows: list[tuple[str, str, str, str]], delivered: Counter[str]) -> None:
         self.delivered = delivered
-        self.kinds = {key: RuleCounts() for key in KINDS}
+        self.kinds = {key: RuleCounts() for key in ("plain", "lifecycle", "resolved")}
         self.routed: set[str] = set()
         self.plain: Counter[str] = Counter()  # event id -> notifications of the plain rule
         self.due: dict[str, list[str]] = {}  # event id -> titles it had to send
@@ -222,6 +226,9 @@ class _Tally:
             elif rule == PLAIN_RULE:
                 key, title = "plain", event_id
                 self.plain[event_id] += 1
+            elif rule == THROTTLE_RULE:
+                key, title = "throttle", f"throttle {event_id}"
+                self.kinds.setdefault(key, RuleCounts())
             else:
                 key, title = "lifecycle", f"alert {event_id}"
             counts = self.kinds[key]
@@ -261,10 +268,14 @@ def check(
     record: Path,
     *,
     settle: float,
+    extra: dict[str, str] | None = None,
 ) -> Outcome:
-    """Fill outcome from the simulator's record, the database and the sink; list problems."""
+    """Fill outcome from the simulator's record, the database and the sink; list problems.
+
+    extra: outcomes (id -> accepted, duplicate, failed) of events the scenario sent itself.
+    """
     outcome.sim = summary
-    outcomes = read_record(record)
+    outcomes = {**read_record(record), **(extra or {})}
     acked = {i for i, o in outcomes.items() if o in ("accepted", "duplicate")}
     outcome.events, outcome.acknowledged = len(outcomes), len(acked)
     unacked = len(outcomes) - len(acked)
@@ -274,8 +285,8 @@ def check(
     # once, within `settle`.
     deadline = time.monotonic() + settle
     while True:
-        stored = stored_ids(server.db)
-        tally = _Tally(outbox_rows(server.db), delivered_titles(sink))
+        stored = stored_ids(server.db_url)
+        tally = _Tally(outbox_rows(server.db_url), delivered_titles(sink))
         unrouted = [i for i in stored if i not in tally.routed]
         undelivered = [i for i in stored if tally.undelivered(i)]
         if not (undelivered or unrouted) or time.monotonic() > deadline:
@@ -303,6 +314,7 @@ def check(
         )
     outcome.sink_requests = len(sink.requests)
     lost = sorted(acked - set(stored))
+    outcome.lost = len(lost)
     if lost:
         outcome.problems.append(f"{len(lost)} acknowledged ids not stored, e.g. {lost[:3]}")
     twice = [i for i, n in stored.items() if n != 1]
@@ -314,9 +326,9 @@ def check(
     if undelivered:
         outcome.problems.append(
             f"{len(undelivered)} stored events never notified within {settle:g}s, "
-            f"e.g. {undelivered[:3]}; outbox {dict(outbox_states(server.db))}"
+            f"e.g. {undelivered[:3]}; outbox {dict(outbox_states(server.db_url))}"
         )
-    dead = outbox_states(server.db)["dead"]
+    dead = outbox_states(server.db_url)["dead"]
     if dead:
         outcome.problems.append(f"{dead} notifications dead")
     return outcome

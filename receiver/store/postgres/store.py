@@ -219,7 +219,9 @@ class PostgresStore(SQLOutbox):
             error = exc if isinstance(exc, StorageUnavailableError) else _unavailable(exc)
             if not isinstance(exc, StorageUnavailableError):
                 log.exception("storing %d events failed", len(batch))
-            log.error("storage unavailable: %s (%d events refused)", error.message, len(batch))
+            # The message already says "storage unavailable: ...; retry later".
+            reason = error.message.removesuffix("; retry later")
+            log.error("%s (%d events refused)", reason, len(batch))
             for future, _ in batch:
                 if not future.done():
                     future.set_exception(error)

@@ -1,0 +1,511 @@
+"""Replicas under faults: receivers on one PostgreSQL, kill -9 of a random one, a crash of
+PostgreSQL itself.
+
+    outcome = replicas.run(tmp, faults=Faults(replicas=3, kills=10), load=Load(...))
+
+Starts a throwaway PostgreSQL with fsync and synchronous commit on (tests.pg,
+durable=True), `faults.replicas` receivers on one database, and a load balancer
+(chaos.balancer) spreading `receiver simulate` over them. Then, under that load:
+
+1. kill -9 a random replica, restart it, again, `faults.kills` times in all;
+   halfway through (or after `faults.pg_after` of them),
+2. crash PostgreSQL (pg_ctl -m immediate) for `faults.pg_down` seconds while
+   probes post fresh events to every replica directly: each must answer 503
+   storage_unavailable within a bound, /readyz 503, and stay up; then start it
+   again and time how long until every replica (the same processes) answers 202
+   and /readyz 200 again; the probes refused meanwhile are sent again, as the
+   service would;
+3. a burst: several drops of each of a few users, sent at once, each user's
+   spread over the replicas.
+
+The checks are scenarios.check's (every acknowledged id stored once, every
+notification to send delivered, nothing dead), plus:
+
+- the throttled rule (one notification per user per `faults.throttle_every`) held
+  across replicas: notifications sent for one user are at least a window apart,
+  and each throttled one falls within a window of a sent one; the burst's users
+  got exactly one each;
+- deliveries beyond the first (same notification twice) are no more than the
+  kills, counting the PostgreSQL crash as one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import random
+import threading
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from chaos.balancer import Balancer
+from chaos.scenarios import (
+    ENV,
+    RULES,
+    THROTTLE_RULE,
+    Load,
+    Outcome,
+    check,
+    delivered_titles,
+    finish_simulator,
+    start_simulator,
+)
+from tests.harness import Receiver
+from tests.pg import ThrowawayPostgres
+from tests.servers import HTTPSink
+
+# scenarios.RULES with a throttled rule before the lifecycle rule: at most one notification
+# per user and window, whichever replica routes the user's drops.
+PER_USER = """  - name: per-user
+    match: {{type: [score.drop]}}
+    notify: [sink]
+    title: "throttle {{{{ id }}}}"
+    body: "{{{{ userId }}}}"
+    throttle: {{key: "{{{{ userId }}}}", every: {every}}}
+    continue: true
+"""
+RULES_REPLICAS = RULES.replace("  - name: alerts\n", PER_USER + "  - name: alerts\n")
+assert RULES_REPLICAS != RULES
+
+SLACK = 0.5  # seconds: a send the target took just after a kill was on its way before it
+IN_FLIGHT = 8  # RECEIVER_NOTIFY_CONCURRENCY: sends in flight per target per replica
+ANSWER_BOUND = 15.0  # seconds: a replica slower than this to answer during the outage hangs
+
+
+@dataclass(frozen=True)
+class Faults:
+    """What the replica scenario does, and how long it waits for the end of the story."""
+
+    replicas: int = 3
+    kills: int = 10
+    gap: tuple[float, float] = (0.5, 2.0)  # seconds between a restart and the next kill
+    pg_down: float = 8.0  # seconds PostgreSQL stays down; 0: not killed
+    pg_after: int | None = None  # kills before the PostgreSQL crash; None: half of them
+    # The sink shares this process with the balancer, so it is slower to answer than in
+    # the other scenarios: with their 1s send timeout, sends timed out and went twice (the
+    # sink had them), which would hide what the crashes cost. Leases run 2 x this + 10s.
+    notify_timeout: float = 5.0
+    throttle_every: float = 10.0
+    burst_users: int = 8
+    burst_drops: int = 6  # drops of one user, sent at once over the replicas
+    recover_within: float = 60.0
+    settle: float = 60.0
+    # The issue's bound on deliveries beyond the first: this many a crash (a kill, or the
+    # PostgreSQL crash). None checks only what the design bounds (see _duplicates).
+    duplicates_per_crash: int | None = 1
+
+
+@dataclass(frozen=True)
+class _Crash:
+    began: float  # time.monotonic(), as the sink's receipts
+    ended: float
+    what: str
+
+
+@dataclass
+class _Sent:
+    """Events the scenario posts itself (probes, burst): id -> body, and its best outcome."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)
+    events: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    count: int = 0
+
+    def new_drop(self, user: str) -> dict[str, Any]:
+        with self.lock:
+            self.count += 1
+            n = self.count
+        event = {
+            "id": f"evt_chaos_{n:05d}",
+            "type": "score.drop",
+            "sessionId": f"sess_chaos_{n:05d}",
+            "userId": user,
+            "score": 20,
+            "threshold": 40,
+            "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        }
+        self.events[event["id"]] = event
+        return event
+
+    def send(self, server: Receiver, event: dict[str, Any], timeout: float = 30) -> Any:
+        """(status, error code, seconds); status None when no answer came."""
+        began = time.monotonic()
+        status, code = None, "no answer"
+        try:
+            response = server.send(event)
+            status = response.status_code
+            code = _code(response)
+        except httpx.HTTPError as exc:
+            code = type(exc).__name__
+        took = time.monotonic() - began
+        outcome = {202: "accepted", 200: "duplicate"}.get(status or 0, "failed")
+        with self.lock:
+            if self.outcomes.get(event["id"]) in (None, "failed"):
+                self.outcomes[event["id"]] = outcome
+        return status, code, took
+
+
+def run(tmp: Path, *, faults: Faults, load: Load) -> Outcome:
+    """The replica scenario (see the module's docstring)."""
+    started = time.monotonic()
+    outcome = Outcome("replicas")
+    record = tmp / "record.tsv"
+    rng = random.Random(load.seed)
+    postgres = ThrowawayPostgres(durable=True, own=True)
+    sink = HTTPSink()
+    servers: list[Receiver] = []
+    balancer: Balancer | None = None
+    sim = None
+    sent = _Sent()
+    figures: dict[str, Any] = {"replicas": faults.replicas, "kills": faults.kills}
+    restarts: list[float] = []
+    crashes: list[_Crash] = []
+    try:
+        postgres.start()
+        url = postgres.create_database()
+        sink.start()
+        rules = RULES_REPLICAS.format(url=sink.json_url("/n"), every=f"{faults.throttle_every:g}s")
+        for i in range(faults.replicas):
+            folder = tmp / f"replica{i}"
+            folder.mkdir()
+            env = {**ENV, "RECEIVER_NOTIFY_TIMEOUT": f"{faults.notify_timeout:g}"}
+            servers.append(Receiver(folder, rules=rules, env=env, db=url))
+        for server in servers:
+            server.start()
+        balancer = Balancer([s.url for s in servers]).start()
+        sim = start_simulator(balancer.url, load, record)
+        first = faults.kills // 2 if faults.pg_after is None else faults.pg_after
+        restarts += _kill_random(servers, first, rng, faults.gap, crashes)
+        if faults.pg_down > 0:
+            figures.update(_pg_crash(postgres, servers, balancer, sent, faults, outcome, crashes))
+        restarts += _kill_random(servers, faults.kills - first, rng, faults.gap, crashes)
+        burst = _burst(servers, sent, faults, outcome)
+        summary = finish_simulator(sim, timeout=load.duration + load.max_wait + 120)
+        sim = None
+        check(outcome, servers[0], sink, summary, record, settle=faults.settle, extra=sent.outcomes)
+        figures.update(_throttle_check(servers[0], sink, faults, burst, outcome))
+        # Sends that failed and were retried (a timeout: the sink may have had it already).
+        figures["sends_retried"] = sum(s.logs().count("failed (attempt") for s in servers)
+        figures.update(_duplicates(sink, crashes, figures["sends_retried"], faults, outcome))
+        figures["requests_per_replica"] = "/".join(
+            str(balancer.per_replica()[i]) for i in range(faults.replicas)
+        )
+        figures["sender_errors"] = dict(summary.get("errors") or {})
+        dead = [i for i, s in enumerate(servers) if s.proc is None or s.proc.poll() is not None]
+        if dead:
+            outcome.problems.append(f"replicas {dead} were not running at the end")
+    finally:
+        if sim is not None:
+            sim.kill()
+            sim.communicate()
+        if balancer is not None:
+            balancer.stop()
+        for server in servers:
+            if server.proc is not None:
+                try:
+                    server.stop()
+                except AssertionError as exc:
+                    outcome.problems.append(str(exc).splitlines()[0])
+        sink.stop()
+        with contextlib.suppress(RuntimeError):
+            postgres.stop()
+    figures["restart_s_max"] = round(max(restarts, default=0), 2)
+    figures["restart_s_mean"] = round(sum(restarts) / max(1, len(restarts)), 2)
+    outcome.figures = figures
+    outcome.elapsed_s = round(time.monotonic() - started, 1)
+    return outcome
+
+
+def _kill_random(
+    servers: list[Receiver],
+    kills: int,
+    rng: random.Random,
+    gap: tuple[float, float],
+    crashes: list[_Crash],
+) -> list[float]:
+    """kill -9 a random replica and start it again, kills times; the restart times."""
+    times = []
+    for _ in range(kills):
+        time.sleep(rng.uniform(*gap))
+        victim = rng.choice(servers)
+        crashes.append(_Crash(time.monotonic(), time.monotonic(), f"replica {victim.port}"))
+        victim.kill()
+        began = time.monotonic()
+        victim.start()
+        times.append(time.monotonic() - began)
+    return times
+
+
+def _pg_crash(
+    postgres: ThrowawayPostgres,
+    servers: list[Receiver],
+    balancer: Balancer,
+    sent: _Sent,
+    faults: Faults,
+    outcome: Outcome,
+    crashes: list[_Crash],
+) -> dict[str, Any]:
+    """Crash PostgreSQL under load for faults.pg_down seconds, then start it again."""
+    pids = [s.proc.pid if s.proc else None for s in servers]
+    answers: list[tuple[int, Any]] = []  # (replica, (status, code, seconds)) of the probes
+    ready: list[tuple[int, int | None, float]] = []  # (replica, /readyz status, seconds)
+    postgres.kill()
+    down_at = time.monotonic()
+    until = down_at + faults.pg_down
+
+    def probe(i: int) -> None:
+        while time.monotonic() < until:
+            answers.append((i, sent.send(servers[i], sent.new_drop(f"user_probe_{i}"))))
+
+    def readyz(i: int) -> None:
+        while time.monotonic() < until:
+            began = time.monotonic()
+            try:
+                status: int | None = servers[i].get("/readyz").status_code
+            except httpx.HTTPError:
+                status = None
+            ready.append((i, status, time.monotonic() - began))
+            time.sleep(0.5)
+
+    threads = [
+        threading.Thread(target=f, args=(i,)) for i in range(len(servers)) for f in (probe, readyz)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    postgres.restart()
+    up_at = time.monotonic()
+    crashes.append(_Crash(down_at, up_at, "postgresql"))
+    through_balancer = balancer.statuses(down_at, up_at)
+    refused = Counter(f"{status} {code}" for _, (status, code, _) in answers)
+    slowest = max((took for _, (_, _, took) in answers), default=0.0)
+    probes_503 = refused.pop("503 storage_unavailable", 0)
+    if not probes_503:
+        outcome.problems.append("no probe was answered 503 storage_unavailable while down")
+    if refused:
+        outcome.problems.append(f"answers other than 503 storage_unavailable while down: {refused}")
+    if slowest > ANSWER_BOUND:
+        outcome.problems.append(
+            f"a replica took {slowest:.1f}s to answer while PostgreSQL was down"
+        )
+    not_ready = Counter(status for _, status, _ in ready)
+    if set(not_ready) != {503}:
+        outcome.problems.append(f"/readyz while PostgreSQL was down: {dict(not_ready)}")
+    # Back: the same processes take events again, each by itself.
+    recovered: dict[int, float] = {}
+    deadline = up_at + faults.recover_within
+    while len(recovered) < len(servers) and time.monotonic() < deadline:
+        for i, server in enumerate(servers):
+            if i in recovered:
+                continue
+            status, _, _ = sent.send(server, sent.new_drop(f"user_probe_{i}"))
+            with contextlib.suppress(httpx.HTTPError):
+                if status == 202 and server.get("/readyz").status_code == 200:
+                    recovered[i] = time.monotonic() - up_at
+        time.sleep(0.1)
+    missing = [i for i in range(len(servers)) if i not in recovered]
+    if missing:
+        outcome.problems.append(
+            f"replicas {missing} did not take events again within {faults.recover_within:g}s"
+        )
+    restarted = [i for i, s in enumerate(servers) if s.proc is None or s.proc.pid != pids[i]]
+    crashed = [i for i, s in enumerate(servers) if s.proc is not None and s.proc.poll() is not None]
+    if restarted or crashed:
+        outcome.problems.append(
+            f"replicas restarted {restarted} or exited {crashed}: not recovered"
+        )
+    # The service sends what was refused again, later.
+    for event_id, result in list(sent.outcomes.items()):
+        if result == "failed":
+            for i in range(len(servers)):
+                if sent.send(servers[i], sent.events[event_id])[0] in (200, 202):
+                    break
+    return {
+        "pg_down_s": round(up_at - down_at, 1),
+        "pg_503_probes": probes_503,
+        "pg_503_via_balancer": through_balancer.get("503 storage_unavailable", 0),
+        "pg_answer_s_max": round(slowest, 1),
+        "pg_readyz_503": not_ready.get(503, 0),
+        "pg_recovery_s": round(max(recovered.values(), default=float("nan")), 2),
+    }
+
+
+def _burst(
+    servers: list[Receiver], sent: _Sent, faults: Faults, outcome: Outcome
+) -> dict[str, list[str]]:
+    """faults.burst_drops drops of each of faults.burst_users users at once, one user's
+    spread over every replica; user -> event ids."""
+    jobs = []
+    for u in range(faults.burst_users):
+        user = f"user_burst_{u}"
+        for d in range(faults.burst_drops):
+            jobs.append((user, (u + d) % len(servers), sent.new_drop(user)))
+
+    def deliver(job: tuple[str, int, dict[str, Any]]) -> bool:
+        _, first, event = job
+        for n in range(len(servers)):  # another replica if this one is not there
+            status, _, _ = sent.send(servers[(first + n) % len(servers)], event)
+            if status in (200, 202):
+                return True
+        return False
+
+    with ThreadPoolExecutor(max_workers=min(64, len(jobs))) as pool:
+        delivered = list(pool.map(deliver, jobs))
+    if not all(delivered):
+        outcome.problems.append(f"{delivered.count(False)} burst drops never acknowledged")
+    users: dict[str, list[str]] = defaultdict(list)
+    for user, _, event in jobs:
+        users[user].append(event["id"])
+    return users
+
+
+def _throttle_check(
+    server: Receiver,
+    sink: HTTPSink,
+    faults: Faults,
+    burst: dict[str, list[str]],
+    outcome: Outcome,
+) -> dict[str, Any]:
+    """One notification per user and window, across replicas (see the module docstring)."""
+    rows = server.query(
+        "SELECT e.user_id, o.event_id, o.state, o.created_at, e.routed_at FROM outbox o"
+        " JOIN events e ON e.id = o.event_id WHERE o.rule = ? AND o.kind = 'event'"
+        " ORDER BY o.created_at",
+        (THROTTLE_RULE,),
+    )
+    every, slack = faults.throttle_every, 0.001
+    sent: dict[str, list[float]] = defaultdict(list)
+    held: dict[str, list[float]] = defaultdict(list)
+    routed: dict[str, float] = {}
+    for user, event_id, state, created, routed_at in rows:
+        (held if state == "throttled" else sent)[user].append(float(created))
+        routed[event_id] = float(routed_at or 0)
+    close = [
+        user
+        for user, times in sent.items()
+        if any(later - earlier < every - slack for earlier, later in itertools.pairwise(times))
+    ]
+    if close:
+        outcome.problems.append(
+            f"{len(close)} users notified twice within {every:g}s by the throttled rule,"
+            f" e.g. {close[:3]}"
+        )
+    # A throttled drop may have been routed a little before the one that opened its window
+    # (that transaction committed first), but never a window away from every sent one.
+    loose = [
+        user
+        for user, times in held.items()
+        if any(all(abs(t - s) >= every + slack for s in sent.get(user, ())) for t in times)
+    ]
+    if loose:
+        outcome.problems.append(
+            f"{len(loose)} users throttled outside any window of a sent notification,"
+            f" e.g. {loose[:3]}"
+        )
+    titles = delivered_titles(sink)
+    burst_once, burst_slow = 0, 0
+    for user, ids in burst.items():
+        times = [routed[i] for i in ids if i in routed]
+        if len(times) == len(ids) and max(times) - min(times) >= every:
+            burst_slow += 1  # routed over more than one window: one a window is the rule
+            continue
+        got = len(sent.get(user, ()))
+        notified = sum(titles[f"throttle {i}"] > 0 for i in ids)
+        if got == 1 and notified == 1:
+            burst_once += 1
+        else:
+            outcome.problems.append(
+                f"burst user {user}: {got} notifications sent, {notified} delivered; want 1"
+            )
+    return {
+        "throttle_users": len(set(sent) | set(held)),
+        "throttle_sent": sum(len(t) for t in sent.values()),
+        "throttle_held": sum(len(t) for t in held.values()),
+        "throttle_users_twice_in_a_window": len(close),
+        "throttle_users_held_outside_a_window": len(loose),
+        "burst_users_notified_once": f"{burst_once}/{len(burst)}"
+        + (f" ({burst_slow} routed over more than a window)" if burst_slow else ""),
+    }
+
+
+def _duplicates(
+    sink: HTTPSink, crashes: list[_Crash], retried: int, faults: Faults, outcome: Outcome
+) -> dict[str, Any]:
+    """Deliveries of one notification beyond the first, each explained or a problem.
+
+    A crash explains one when it came between that delivery and the one before, and the
+    two are a lease apart: the target had the first, its outcome was not recorded, and
+    the row went out again when its lease ran out. A send that failed (timed out) and was
+    retried explains one too. One with neither is a problem: two replicas sending one
+    row. A crash can send again at most what was in flight: IN_FLIGHT per replica (one
+    target here).
+    """
+    # The lease runs from the claim; the first delivery came at most a send timeout later.
+    lease_apart = faults.notify_timeout + 10 - SLACK
+    deliveries: dict[str, list[float]] = defaultdict(list)
+    for r in sink.requests:
+        if r.status < 300 and isinstance(r.json, dict) and "title" in r.json:
+            deliveries[r.json["title"]].append(r.received_at)
+    per_crash: Counter[_Crash] = Counter()
+    unexplained: list[str] = []
+    for title, times in deliveries.items():
+        for before, after in itertools.pairwise(sorted(times)):
+            crash = next(
+                (
+                    c
+                    for c in crashes
+                    if before <= c.ended + SLACK
+                    and c.began <= after
+                    and after - before >= lease_apart
+                ),
+                None,
+            )
+            if crash is None:
+                unexplained.append(title)
+            else:
+                per_crash[crash] += 1
+    if len(unexplained) > retried:
+        outcome.problems.append(
+            f"{len(unexplained)} deliveries beyond the first with no crash since the one"
+            f" before and only {retried} sends retried after a failure, e.g. {unexplained[:3]}"
+        )
+    for crash, n in per_crash.items():
+        bound = IN_FLIGHT * (faults.replicas if crash.what == "postgresql" else 1)
+        if n > bound:
+            outcome.problems.append(
+                f"the crash of {crash.what} sent {n} notifications again, more than the"
+                f" {bound} that can be in flight"
+            )
+    extra = sum(per_crash.values()) + len(unexplained)
+    if faults.duplicates_per_crash is not None and extra > faults.duplicates_per_crash * len(
+        crashes
+    ):
+        outcome.problems.append(
+            f"{extra} deliveries beyond the first, more than {faults.duplicates_per_crash} for"
+            f" each of the {len(crashes)} crashes (the issue's bound)"
+        )
+    kills = [n for c, n in per_crash.items() if c.what != "postgresql"]
+    return {
+        "extra_deliveries": extra,
+        "extra_after_kills": sum(kills),
+        "extra_per_kill_max": max(kills, default=0),
+        "extra_after_pg_crash": sum(n for c, n in per_crash.items() if c.what == "postgresql"),
+        "extra_after_retried_sends": len(unexplained),
+    }
+
+
+def _code(response: httpx.Response) -> str | None:
+    if response.status_code < 400:
+        return None
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
