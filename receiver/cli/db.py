@@ -82,7 +82,7 @@ def copy(db: str, target: str) -> None:
             copied = copy_to_postgres(Path(source), target, advance)
     except (ReceiverError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
-    except Exception as exc:  # psycopg's errors: one line, no URL
+    except Exception as exc:  # the database driver's errors: one line, no URL
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise click.ClickException(f"copy failed, nothing was copied: {first}") from exc
     summary = ", ".join(f"{n} {table}" for table, n in copied.items() if n)
