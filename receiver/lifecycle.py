@@ -15,8 +15,10 @@ Everything here runs inside one store transaction (receiver.store.base.Tx).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +31,8 @@ from receiver.rules.match import Condition, compile_match
 from receiver.rules.options import CLOSES, OPENS
 from receiver.store.base import Tx
 from receiver.store.records import Alert, Group, Notification, Replay, Silence
+
+log = logging.getLogger("receiver.lifecycle")
 
 HEARTBEAT = "(heartbeat)"
 REPLAY_PREFIX = "[replay] "  # before the title of every notification an operator's replay sends
@@ -93,7 +97,9 @@ class Pipeline:
         self.ruleset = ruleset
         self.now = now
         self.counts: Counter[str] = Counter()
-        self.silences = [(s, compile_match(s.matchers)[0]) for s in tx.silences(now)]
+        # Rules whose template failed: how many notifications, and the last error.
+        self.failed: dict[str, tuple[int, str]] = {}
+        self.silences = active_silences(tx.silences(now))
         self._replay: Replay | None = None  # the operator's replay being routed, if any
 
     def event(
@@ -187,9 +193,7 @@ class Pipeline:
             "alert": alert.id if alert else None,
             "episode": alert.episode if alert else None,
         }
-        state, reason, next_at, group = self._state(
-            event_id, payload, rule, decisions[0], transition
-        )
+        state, reason, next_at, group = self._state(event_id, payload, rule, decisions, transition)
         for d in decisions:
             self._add(
                 event_id,
@@ -203,6 +207,9 @@ class Pipeline:
             )
         self.counts[state if state != "held" or rule.hold is None else "held"] += 1
         self.counts["fallback"] += decisions[0].fallback
+        if decisions[0].error is not None:
+            count = self.failed.get(rule.name, (0, ""))[0]
+            self.failed[rule.name] = (count + len(decisions), decisions[0].error)
         if (
             alert is not None
             and state in ("pending", "held")
@@ -216,10 +223,11 @@ class Pipeline:
         event_id: str,
         payload: Mapping[str, Any],
         rule: Rule,
-        first: Decision,
+        decisions: list[Decision],
         transition: Transition,
     ) -> tuple[str, str | None, float | None, int | None]:
         """(state, reason, next_at, group id) for a rule's notifications of one event."""
+        first = decisions[0]
         if transition.what == "stale" and transition.alert is not None and rule.follows_alert:
             return "stale", f"stale: alert already at {transition.alert.last_ts}", None, None
         silence = self._silenced(payload)
@@ -233,7 +241,7 @@ class Pipeline:
                 return "held", f"deferred to the active window ({window.text})", opens, None
             return "muted", f"muted outside the active window ({window.text})", None, None
         if rule.group is not None:
-            group = self._group(event_id, payload, rule)
+            group = self._group(event_id, payload, rule, decisions)
             return "grouped", f"in digest #{group}", None, group
         if first.throttle_seconds and self.tx.throttled(
             rule.name, first.throttle_key or "", self.now, first.throttle_seconds
@@ -295,15 +303,16 @@ class Pipeline:
 
     # -- digests ------------------------------------------------------------------------------
 
-    def _group(self, event_id: str, payload: Mapping[str, Any], rule: Rule) -> int:
+    def _group(
+        self, event_id: str, payload: Mapping[str, Any], rule: Rule, decisions: list[Decision]
+    ) -> int:
         spec = rule.group
         assert spec is not None
         key = spec.key(dict(payload))
         group = self.tx.open_group(rule.name, key, self.now)
         if group is None:
             group = self.tx.new_group(rule.name, key, self.now, self.now + spec.wait)
-            blank = rule.decisions(rule.render(payload), self.ruleset.notifiers)
-            for d in blank:
+            for d in decisions:  # the digest's rows, one per target; texts written later
                 self.tx.add(
                     event_id,
                     _notification(d),
@@ -438,6 +447,39 @@ def _holds(conditions: Sequence[Condition], payload: Mapping[str, Any]) -> bool:
     return all(c.holds(payload) for c in conditions)
 
 
+def active_silences(
+    silences: Sequence[Silence],
+) -> list[tuple[Silence, tuple[Condition, ...]]]:
+    """Each silence with its compiled conditions. A silence with a matcher that no longer
+    compiles (a regex made before RE2, with a backreference, say) silences nothing: with
+    that condition dropped it would silence more than it says."""
+    active = []
+    for silence in silences:
+        conditions, problems = _silence_conditions(
+            json.dumps(silence.matchers, sort_keys=True, default=str)
+        )
+        if problems:
+            _refused_silence(silence.id, "; ".join(problems))
+        else:
+            active.append((silence, conditions))
+    return active
+
+
+@functools.lru_cache(maxsize=256)  # each batch looks silences up again: compile each once
+def _silence_conditions(matchers: str) -> tuple[tuple[Condition, ...], tuple[str, ...]]:
+    conditions, problems = compile_match(json.loads(matchers))
+    return conditions, tuple(problems)
+
+
+@functools.lru_cache(maxsize=256)  # once per silence, not once per batch
+def _refused_silence(silence_id: int, problems: str) -> None:
+    log.warning(
+        "silence #%d is ignored: %s; expire it and add it again in a form that is allowed",
+        silence_id,
+        problems,
+    )
+
+
 def _seconds(start: str | None, end: str | None) -> float:
     if not start or not end:
         return 0.0
@@ -479,8 +521,8 @@ def explain_now(
             )
         elif payload.get("type") in CLOSES:
             lines.append(_resolves_now(ruleset, alert, notified))
-    for silence in silences:
-        if _holds(compile_match(silence.matchers)[0], payload):
+    for silence, conditions in active_silences(silences):
+        if _holds(conditions, payload):
             until = datetime.fromtimestamp(silence.ends_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
             lines.append(f"silenced by #{silence.id} until {until} ({silence.reason})")
     opening = payload.get("type") in OPENS

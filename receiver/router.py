@@ -7,6 +7,13 @@ gives way to it, so routing stays within about LAG_LIMIT of the accepts.
 It is woken in-process when ingest commits a new event; the store stays the
 source of truth, so on start (or after any failure) it simply routes whatever
 is still unrouted. Between events it runs the timers: repeats and the heartbeat.
+
+What the rules say about an event (matching and rendering: a pure function of its
+payload) is worked out before the batch's transaction, in a thread of its own: a slow
+rule (a template at its caps) then costs the event loop nothing but a share of the GIL,
+so ingest keeps answering. The transaction applies those decisions: alerts, silences,
+throttles and the outbox, which need the store (resolved messages and repeats, which
+need the alert's state, are rendered there, within the templates' caps).
 """
 
 from __future__ import annotations
@@ -17,12 +24,15 @@ import json
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from receiver.errors import StorageUnavailableError
 from receiver.lifecycle import Pipeline, alert_id
+from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
-from receiver.rules import Ruleset
+from receiver.rules import Decision, Ruleset
 from receiver.store import Store
 from receiver.store.base import StoredEvent, Tx
 
@@ -45,10 +55,26 @@ ROUTING_SHARE = 0.25
 # for their 202 instead of routing falling behind without bound. More senders than BATCH
 # at once put more accepts than that in a cycle: while the lag stays over LAG_LIMIT even
 # so, each batch doubles (to MAX_BATCH), until routing outpaces them.
-LAG_EASY = 0.25
-LAG_LIMIT = 0.75
+LAG_EASY = 0.1
+LAG_LIMIT = 0.5
 # Outcomes after which the notify worker has something to send.
 _SENDABLE = ("pending", "resolved", "repeat", "heartbeat")
+
+# An event's body, payload and the rules' decisions, by event id: worked out ahead.
+# A payload of None: that failed, and the transaction tries again, to log the fault.
+Decided = dict[str, tuple[str, dict[str, Any] | None, list[Decision]]]
+
+
+def decide(ruleset: Ruleset, events: Sequence[StoredEvent]) -> Decided:
+    """What the rules say about each event (run in the rules thread)."""
+    decided: Decided = {}
+    for event in events:
+        try:
+            payload = json.loads(event.body)
+            decided[event.id] = (event.body, payload, ruleset.route(payload))
+        except Exception:  # noqa: BLE001 - a bug: the transaction fails on it, and says so
+            decided[event.id] = (event.body, None, [])
+    return decided
 
 
 class Router:
@@ -73,6 +99,9 @@ class Router:
         self._batch = BATCH  # events the next batch reads at most
         self._started = clock()
         self._wake.set()  # route what a previous run left behind
+        self._rules_thread: ThreadPoolExecutor | None = None  # decide() runs here
+        self._ahead: list[StoredEvent] = []  # the next batch, read by the last transaction
+        self._log = LogLimiter(log)
 
     def wake(self) -> None:
         self._wake.set()
@@ -108,11 +137,38 @@ class Router:
 
     async def route_pending(self) -> int:
         """Route one batch of unrouted events; return how many were read."""
-        ruleset, now = self.rules(), self.clock()
-        routed, counts = await self.store.transact(lambda tx: self._route(tx, ruleset, now))
+        ruleset = self.rules()
+        decided = await self._decide(ruleset)
+        if not decided:
+            self.lag = 0.0
+            return 0
+        now = self.clock()
+        routed, counts, failed = await self.store.transact(
+            lambda tx: self._route(tx, ruleset, now, decided)
+        )
         self._count(counts)
+        self._failed(failed)
         self.metrics.routed.inc(routed)
+        if self._ahead:
+            self._wake.set()  # read ahead, waiting: no need to wait for a wake-up
         return routed
+
+    async def _decide(self, ruleset: Ruleset) -> Decided:
+        """The next batch, and what the rules say about it, worked out in the rules thread.
+
+        The batch is what the last transaction read ahead, or, when it read nothing (the
+        router was idle), what one read now finds. The transaction reads it again (with
+        several replicas, another may have routed some meanwhile) and routes only events
+        decided here."""
+        events, self._ahead = self._ahead, []
+        if not events:
+            events = await self.store.transact(lambda tx: tx.unrouted(self._batch, self._poisoned))
+        if not events:
+            return {}
+        if self._rules_thread is None:
+            self._rules_thread = ThreadPoolExecutor(1, thread_name_prefix="receiver-rules")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._rules_thread, decide, ruleset, events)
 
     async def tick(self) -> None:
         """Repeats that are due, and the heartbeat when nothing has arrived for too long."""
@@ -132,39 +188,47 @@ class Router:
 
         self._count(await self.store.transact(work))
 
-    def _route(self, tx: Tx, ruleset: Ruleset, now: float) -> tuple[int, Counter[str]]:
-        events = tx.unrouted(self._batch, self._poisoned)
-        if not events:
+    def _route(
+        self, tx: Tx, ruleset: Ruleset, now: float, decided: Decided
+    ) -> tuple[int, Counter[str], Mapping[str, tuple[int, str]]]:
+        # Only events decided ahead: one that arrived since waits for the next batch, so
+        # no rule is evaluated here, on the event loop (SQLite runs this function there).
+        events = [e for e in tx.unrouted(self._batch, self._poisoned) if e.id in decided]
+        if not events:  # routed meanwhile (by another replica)
             self.lag = 0.0
-            return 0, Counter()
+            self._ahead = tx.unrouted(self._batch, self._poisoned)
+            return 0, Counter(), {}
         self.lag = now - min(e.received_at for e in events)  # read oldest first
         self._batch = min(MAX_BATCH, self._batch * 2) if self.lag > LAG_LIMIT else BATCH
         try:
             with tx.savepoint():
-                pipeline = self._route_batch(tx, ruleset, now, events)
+                pipeline = self._route_batch(tx, ruleset, now, events, decided)
         except Exception:  # noqa: BLE001 - find the event at fault, one by one
             tx.forget_alerts()
-            pipeline = self._route_each(tx, ruleset, now, events)
+            pipeline = self._route_each(tx, ruleset, now, events, decided)
         self._last_event = max(self._last(tx), *(e.received_at for e in events))
         pipeline.heartbeat(self._last_event, arrived=True)
         log.debug("routed %d events: %s", len(events), dict(pipeline.counts))
-        return len(events), pipeline.counts
+        # The next batch, read now: its rules run before its transaction, and under load
+        # no separate read (a store cycle of its own) is needed for it.
+        self._ahead = tx.unrouted(self._batch, self._poisoned)
+        return len(events), pipeline.counts, pipeline.failed
 
     def _route_batch(
-        self, tx: Tx, ruleset: Ruleset, now: float, events: list[StoredEvent]
+        self, tx: Tx, ruleset: Ruleset, now: float, events: list[StoredEvent], decided: Decided
     ) -> Pipeline:
         """The whole batch at once: each alert read and written once, one routed mark."""
         pipeline = Pipeline(tx, ruleset, now)
-        payloads = [json.loads(event.body) for event in events]
-        tx.read_alerts(filter(None, map(alert_id, payloads)))
-        for event, payload in zip(events, payloads, strict=True):
-            pipeline.event(event.id, payload, ruleset.route(payload), replay=event.replay)
+        routes = [_decided(ruleset, event, decided) for event in events]
+        tx.read_alerts(filter(None, (alert_id(payload) for payload, _ in routes)))
+        for event, (payload, decisions) in zip(events, routes, strict=True):
+            pipeline.event(event.id, payload, decisions, replay=event.replay)
         tx.write_alerts()
         tx.mark_routed([event.id for event in events], now)
         return pipeline
 
     def _route_each(
-        self, tx: Tx, ruleset: Ruleset, now: float, events: list[StoredEvent]
+        self, tx: Tx, ruleset: Ruleset, now: float, events: list[StoredEvent], decided: Decided
     ) -> Pipeline:
         """Event by event, each in a savepoint, after the batch failed: the event that fails
         is left unrouted (a bug, not a bad event: it is retried on the next start)."""
@@ -172,10 +236,8 @@ class Router:
         for event in events:
             try:
                 with tx.savepoint():
-                    payload = json.loads(event.body)
-                    pipeline.event(
-                        event.id, payload, ruleset.route(payload), replay=event.replay
-                    )
+                    payload, decisions = _decided(ruleset, event, decided)
+                    pipeline.event(event.id, payload, decisions, replay=event.replay)
                     tx.mark_routed([event.id], now)
             except Exception:  # noqa: BLE001
                 log.exception("routing failed for event %s; left unrouted", event.id)
@@ -187,9 +249,35 @@ class Router:
             self._last_event = tx.last_received() or self._started
         return self._last_event
 
+    def _failed(self, failed: Mapping[str, tuple[int, str]]) -> None:
+        """A line for each rule whose template failed (at most 5 a minute a rule)."""
+        for rule, (count, error) in failed.items():
+            self._log.warning(
+                "template failures",
+                f'rule "{rule}"',
+                'rule "%s": template failed for %d notification%s (%s); sent the fallback',
+                rule,
+                count,
+                "" if count == 1 else "s",
+                error,
+                extra={"rule": rule},
+            )
+
     def _count(self, counts: Counter[str]) -> None:
         for outcome, n in counts.items():
             if n:
                 self.metrics.outcome(outcome).inc(n)
         if any(counts[o] for o in _SENDABLE) or counts["held"] or counts["deferred"]:
             self.on_routed()
+
+
+def _decided(
+    ruleset: Ruleset, event: StoredEvent, decided: Decided
+) -> tuple[dict[str, Any], list[Decision]]:
+    """An event's payload and decisions as decided ahead (its body unchanged since), else
+    worked out now."""
+    ahead = decided.get(event.id)
+    if ahead is not None and ahead[1] is not None and ahead[0] == event.body:
+        return ahead[1], ahead[2]
+    payload = json.loads(event.body)
+    return payload, ruleset.route(payload)

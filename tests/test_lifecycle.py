@@ -445,3 +445,30 @@ def test_explain_shows_what_the_lifecycle_would_do_now(tmp_path: Path) -> None:
     now_part = explain_now(at(45))
     assert "stale" not in now_part
     assert "drop: grouped into a digest by type for 30s (at most 50); held 1m;" in now_part
+
+
+def test_a_silence_regex_that_needs_backtracking_is_refused(tmp_path: Path) -> None:
+    args = ["silence", "add", "--db", str(tmp_path / "r.db"), "--match", "userId=~(a)\\1"]
+    out = CliRunner().invoke(cli, [*args, "--for", "1h", "--reason", "x"])
+    assert out.exit_code == 2
+    assert 'match.userId: invalid regex "(a)\\\\1": \\1: backreferences are not supported' in (
+        " ".join(out.output.split())  # click wraps the line
+    )
+
+
+def test_a_stored_silence_that_no_longer_compiles_silences_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Made before regexes ran on RE2: dropping the bad condition would leave one that
+    # silences every event.
+    from receiver.lifecycle import active_silences
+    from receiver.store.records import Silence
+
+    old = Silence(7, {"userId": "~^(a)\\1", "type": "score.drop"}, "old", 0.0, 2e9)
+    ok = Silence(8, {"userId": "~^user_4"}, "ok", 0.0, 2e9)
+    with caplog.at_level("WARNING", logger="receiver.lifecycle"):
+        active = active_silences([old, ok])
+        active_silences([old, ok])  # the warning is once per silence, not once per batch
+    assert [silence.id for silence, _ in active] == [8]
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.startswith("silence #7 is ignored: match.userId: invalid regex")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from typing import Any
 
 import pytest
@@ -373,3 +375,78 @@ def test_rule_matches_agrees_with_explain_on_multi_condition_rules() -> None:
         rule = rules.Rule("r", conditions, ("console",), "t", "b")
         for payload in (EVENT, {**EVENT, "score": 45}, {**EVENT, "tags": "urgent"}, {}):
             assert rule.matches(payload) is all(ok for ok, _ in rule.test(payload))
+
+
+# -- regexes run on RE2: linear time, and what it cannot run is refused ---------------------
+
+BACKTRACKS = "a" * 28 + "!"  # (a+)+$ tried 2**28 ways on Python's re: about 20 s
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value", "verdict"),
+    [
+        pytest.param("(a+)+$", BACKTRACKS, False, id="nested-quantifier-no-match"),
+        pytest.param("(a+)+$", "a" * 28, True, id="nested-quantifier-match"),
+        pytest.param("(a|aa)*c", "a" * 40, False, id="overlapping-alternation"),
+        pytest.param("(.*a){12}", "a" * 11 + "b" * 30, False, id="repeated-dot-star"),
+        pytest.param("^(\\w+\\s?)*$", "word " * 20 + "!", False, id="words-then-a-stray-char"),
+    ],
+)
+def test_regex_takes_linear_time_on_catastrophic_patterns(
+    pattern: str, value: str, verdict: bool
+) -> None:
+    (condition,), problems = compile_match({"userId": f"~{pattern}"})
+    assert problems == []
+    started = time.perf_counter()
+    for _ in range(100):
+        assert condition.holds({"userId": value}) is verdict
+    assert time.perf_counter() - started < 1.0  # 100 searches; one took 20 s on re
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value", "verdict"),
+    [
+        pytest.param("_4", "user_42", True, id="searches-anywhere"),
+        pytest.param("^_4", "user_42", False, id="anchored-start"),
+        pytest.param("42$", "user_42", True, id="anchored-end"),
+        pytest.param("(?i)^USER", "user_42", True, id="inline-flag"),
+        pytest.param("^é+$", "éé", True, id="non-ascii-by-character"),
+        pytest.param("^.{2}$", "éé", True, id="dot-is-one-character"),
+        pytest.param("\\pL+_\\d", "user_42", True, id="re2-unicode-class"),
+        pytest.param("x", "\ud800x", True, id="lone-surrogate-in-value"),
+    ],
+)
+def test_regex_semantics(pattern: str, value: str, verdict: bool) -> None:
+    (condition,), problems = compile_match({"f": f"~{pattern}"})
+    assert problems == []
+    assert condition.holds({"f": value}) is verdict
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        pytest.param("(a)\\1", "\\1: backreferences are not supported", id="backreference"),
+        pytest.param("(?P<x>a)(?P=x)", "backreferences are not supported", id="named-backref"),
+        pytest.param("user(?=_4)", "(?=: lookahead is not supported", id="lookahead"),
+        pytest.param("(?<!x)user", "(?<!: lookbehind is not supported", id="lookbehind"),
+        pytest.param("a++", "possessive quantifiers are not supported", id="possessive"),
+        pytest.param("(?>a+)", "atomic groups are not supported", id="atomic"),
+        pytest.param("a\\Z", "write \\z for the end of the value", id="backslash-Z"),
+        pytest.param("(?x) a", "only the flags i, m, s and U are supported", id="verbose-flag"),
+        pytest.param("a{1001}", "repetition counts above 1000", id="big-count"),
+        pytest.param("(a{100}){100}", "repetition counts above 1000", id="nested-counts"),
+    ],
+)
+def test_regex_that_needs_backtracking_is_refused_naming_why(pattern: str, why: str) -> None:
+    _, problems = compile_match({"userId": f"~{pattern}"})
+    [problem] = problems
+    assert problem.startswith(f"match.userId: invalid regex {json.dumps(pattern)}: ")
+    assert why in problem
+    assert problem.endswith("(regexes run on RE2, which never backtracks)")
+
+
+def test_invalid_regex_keeps_pythons_message() -> None:
+    _, problems = compile_match({"userId": "~^user_("})
+    assert problems == [
+        'match.userId: invalid regex "^user_(": missing ), unterminated subpattern at position 6'
+    ]

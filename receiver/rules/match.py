@@ -124,8 +124,10 @@ _NOT_ON_RE2 = (
     ("invalid perl operator: (?(", "conditional groups are not supported"),
     ("invalid perl operator: (?#", "comments (?#...) are not supported"),
     ("invalid perl operator: (?", "only the flags i, m, s and U are supported"),
-    ("invalid repetition size", "repetition counts above 1000 are not supported (nested"
-     " counts multiply)"),
+    (
+        "invalid repetition size",
+        "repetition counts above 1000 are not supported (nested counts multiply)",
+    ),
     ("pattern too large", "the pattern is too large"),
 )
 

@@ -13,6 +13,7 @@ from receiver.rules import templates
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import ALERT_KEYS, ActiveWindow, GroupSpec
+from receiver.rules.sandbox import Budget
 
 RULE_WIDE_KEY = "*"
 
@@ -33,6 +34,7 @@ class Decision:
     throttle_key: str | None
     throttle_seconds: float | None
     fallback: bool
+    error: str | None = None  # why the template failed, when fallback is true
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,14 @@ class Rule:
         assert self._resolved is not None
         title_t, body_t = self._resolved
         ctx = {**templates.context(payload, self.name), **extra}
+        budget = Budget()  # one for both templates
         try:
             return Rendered(
-                templates.render(title_t, ctx), templates.render(body_t, ctx), None, None, False
+                templates.render(title_t, ctx, budget),
+                templates.render(body_t, ctx, budget),
+                None,
+                None,
+                False,
             )
         except Exception as exc:  # a resolved message is never lost to a template either
             return Rendered(
@@ -101,6 +108,7 @@ class Rule:
                 throttle_key=None,
                 throttle_seconds=None,
                 fallback=True,
+                error=f"resolved template: {str(exc).strip()[:200] or type(exc).__name__}",
             )
 
     def test(self, payload: Mapping[str, Any]) -> list[tuple[bool, str]]:
@@ -125,22 +133,23 @@ class Rule:
         """
         title_t, body_t, key_t = self._templates()
         ctx = templates.context(payload, self.name)
+        budget = Budget()  # the caps hold for the three templates together
         seconds = self.throttle_every
         key: str | None = None if seconds is None else RULE_WIDE_KEY
         failed: tuple[str, Exception] | None = None
         title = body = ""
         what = "title"
         try:
-            title = templates.render(title_t, ctx)
+            title = templates.render(title_t, ctx, budget)
             what = "body"
-            body = templates.render(body_t, ctx)
+            body = templates.render(body_t, ctx, budget)
             if not body:
                 raise ValueError("it rendered empty text")
         except Exception as exc:  # any template failure must still produce a message
             failed = (what, exc)
         if key_t is not None:
             try:
-                key = templates.render(key_t, ctx)
+                key = templates.render(key_t, ctx, budget)
             except Exception as key_exc:
                 failed = failed or ("throttle key", key_exc)
         if failed is None:
@@ -166,6 +175,7 @@ class Rule:
                 throttle_key=rendered.throttle_key,
                 throttle_seconds=rendered.throttle_seconds,
                 fallback=rendered.fallback,
+                error=rendered.error,
             )
             for name in self.notify
             for index in range(len(notifiers[name].urls))

@@ -6,20 +6,29 @@ numbers). Undefined names are errors (StrictUndefined): a typo shows up as a
 fallback message saying what failed instead of a silently empty notification.
 The sandbox is the immutable one, so a template cannot change the payload that
 later rules and templates see.
+
+The sandbox caps a template's work whatever the event holds (receiver.rules.sandbox:
+loop steps, CPU time, the size of any value built), and render cuts each text at
+MAX_OUTPUT characters.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from jinja2 import StrictUndefined, Template, TemplateSyntaxError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from receiver.durations import format_duration
+from receiver.rules import sandbox
 from receiver.rules.match import lookup, show
+from receiver.rules.sandbox import Budget
+
+MAX_OUTPUT = 16 * 1024  # characters of one rendered title, body or key; more is cut
+TRUNCATED = "\n[cut: the template's output passed {limit} characters]"
 
 DEFAULT_TITLE = (
     "[{{ rule }}] {{ event.type | default('event') }}"
@@ -86,7 +95,7 @@ def _finalize(value: Any) -> Any:
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+    env = sandbox.environment(
         undefined=StrictUndefined,
         autoescape=False,
         trim_blocks=True,
@@ -101,9 +110,12 @@ ENV = _environment()
 
 
 def compile_template(source: str) -> Template:
-    """Compile one template; raises ValueError describing a syntax error or unknown filter."""
+    """Compile one template; raises ValueError describing a syntax error or unknown filter,
+    or a loop over a constant range() that could never finish within the caps."""
     try:
-        return ENV.from_string(source)
+        ast = ENV.parse(source)
+        sandbox.check_ranges(ast)
+        return ENV.from_string(ast)
     except TemplateSyntaxError as exc:
         message = (exc.message or "invalid syntax").rstrip(".")
         message = message[:1].lower() + message[1:]
@@ -129,9 +141,29 @@ def context(payload: Mapping[str, Any], rule: str) -> dict[str, Any]:
     return ctx
 
 
-def render(template: Template, ctx: Mapping[str, Any]) -> str:
-    """Render, stripped of surrounding whitespace; any failure propagates to the caller."""
-    return template.render(ctx).strip()
+def render(template: Template, ctx: Mapping[str, Any], budget: Budget | None = None) -> str:
+    """Render, stripped of surrounding whitespace; any failure propagates to the caller.
+
+    The work is charged to budget (a fresh one if None): pass one Budget for all the
+    templates of one rule and event. Output past MAX_OUTPUT characters is cut, with a
+    line saying so; a cap on steps, time or value size raises TemplateLimitError.
+    """
+    # Template.render() without its join, so that a template can be cut short: closing
+    # the generator stops it where it is.
+    chunks = template.root_render_func(template.new_context(cast(dict[str, Any], ctx)))
+    with sandbox.charged_to(Budget() if budget is None else budget):
+        try:
+            parts: list[str] = []
+            size = 0
+            for chunk in chunks:
+                parts.append(chunk)
+                size += len(chunk)
+                if size > MAX_OUTPUT:
+                    text = "".join(parts)[:MAX_OUTPUT].strip()
+                    return text + TRUNCATED.format(limit=f"{MAX_OUTPUT:,}")
+            return "".join(parts).strip()
+        finally:
+            cast(Generator[str, None, None], chunks).close()
 
 
 def fallback_title(rule: str, payload: Mapping[str, Any]) -> str:
