@@ -1,16 +1,43 @@
 -- bench/events.lua: wrk replays pre-signed deliveries, the same stream for every target.
 --
---   wrk -t1 -c32 -d15s --latency -s bench/events.lua http://127.0.0.1:4000 -- FILE [PATH]
+--   wrk -t1 -c32 -d15s --latency -s bench/events.lua http://127.0.0.1:4000 -- FILE [PATH [RATE]]
 --
 -- FILE holds one delivery a line: "<X-Service-Signature value>\t<JSON body>" (bench/run.py
--- writes it). PATH is where to POST, /v1/events unless given. Requests are formatted
+-- writes it). PATH is where to POST, /v1/events unless given. RATE, if given, paces the
+-- requests to that many a second over all connections (wrk's delay() hook, one schedule
+-- shared by the connections of the one thread; a connection still waits for its answer,
+-- so a server slower than RATE sees the connections back to back). Requests are formatted
 -- once in init(); request() hands them out in order and starts over at the end of
 -- the file (each wrk thread has its own copy and cursor, so use -t1 for a stream
 -- without repeats). done() prints one line "BENCH {json}" for the orchestrator.
 
+local ffi = require("ffi")
+ffi.cdef [[
+typedef struct { long tv_sec; long tv_nsec; } bench_timespec;
+int clock_gettime(int clk_id, bench_timespec *tp);
+]]
+
 local requests = {}
 local count = 0
 local cursor = 0
+local interval = nil -- seconds between requests when paced
+local next_at = nil  -- when the next paced request is due (CLOCK_MONOTONIC seconds)
+local timespec = ffi.new("bench_timespec")
+
+local function now()
+  ffi.C.clock_gettime(1, timespec) -- CLOCK_MONOTONIC
+  return tonumber(timespec.tv_sec) + tonumber(timespec.tv_nsec) / 1e9
+end
+
+-- delay() is only defined when paced: wrk checks for it after init().
+local function paced_delay()
+  local t = now()
+  next_at = next_at or t
+  local due = next_at
+  next_at = next_at + interval
+  if due <= t then return 0 end
+  return math.floor((due - t) * 1000 + 0.5)
+end
 
 function init(args)
   local file = args[1] or error("usage: -- FILE [PATH]")
@@ -26,6 +53,11 @@ function init(args)
     end
   end
   if count == 0 then error("no deliveries in " .. file) end
+  local rate = tonumber(args[3] or "")
+  if rate and rate > 0 then
+    interval = 1 / rate
+    delay = paced_delay
+  end
 end
 
 function request()

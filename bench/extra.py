@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 import subprocess
@@ -212,6 +213,23 @@ def find_event_ids(text: str) -> list[str]:
 
 
 # -- memory -----------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) pid and its children (uvicorn workers) have used so far:
+    unlike a rate, it hardly moves when other work shares the machine."""
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(p) for p in children.read_text().split()]
+    ticks = 0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid: int) -> int:

@@ -6,6 +6,14 @@ request stream (bench/events.lua). Targets run in rounds, ceiling -> receiver ->
 webhook, twice, so drift on a shared machine shows as a difference between
 rounds instead of hiding in one target's figure. Writes bench/RESULTS.md.
 
+For the receiver, "accepted/s" (202s a second while wrk runs) is only half the
+story: an event accepted is not yet routed, and the router can fall behind. So
+each receiver run also reports the sustained figure, events stored and routed a
+second from the first accept to the moment the last stored event is routed, and
+the routing lag (routed_at - received_at, read from the SQLite file afterwards).
+And each round runs the receiver once more, paced at --paced (default 80%) of the
+flat-out rate it just measured, for the lag below saturation.
+
     .venv/bin/python bench/run.py                 # what `make bench` runs
     .venv/bin/python bench/run.py --duration 5 --rounds 1 --events 20000   # a quick look
 
@@ -33,7 +41,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import islice
 from pathlib import Path
@@ -47,7 +55,7 @@ sys.path.insert(0, str(BENCH))
 import extra  # noqa: E402  (bench/extra.py, beside this file)
 
 from receiver import rules, signature  # noqa: E402
-from receiver.simulate import event_stream  # noqa: E402
+from receiver.simulate import event_stream, timestamp  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef"
 SERVER_CPU = "0"
@@ -59,9 +67,19 @@ TARGETS = ("ceiling", "receiver", "webhook")
 
 
 def write_stream(path: Path, *, count: int, seed: int, run: str) -> list[dict[str, Any]]:
-    """count signed deliveries, one "<signature>\\t<body>" a line; returns the events."""
+    """count signed deliveries, one "<signature>\\t<body>" a line; returns the events.
+
+    The walk ticks one second per round of its 200 sessions, so 400,000 events span hours
+    of event time. They are dated to end a minute ago: the receiver refuses events dated
+    further ahead of its clock than RECEIVER_MAX_CLOCK_SKEW (5 minutes by default).
+    """
     stream = event_stream(seed=seed, sessions=200, threshold=40, run=run)
     written = list(islice(stream, count))
+    if written:
+        last = datetime.fromisoformat(written[-1]["timestamp"])
+        shift = last - datetime.now(UTC) + timedelta(minutes=1)
+        for event in written:
+            event["timestamp"] = timestamp(datetime.fromisoformat(event["timestamp"]) - shift)
     with path.open("w") as out:
         for event in written:
             body = json.dumps(event, separators=(",", ":")).encode()
@@ -248,6 +266,16 @@ def make_server(
 
 
 @dataclass
+class Routing:
+    """What the SQLite file says about a run's events once all of them were routed."""
+
+    stored: int
+    sustained: float  # stored / (last routed_at - first received_at): events stored+routed/s
+    lag_max: float  # seconds, routed_at - received_at
+    lag_p99: float
+
+
+@dataclass
 class Result:
     target: str
     round: int
@@ -257,10 +285,20 @@ class Result:
     requests: int
     errors: dict[str, int]
     notes: list[str] = field(default_factory=list)
+    routing: Routing | None = None  # the receiver only, when everything got routed
+    offered: float | None = None  # requests/s wrk was paced to, or None for flat out
+    load: str = ""  # the load average as the run started (others share this machine)
 
 
 def wrk(
-    port: int, path: str, stream: Path, *, seconds: int, connections: int, pin: bool
+    port: int,
+    path: str,
+    stream: Path,
+    *,
+    seconds: int,
+    connections: int,
+    pin: bool,
+    rate: float | None = None,
 ) -> dict[str, Any]:
     argv = [
         "wrk",
@@ -277,6 +315,8 @@ def wrk(
         str(stream),
         path,
     ]
+    if rate is not None:
+        argv.append(f"{rate:.0f}")
     if pin:
         argv = ["taskset", "-c", LOAD_CPU, *argv]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
@@ -288,8 +328,22 @@ def wrk(
 
 
 def measure(
-    server: Server, round_no: int, args: argparse.Namespace, stream: Path, warmup: Path, pin: bool
+    server: Server,
+    round_no: int,
+    args: argparse.Namespace,
+    stream: Path,
+    warmup: Path,
+    pin: bool,
+    *,
+    rate: float | None = None,
 ) -> Result:
+    """One run: warm-up, then args.duration s of wrk, flat out or paced to rate requests/s.
+
+    With a store, the warm-up's backlog is routed before the measured run starts, and
+    after it the figures wait until the router has routed everything the run stored.
+    """
+    routing = None
+    load = extra.uptime()
     server.start(pin)
     try:
         wrk(
@@ -300,7 +354,12 @@ def measure(
             connections=args.connections,
             pin=pin,
         )
+        if server.db is not None and _drain(server.db) is None:
+            raise SystemExit(f"{server.name}: the warm-up was not routed within 120s")
         before = _rows(server.db)
+        first = _last_rowid(server.db)
+        assert server.proc is not None
+        cpu = extra.cpu_seconds(server.proc.pid)
         got = wrk(
             server.port,
             server.path,
@@ -308,6 +367,7 @@ def measure(
             seconds=args.duration,
             connections=args.connections,
             pin=pin,
+            rate=rate,
         )
         notes = []
         if got["requests"] > args.events * 0.95 and server.name == "receiver":
@@ -323,13 +383,18 @@ def measure(
             )
             unrouted = _unrouted(server.db)
             notes.append(f"{unrouted} not yet routed when wrk stopped")
+            took = _drain(server.db) if unrouted else 0.0
             if unrouted:
-                took = _drain(server.db)
                 notes.append(
                     f"routed them in {took:.1f}s ({unrouted / took:,.0f} events/s)"
                     if took is not None
                     else "NOT all routed within 120s"
                 )
+            if took is not None:
+                routing = _routing(server.db, first)
+                cpu = extra.cpu_seconds(server.proc.pid) - cpu
+                per_event = cpu / max(stored, 1) * 1e6
+                notes.append(f"server CPU {per_event:.0f} µs a stored+routed event")
     finally:
         server.stop()
     errors = {k: got[k] for k in ("connect", "read", "write", "status", "timeout") if got[k]}
@@ -342,6 +407,9 @@ def measure(
         got["requests"],
         errors,
         notes,
+        routing,
+        rate,
+        load,
     )
 
 
@@ -361,6 +429,37 @@ def _unrouted(db: Path) -> int:
         return count
 
 
+def _last_rowid(db: Path | None) -> int:
+    if db is None or not db.exists():
+        return 0
+    with sqlite3.connect(db, timeout=30) as conn:
+        rowid: int = conn.execute("SELECT coalesce(max(rowid), 0) FROM events").fetchone()[0]
+        return rowid
+
+
+def _routing(db: Path, after: int) -> Routing | None:
+    """Sustained rate and routing lag of the events stored after rowid `after`, all routed.
+
+    received_at is the accept time (just before the 202), routed_at when the router took
+    the event's batch; both are the server's time.time().
+    """
+    with sqlite3.connect(db, timeout=30) as conn:
+        rows = conn.execute(
+            "SELECT received_at, routed_at FROM events WHERE rowid > ? AND routed_at IS NOT NULL",
+            (after,),
+        ).fetchall()
+    if not rows:
+        return None
+    lags = sorted(routed - received for received, routed in rows)
+    span = max(routed for _, routed in rows) - min(received for received, _ in rows)
+    return Routing(
+        stored=len(rows),
+        sustained=len(rows) / span if span > 0 else 0.0,
+        lag_max=max(0.0, lags[-1]),
+        lag_p99=max(0.0, lags[int(0.99 * (len(lags) - 1))]),
+    )
+
+
 def _drain(db: Path, limit: float = 120.0) -> float | None:
     """Seconds until the router has routed everything stored, or None after limit."""
     started = time.monotonic()
@@ -378,7 +477,13 @@ PARTS = ("throughput", "e2e", "growth", "prune", "memory", "workers")
 
 def _line(r: Result) -> str:
     errors = ", ".join(f"{k} {v}" for k, v in r.errors.items()) or "-"
-    return f"{r.rps:,.0f} events/s, p50 {r.p50_ms:.2f} ms, p99 {r.p99_ms:.2f} ms, errors {errors}"
+    line = f"{r.rps:,.0f} events/s, p50 {r.p50_ms:.2f} ms, p99 {r.p99_ms:.2f} ms, errors {errors}"
+    if r.routing is not None:
+        line += (
+            f"; stored+routed {r.routing.sustained:,.0f}/s, routing lag max "
+            f"{r.routing.lag_max:.2f} s, p99 {r.routing.lag_p99:.2f} s"
+        )
+    return line
 
 
 def run_e2e(args: argparse.Namespace, work: Path, sink: Sink, pin: bool) -> list[str]:
@@ -617,16 +722,50 @@ def _importable(name: str) -> bool:
 def table(results: list[Result]) -> list[str]:
     by = {(r.target, r.round): r for r in results}
     lines = [
-        "| target | run | events/s | p50 ms | p99 ms | vs ceiling | vs webhook | errors |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| target | run | accepted/s | stored+routed/s | max routing lag s | p50 ms | p99 ms "
+        "| vs ceiling | vs webhook | errors |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in sorted(results, key=lambda r: (TARGETS.index(r.target), r.round)):
         ceiling, hook = by.get(("ceiling", r.round)), by.get(("webhook", r.round))
         errors = ", ".join(f"{k} {v}" for k, v in r.errors.items()) or "-"
+        sustained = f"{r.routing.sustained:,.0f}" if r.routing else "-"
+        lag = f"{r.routing.lag_max:.2f}" if r.routing else "-"
         lines.append(
-            f"| {r.target} | {r.round} | {r.rps:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
-            f"{_ratio(r, ceiling)} | {_ratio(r, hook)} | {errors} |"
+            f"| {r.target} | {r.round} | {r.rps:,.0f} | {sustained} | {lag} | {r.p50_ms:.2f} | "
+            f"{r.p99_ms:.2f} | {_ratio(r, ceiling)} | {_ratio(r, hook)} | {errors} |"
         )
+    return lines
+
+
+def lag_table(results: list[Result], paced: list[Result]) -> list[str]:
+    """The receiver flat out and paced, round by round: what it accepted vs what it routed."""
+    burst = {r.round: r for r in results if r.target == "receiver"}
+    lines = [
+        "| run | sender | offered/s | accepted/s | stored+routed/s | routing lag max s | p99 s "
+        "| p50 ms | p99 ms | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for p in paced:
+        for r in (burst.get(p.round), p):
+            if r is None:
+                continue
+            if r.offered is None:
+                sender, offered = "flat out", "-"
+            else:
+                base = burst.get(r.round)
+                share = f" ({r.offered / base.rps:.0%} of burst)" if base and base.rps else ""
+                sender, offered = f"paced{share}", f"{r.offered:,.0f}"
+            route = r.routing
+            figures = (
+                f"{route.sustained:,.0f} | {route.lag_max:.2f} | {route.lag_p99:.2f}"
+                if route
+                else "- | - | -"
+            )
+            lines.append(
+                f"| {r.round} | {sender} | {offered} | {r.rps:,.0f} | {figures} | "
+                f"{r.p50_ms:.2f} | {r.p99_ms:.2f} | {r.load} |"
+            )
     return lines
 
 
@@ -634,9 +773,36 @@ def _ratio(r: Result, base: Result | None) -> str:
     return f"{r.rps / base.rps:.2f}x" if base and base.rps else "-"
 
 
-def report(results: list[Result], args: argparse.Namespace, extra: list[str]) -> str:
+def report(
+    results: list[Result], paced: list[Result], args: argparse.Namespace, extra: list[str]
+) -> str:
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     notes = [f"- {r.target} run {r.round}: {'; '.join(r.notes)}" for r in results if r.notes]
+    notes += [
+        f"- receiver paced run {r.round} ({r.offered:,.0f}/s offered): {'; '.join(r.notes)}"
+        for r in paced
+        if r.notes and r.offered is not None
+    ]
+    lag = [
+        "## Routing lag: flat out and paced",
+        "",
+        f"The receiver flat out (wrk keeps {args.connections} connections busy) and paced: the "
+        f"same {args.connections} connections, wrk's delay() hook spacing the requests to the "
+        "offered rate, "
+        + (
+            f"{args.paced_rate:,.0f}/s (--paced-rate). "
+            if args.paced_rate
+            else f"{args.paced:.0%} of the flat-out (burst) rate measured just before in the "
+            "same round. "
+        )
+        + "stored+routed/s counts the events stored from the first accept to the "
+        "routing of the last one (the drain after wrk stops included); the routing lag of an "
+        "event is routed_at - received_at, read from the SQLite file: from its accept (just "
+        "before the 202) to the router taking it.",
+        "",
+        *lag_table(results, paced),
+        "",
+    ]
     return "\n".join(
         [
             "# bench/RESULTS.md",
@@ -649,6 +815,13 @@ def report(results: list[Result], args: argparse.Namespace, extra: list[str]) ->
             "",
             *table(results),
             "",
+            "accepted/s: 202s a second while wrk ran (the ratios compare it). stored+routed/s: "
+            "the events the run stored, over the time from the first accept to the routing of "
+            "the last one, the drain after wrk stopped included: the rate the receiver can "
+            "sustain. max routing lag: the longest an event of the run waited between its 202 "
+            "and its routing.",
+            "",
+            *(lag if paced else []),
             "## Machine",
             "",
             *[f"- {line}" for line in machine()],
@@ -688,6 +861,18 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=BENCH / "RESULTS.md")
     parser.add_argument(
         "--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}"
+    )
+    parser.add_argument(
+        "--paced",
+        type=float,
+        default=0.8,
+        help="share of the receiver's burst rate for the paced run each round (0: none)",
+    )
+    parser.add_argument(
+        "--paced-rate",
+        type=float,
+        default=0,
+        help="events/s for the paced run instead (to compare builds at one offered rate)",
     )
     parser.add_argument("--e2e-rate", type=float, default=1000, help="events/s for e2e")
     parser.add_argument("--e2e-seconds", type=int, default=10)
@@ -740,6 +925,7 @@ def main() -> None:
             file=sys.stderr,
         )
         results: list[Result] = []
+        paced: list[Result] = []  # the receiver at --paced of its burst rate, each round
         sections: list[str] = []
         try:
             for round_no in range(1, args.rounds + 1 if "throughput" in parts else 1):
@@ -747,14 +933,19 @@ def main() -> None:
                     server = make_server(name, work, sink.port)
                     print(f"round {round_no}: {name} ...", file=sys.stderr, flush=True)
                     result = measure(server, round_no, args, stream, warmup, pin)
-                    print(
-                        f"  {result.rps:,.0f} events/s, p50 {result.p50_ms:.2f} ms, "
-                        f"p99 {result.p99_ms:.2f} ms {result.errors or ''} "
-                        f"{'; '.join(result.notes)}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    print(f"  {_line(result)}; {'; '.join(result.notes)}", file=sys.stderr)
                     results.append(result)
+                    if name == "receiver" and (args.paced or args.paced_rate):
+                        rate = args.paced_rate or args.paced * result.rps
+                        server = make_server(name, work, sink.port)
+                        print(
+                            f"round {round_no}: receiver paced to {rate:,.0f}/s ...",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        result = measure(server, round_no, args, stream, warmup, pin, rate=rate)
+                        print(f"  {_line(result)}; {'; '.join(result.notes)}", file=sys.stderr)
+                        paced.append(result)
             for part, fn in (
                 ("e2e", lambda: run_e2e(args, work, sink, pin)),
                 ("growth", lambda: run_growth(args, work, sink, stream, warmup, pin)),
@@ -767,9 +958,11 @@ def main() -> None:
         finally:
             sink.stop()
         notes.append(f"json:// sink received {sink.count} notifications over all receiver runs")
-    text = report(results, args, notes) + "\n" + "\n".join(sections)
+    text = report(results, paced, args, notes) + "\n" + "\n".join(sections)
     args.output.write_text(text)
     print("\n".join(table(results)))
+    if paced:
+        print("\n" + "\n".join(lag_table(results, paced)))
     print(f"\nwritten to {args.output}", file=sys.stderr)
 
 
