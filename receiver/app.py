@@ -23,6 +23,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from receiver import rules
+from receiver.dispatch.router import Router
 from receiver.errors import ConfigError, StorageUnavailableError
 from receiver.ingest import IngestEndpoint
 from receiver.metrics import Metrics
@@ -30,7 +31,6 @@ from receiver.notify.backoff import Backoff
 from receiver.notify.targets import Targets
 from receiver.notify.worker import Worker
 from receiver.retention import Pruner
-from receiver.router import Router
 from receiver.settings import Settings
 from receiver.store import open_store
 

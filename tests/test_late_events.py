@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from receiver.lifecycle import Pipeline, explain_now
+from receiver.dispatch.pipeline import Pipeline, explain_now
 from receiver.rules import Ruleset, load_text
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import Alert, SQLiteTx

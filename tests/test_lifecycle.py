@@ -461,7 +461,7 @@ def test_a_stored_silence_that_no_longer_compiles_silences_nothing(
 ) -> None:
     # Made before regexes ran on RE2: dropping the bad condition would leave one that
     # silences every event.
-    from receiver.lifecycle import active_silences
+    from receiver.dispatch.pipeline import active_silences
     from receiver.store.records import Silence
 
     old = Silence(7, {"userId": "~^(a)\\1", "type": "score.drop"}, "old", 0.0, 2e9)

@@ -1,4 +1,4 @@
-"""The router's yield to ingest under a burst is bounded by its lag (receiver/router.py)."""
+"""The router yields to ingest under a burst only while its lag is small (dispatch/router.py)."""
 
 import asyncio
 from pathlib import Path
@@ -7,8 +7,8 @@ from typing import cast
 import pytest
 
 from receiver import events
+from receiver.dispatch.router import BATCH, LAG_EASY, LAG_LIMIT, MAX_BATCH, ROUTING_SHARE, Router
 from receiver.metrics import Metrics
-from receiver.router import BATCH, LAG_EASY, LAG_LIMIT, MAX_BATCH, ROUTING_SHARE, Router
 from receiver.rules.load import load_text
 from receiver.store import SQLiteStore, Store
 

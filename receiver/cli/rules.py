@@ -139,7 +139,7 @@ def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -
 
 
 def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> list[str]:
-    from receiver import lifecycle
+    from receiver.dispatch import pipeline as lifecycle
 
     now = time.time()
     silences: list[Any] = []

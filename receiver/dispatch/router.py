@@ -28,8 +28,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from receiver.dispatch.pipeline import Pipeline, alert_id
 from receiver.errors import StorageUnavailableError
-from receiver.lifecycle import Pipeline, alert_id
 from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.rules import Decision, Ruleset
