@@ -8,7 +8,7 @@ import pytest
 
 from receiver import events
 from receiver.errors import StorageUnavailableError
-from receiver.store import Notification, SQLiteStore
+from receiver.store import SQLiteStore
 from receiver.store.sqlite.schema import MIGRATIONS
 
 T = TypeVar("T")
@@ -175,21 +175,6 @@ def test_quarantine_keeps_the_bytes(tmp_path: Path) -> None:
         .fetchone()
     )
     assert row == ("invalid_json: x", "127.0.0.1", b"\xff{")
-
-
-def note(rule: str = "r", **fields: Any) -> Notification:
-    return Notification(rule=rule, notifier="console", target=0, title="t", body="b", **fields)
-
-
-async def queue(store: SQLiteStore, event_id: str, notes: list[Notification], now: float) -> int:
-    """Mark event_id routed and queue notes for it, as the router does; rows written."""
-
-    def work(tx: Any) -> int:
-        if not tx.mark_routed([event_id], now):
-            return 0
-        return len([tx.add(event_id, n, state="pending", now=now) for n in notes])
-
-    return await store.transact(work)
 
 
 def test_processes_opening_a_new_file_together_migrate_it_once(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from receiver.events import _Event as Event
+from receiver.events import iso
 from receiver.store.records import (
     SENT_STATES,
     Alert,
@@ -31,6 +33,33 @@ SELECT_ALERTS = (
 )
 _NOTICE_COLUMNS = "alert, episode, rule, notified_at, next_repeat_at, repeats"
 _SILENCE_COLUMNS = "id, matchers, reason, starts_at, ends_at, expired_at, created_at"
+
+
+def event_row(event: Event, raw: bytes, received_at: float) -> tuple[Any, ...]:
+    """An accepted event's values for the events table, in its column order: id, type,
+    session_id, user_id, score, threshold, event_ts, received_at, body."""
+    return (
+        event.id,
+        event.type,
+        event.sessionId,
+        event.userId,
+        _real(event.score),
+        _real(event.threshold),
+        iso(event.timestamp),
+        received_at,
+        raw.decode("utf-8"),
+    )
+
+
+def _real(value: float | None) -> float | None:
+    """A score for its REAL column; an integer too large even for a float is left out (the
+    raw body keeps it), rather than failing the whole group commit."""
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 class SQLTx:

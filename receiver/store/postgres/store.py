@@ -36,11 +36,10 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
-from receiver.events import iso
 from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
-from receiver.store.sql import Query, SQLOutbox
+from receiver.store.sql import Query, SQLOutbox, event_row
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
@@ -50,15 +49,6 @@ CONNECT_TIMEOUT = 3.0  # seconds to get a connection before a request is refused
 CROWD = 4  # accepts in one batch that mean a burst
 PRESSURE_WINDOW = 0.25
 MAX_BATCH = 500  # accepts in one INSERT
-
-
-def _real(value: float | None) -> float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return None
 
 
 def _unavailable(exc: BaseException) -> StorageUnavailableError:
@@ -177,17 +167,7 @@ class PostgresStore(SQLOutbox):
         if self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
         future: asyncio.Future[Accepted] = self._loop.create_future()
-        params = (
-            event.id,
-            event.type,
-            event.sessionId,
-            event.userId,
-            _real(event.score),
-            _real(event.threshold),
-            iso(event.timestamp),
-            self.clock(),
-            raw.decode("utf-8"),
-        )
+        params = event_row(event, raw, self.clock())
         self._accepts.append((future, params))
         self._wake.set()
         return await future

@@ -22,9 +22,8 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
-from receiver.events import iso
 from receiver.store.base import Accepted, OnAccepted
-from receiver.store.sql import Query, SQLOutbox
+from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
 
@@ -97,17 +96,6 @@ def _insert_batch(conn: sqlite3.Connection, accepts: list[_Accept]) -> list[Acce
             if result == "duplicate" and bodies.get(job.params[0], job.params[8]) != job.params[8]:
                 results[i] = "conflict"
     return results
-
-
-def _real(value: float | None) -> float | None:
-    """A score for its REAL column; an integer too large even for a float is left out (the
-    raw body keeps it), rather than failing the whole group commit."""
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except OverflowError:
-        return None
 
 
 class _Call:
@@ -351,17 +339,7 @@ class SQLiteStore(SQLOutbox):
         if self._conn is None or self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
         future: asyncio.Future[Accepted] = self._loop.create_future()
-        params = (
-            event.id,
-            event.type,
-            event.sessionId,
-            event.userId,
-            _real(event.score),
-            _real(event.threshold),
-            iso(event.timestamp),
-            self.clock(),
-            raw.decode("utf-8"),
-        )
+        params = event_row(event, raw, self.clock())
         self._queue(_Accept(future, params))
         return await future
 
