@@ -98,7 +98,7 @@ class Balancer:
                 why = "refused" if isinstance(exc, httpx.ConnectError) else "dropped"
                 self._record(replica, None, why)
                 continue
-            self._record(replica, response.status_code, _code(response))
+            self._record(replica, response.status_code, error_code(response))
             kind = response.headers.get("content-type", "application/json")
             return response.status_code, kind, response.content
         return 502, "application/json", _error("bad_gateway", "no replica answered")
@@ -147,7 +147,8 @@ class Balancer:
         return Handler
 
 
-def _code(response: httpx.Response) -> str | None:
+def error_code(response: httpx.Response) -> str | None:
+    """The error code of a refusal (JSON error body), None for a success or another body."""
     if response.status_code < 400:
         return None
     try:

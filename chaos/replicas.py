@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from chaos.balancer import Balancer
+from chaos.balancer import Balancer, error_code
 from chaos.scenarios import (
     ENV,
     RULES,
@@ -141,7 +141,7 @@ class _Sent:
         try:
             response = server.send(event)
             status = response.status_code
-            code = _code(response)
+            code = error_code(response)
         except httpx.HTTPError as exc:
             code = type(exc).__name__
         took = time.monotonic() - began
@@ -500,12 +500,3 @@ def _duplicates(
         "extra_after_pg_crash": sum(n for c, n in per_crash.items() if c.what == "postgresql"),
         "extra_after_retried_sends": len(unexplained),
     }
-
-
-def _code(response: httpx.Response) -> str | None:
-    if response.status_code < 400:
-        return None
-    try:
-        return str(response.json()["error"]["code"])
-    except (ValueError, KeyError, TypeError):
-        return None
