@@ -22,9 +22,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from receiver import rules
+from receiver import __version__, rules
+from receiver.api import openapi
+from receiver.api.auth import Access
+from receiver.api.sessions import SessionsAPI
 from receiver.dispatch.router import Router
-from receiver.errors import ConfigError, StorageUnavailableError
+from receiver.errors import ConfigError, RequestError, StorageUnavailableError
 from receiver.ingest import IngestEndpoint
 from receiver.metrics import Metrics
 from receiver.notify.backoff import Backoff
@@ -147,6 +150,8 @@ def create_app(
         clock=clock,
     )
 
+    access = Access(store, clock=clock)
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -224,11 +229,17 @@ def create_app(
         ingest,
         routes=[
             Route("/v1/events", ingest, methods=["POST"]),
+            Route("/v1/openapi.json", openapi.endpoint(__version__), methods=["GET"]),
+            *SessionsAPI(store, access, clock=clock).routes(),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics_endpoint),
         ],
-        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+        exception_handlers={
+            HTTPException: _http_error,
+            RequestError: _request_error,
+            Exception: _internal_error,
+        },
         lifespan=lifespan,
     )
     app.state.store = store
@@ -350,6 +361,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         status_code=exc.status_code,
         headers=exc.headers,
     )
+
+
+async def _request_error(request: Request, exc: Exception) -> Response:
+    """A refused request (receiver.errors.RequestError): its status, code and message."""
+    assert isinstance(exc, RequestError)
+    return JSONResponse(exc.to_dict(), status_code=exc.status, headers=exc.headers)
 
 
 _INTERNAL_ERROR = JSONResponse(

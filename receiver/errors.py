@@ -15,7 +15,12 @@
     │   ├── InvalidEventError         422 invalid_event
     │   ├── EventTooOldError          422 event_too_old
     │   ├── EventFromFutureError      422 event_from_future
-    │   └── StorageUnavailableError   503 storage_unavailable
+    │   ├── StorageUnavailableError   503 storage_unavailable
+    │   ├── UnauthorizedError         401 unauthorized (the read API's Bearer key)
+    │   ├── ForbiddenError            403 forbidden (the key's role does not allow it)
+    │   ├── RateLimitedError          429 rate_limited (+ Retry-After)
+    │   ├── InvalidParameterError     400 invalid_parameter
+    │   └── SessionNotFoundError      404 session_not_found
     ├── StoreError                    the store failed outside a request
     └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
 
@@ -36,9 +41,10 @@ class RequestError(ReceiverError):
     code: str = "bad_request"
     event_id: str | None = None  # set when known, for the log line
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = headers or {}
 
     def to_dict(self) -> dict[str, dict[str, str]]:
         return {"error": {"code": self.code, "message": self.message}}
@@ -111,6 +117,31 @@ class EventFromFutureError(RequestError):
 class StorageUnavailableError(RequestError):
     status = 503
     code = "storage_unavailable"
+
+
+class UnauthorizedError(RequestError):
+    status = 401
+    code = "unauthorized"
+
+
+class ForbiddenError(RequestError):
+    status = 403
+    code = "forbidden"
+
+
+class RateLimitedError(RequestError):
+    status = 429
+    code = "rate_limited"
+
+
+class InvalidParameterError(RequestError):
+    status = 400
+    code = "invalid_parameter"
+
+
+class SessionNotFoundError(RequestError):
+    status = 404
+    code = "session_not_found"
 
 
 class StoreError(ReceiverError):

@@ -302,9 +302,7 @@ class Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     def _overrun(self) -> None:
-        log.critical(
-            "shutdown did not finish within %gs of the signal; exiting now", self.grace
-        )
+        log.critical("shutdown did not finish within %gs of the signal; exiting now", self.grace)
         logging.shutdown()
         os._exit(1)
 

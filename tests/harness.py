@@ -152,8 +152,25 @@ class Receiver:
             body, {signature.SIGNATURE_HEADER: signature.sign(self.secret.encode(), body)}, client
         )
 
-    def get(self, path: str) -> httpx.Response:
-        return httpx.get(f"{self.url}{path}", timeout=10)
+    def get(self, path: str, key: str | None = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.get(f"{self.url}{path}", headers=headers, timeout=10)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`receiver ARGS --db <this database>`, as an operator runs it beside the server."""
+        return subprocess.run(
+            [sys.executable, "-m", "receiver", *args, "--db", self.db_url],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def make_key(self, name: str, plan: str = "enterprise", role: str = "reader") -> str:
+        """A new API key made with `receiver keys create --json`."""
+        done = self.cli("keys", "create", "--name", name, "--plan", plan, "--role", role, "--json")
+        assert done.returncode == 0, done.stderr
+        return str(json.loads(done.stdout)["key"])
 
     def metric(self, name: str, labels: str = "") -> float:
         """A sample's value from /metrics, 0 if absent."""

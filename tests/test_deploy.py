@@ -47,8 +47,9 @@ def test_compose_runs_two_receivers_on_postgres_behind_a_balancer(routes: set[st
     for name, service in replicas.items():
         env = service["environment"]
         assert set(env) <= SETTINGS, f"{name}: unknown settings {set(env) - SETTINGS}"
-        assert env["RECEIVER_DB"].startswith("postgresql://") and "@postgres:5432/" in (
-            env["RECEIVER_DB"]
+        assert (
+            env["RECEIVER_DB"].startswith("postgresql://")
+            and "@postgres:5432/" in (env["RECEIVER_DB"])
         )
         assert "${RECEIVER_SECRETS:?" in env["RECEIVER_SECRETS"]  # from the environment, required
         assert env["RECEIVER_HOST"] == "0.0.0.0"

@@ -27,8 +27,7 @@ def test_a_number_with_too_many_digits_says_so_plainly() -> None:
     with pytest.raises(InvalidJSONError) as caught:
         events.parse(body)
     assert str(caught.value) == (
-        f"body is not acceptable JSON: a number has {LIMIT + 1} digits;"
-        f" at most {LIMIT} are allowed"
+        f"body is not acceptable JSON: a number has {LIMIT + 1} digits; at most {LIMIT} are allowed"
     )
 
 

@@ -1,5 +1,5 @@
 """The `receiver` command: serve, init, sign, send, check, explain, deliveries, retry, replay,
-alerts, silence, db, simulate. One module per group of commands; this one only gathers them."""
+alerts, silence, db, keys, simulate. One module per group of commands; this one gathers them."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import click
 from receiver import __version__
 from receiver.cli.alerts import alerts, silence
 from receiver.cli.db import db
+from receiver.cli.keys import keys
 from receiver.cli.outbox import deliveries, replay, retry
 from receiver.cli.rules import check, explain, init
 from receiver.cli.send import send, sign
@@ -32,6 +33,6 @@ def cli() -> None:
 
 for command in (
     serve, init, sign, send, check, explain, deliveries, retry, replay, alerts, silence, db,
-    simulate,
+    keys, simulate,
 ):  # fmt: skip
     cli.add_command(command)

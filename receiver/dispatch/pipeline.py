@@ -573,6 +573,4 @@ def _resolves_now(ruleset: Ruleset, alert: Alert | None, notified: Sequence[str]
         parts.append(f"{rule.name} -> {', '.join(rule.notify)}{plural}")
     if not parts:
         return "resolves it; no rule with resolve: true notified about it, so no resolved message"
-    return (
-        f"resolves it: {count} resolved message{'s' if count != 1 else ''}: {', '.join(parts)}"
-    )
+    return f"resolves it: {count} resolved message{'s' if count != 1 else ''}: {', '.join(parts)}"

@@ -33,6 +33,7 @@ from receiver.errors import StorageUnavailableError
 from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.rules import Decision, Ruleset
+from receiver.sessions import Fact
 from receiver.store import Store
 from receiver.store.base import StoredEvent, Tx
 
@@ -224,6 +225,7 @@ class Router:
         for event, (payload, decisions) in zip(events, routes, strict=True):
             pipeline.event(event.id, payload, decisions, replay=event.replay)
         tx.write_alerts()
+        tx.project(_facts(events, [payload for payload, _ in routes]))
         tx.mark_routed([event.id for event in events], now)
         return pipeline
 
@@ -238,6 +240,7 @@ class Router:
                 with tx.savepoint():
                     payload, decisions = _decided(ruleset, event, decided)
                     pipeline.event(event.id, payload, decisions, replay=event.replay)
+                    tx.project(_facts([event], [payload]))
                     tx.mark_routed([event.id], now)
             except Exception:  # noqa: BLE001
                 log.exception("routing failed for event %s; left unrouted", event.id)
@@ -269,6 +272,16 @@ class Router:
                 self.metrics.outcome(outcome).inc(n)
         if any(counts[o] for o in _SENDABLE) or counts["held"] or counts["deferred"]:
             self.on_routed()
+
+
+def _facts(events: Sequence[StoredEvent], payloads: Sequence[dict[str, Any]]) -> list[Fact]:
+    """What the events say about their sessions (the read API's projection). A replayed
+    event was folded in when it was first routed: not again."""
+    facts = []
+    for event, payload in zip(events, payloads, strict=True):
+        if event.replay is None and (fact := Fact.from_payload(payload)) is not None:
+            facts.append(fact)
+    return facts
 
 
 def _decided(

@@ -7,14 +7,19 @@ from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol, TypeVar
 
 from receiver.events import _Event as Event
+from receiver.sessions import Aggregate, Fact, Summary
 from receiver.store.records import (
     OUTBOX_STATES,
     Alert,
+    ApiKey,
     Group,
     Notice,
     Notification,
     OutboxRow,
+    RateLimit,
     Replay,
+    SessionPage,
+    SessionQuery,
     Silence,
     StoredEvent,
 )
@@ -58,6 +63,10 @@ class Tx(Protocol):
         replica is routing right now."""
 
     def mark_routed(self, event_ids: list[str], now: float) -> int: ...
+    def project(self, facts: Sequence[Fact]) -> None:
+        """Fold routed events into the session projection; each event once (the router
+        marks it routed in the same transaction)."""
+
     def event_body(self, event_id: str) -> str | None: ...
     def replay_request(self, replay_id: int) -> Replay | None:
         """The replay request an unrouted event names (StoredEvent.replay)."""
@@ -186,3 +195,30 @@ class Store(Protocol):
 
     async def replay_status(self, replay_id: int) -> tuple[Replay | None, list[OutboxRow]]:
         """A replay request as it stands, and the outbox rows it has produced so far."""
+
+    # -- the read API: reads run off the event loop, beside ingest ---------------------------
+
+    async def session(self, session_id: str) -> Summary | None:
+        """A session as of every stored event (those not routed yet folded in)."""
+
+    async def score_history(self, session_id: str) -> list[tuple[float, str]] | None:
+        """(score, timestamp) ascending by timestamp; None if no such session."""
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        """A page, newest startedAt first; KeyError if query.cursor names no session."""
+
+    async def score_groups(self, group_by: str, since: str) -> list[Aggregate]:
+        """Score histograms per page, cohort or userId of the sessions scored since."""
+
+    async def add_key(
+        self, *, name: str, key_hash: str, prefix: str, plan: str, role: str, now: float
+    ) -> ApiKey:
+        """Store a new API key's hash; KeyError if the name is taken."""
+
+    async def keys(self) -> list[ApiKey]: ...
+    async def revoke_key(self, name: str, *, now: float) -> bool: ...
+    async def authorize(
+        self, key_hash: str, *, now: float, window: float = 60.0
+    ) -> tuple[ApiKey | None, RateLimit | None]:
+        """The live key with this hash, and whether this request is within its plan's
+        limit (None for a plan without one); shared by every replica."""

@@ -132,3 +132,53 @@ class Replay:
     requested_at: float
     respect_lifecycle: bool
     routed_at: float | None = None
+
+
+# -- the read API ---------------------------------------------------------------------------
+
+# Requests a minute each plan allows (None: no limit), and what each role may do.
+PLANS: dict[str, int | None] = {"free": 60, "pro": 600, "enterprise": None}
+ROLES = ("reader", "writer", "admin")
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An API key as stored: its hash stays in the store, the key itself nowhere."""
+
+    id: int
+    name: str
+    prefix: str  # the first characters of the key, to tell keys apart in a list
+    plan: str
+    role: str
+    created_at: float
+    revoked_at: float | None = None
+    last_used_at: float | None = None
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """One request against its key's plan limit: allowed or not, and what is left."""
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset: int  # seconds until the oldest counted request leaves the window
+
+
+@dataclass(frozen=True)
+class SessionQuery:
+    """GET /v1/sessions's filters (startedAt between start_from and start_to, iso())."""
+
+    limit: int = 20
+    user_id: str | None = None
+    status: str | None = None
+    start_from: str | None = None
+    start_to: str | None = None
+    cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    sessions: list[Any]  # receiver.sessions.Summary
+    total: int
+    cursor: str | None

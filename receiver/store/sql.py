@@ -11,6 +11,8 @@ from typing import Any, TypeVar
 
 from receiver.events import _Event as Event
 from receiver.events import iso
+from receiver.sessions import Fact
+from receiver.store import views
 from receiver.store.records import (
     SENT_STATES,
     Alert,
@@ -87,6 +89,13 @@ class SQLTx:
         pass
 
     # -- events -----------------------------------------------------------------------------
+
+    # PostgreSQL: replicas folding the same session take turns (views.project).
+    _lock_sessions = False
+
+    def project(self, facts: Sequence[Fact]) -> None:
+        """Fold routed events into the session projection (the read API's)."""
+        views.project(self._q, self._in, facts, lock=self._lock_sessions)
 
     def mark_routed(self, event_ids: list[str], now: float) -> int:
         """Mark these events routed; how many were not already."""

@@ -40,6 +40,7 @@ from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
 from receiver.store.sql import Query, SQLOutbox, event_row
+from receiver.store.views import SQLViews
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
@@ -57,7 +58,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore(SQLOutbox):
+class PostgresStore(SQLOutbox, SQLViews):
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -247,6 +248,13 @@ class PostgresStore(SQLOutbox):
 
     def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
         return f"{column} = ANY(?)", list(values)
+
+    # -- the read API (shared: receiver.store.views.SQLViews) ------------------------------
+
+    _lock_key = " FOR UPDATE"  # replicas count one key's requests in turn
+
+    async def _read(self, fn: Callable[[Query], T]) -> T:
+        return await self._statements(fn, write=False)
 
     async def replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False

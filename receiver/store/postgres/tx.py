@@ -36,6 +36,7 @@ class PostgresTx(SQLTx):
 
     # Replicas running the timers at once (after a failover) take disjoint repeats.
     _skip_locked = " FOR UPDATE SKIP LOCKED"
+    _lock_sessions = True
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn

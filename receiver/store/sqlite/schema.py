@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import sqlite_utils
 
-MIGRATIONS: list[str] = [
+from receiver.store.views import VIEWS_SCHEMA, backfill
+
+
+def _in(column: str, values: Iterable[Any]) -> tuple[str, Any]:
+    return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(values))
+
+
+MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     # 1: events, quarantine, the outbox and throttle windows.
     """
     CREATE TABLE events (
@@ -141,6 +151,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE outbox ADD COLUMN replay INTEGER;
     CREATE INDEX outbox_replay ON outbox (replay) WHERE replay IS NOT NULL;
     """,
+    # 6: the read API: the session projection and score histories (receiver.sessions),
+    # API keys (hashes only) and the requests each key made in the last minute.
+    VIEWS_SCHEMA.format(id="INTEGER PRIMARY KEY", without_rowid=" WITHOUT ROWID"),
+    # 7: the sessions of the events already routed before 6 (an upgrade).
+    lambda conn: backfill(conn.execute, _in),
 ]
 
 
@@ -162,8 +177,11 @@ def migrate(conn: sqlite3.Connection) -> int:
                 f"({len(MIGRATIONS)}); upgrade attention-receiver"
             )
         for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
-            for statement in filter(str.strip, script.split(";")):
-                conn.execute(statement)
+            if callable(script):
+                script(conn)
+            else:
+                for statement in filter(str.strip, script.split(";")):
+                    conn.execute(statement)
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
         conn.execute("COMMIT")
     except BaseException:

@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from receiver.store.base import Accepted, OnAccepted
 from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
+from receiver.store.views import SQLViews
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
@@ -34,6 +36,7 @@ T = TypeVar("T")
 # index, and this keeps its pages in memory. (Not measured to matter for the bench's
 # sequential ids; it costs up to 64 MiB of memory.)
 CACHE_KIB = 64 * 1024
+READERS = 2  # threads (each with its own connection) for the read API
 CROWD = 4  # accepts in one cycle that mean a burst
 PRESSURE_WINDOW = 0.25  # seconds a burst is remembered
 _INSERT_EVENT = (
@@ -125,7 +128,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore(SQLOutbox):
+class SQLiteStore(SQLOutbox, SQLViews):
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -154,6 +157,11 @@ class SQLiteStore(SQLOutbox):
         self._pressed_at = float("-inf")  # when a cycle last took a crowd of accepts
         # Why the last write cycle failed, until one commits a change again (readiness).
         self.last_write_error: str | None = None
+        # The read API's reads: WAL readers in threads of their own, off the event loop and
+        # beside the writer (they never wait for it, nor it for them).
+        self._readers: ThreadPoolExecutor | None = None
+        self._reader_local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -165,6 +173,7 @@ class SQLiteStore(SQLOutbox):
         except Exception as exc:
             self._disk.shutdown(wait=False)
             raise StoreError(f"cannot open database {self.path}: {exc}") from exc
+        self._readers = ThreadPoolExecutor(max_workers=READERS, thread_name_prefix="receiver-read")
         self._wake = asyncio.Event()
         self._pump = asyncio.create_task(self._run(), name="receiver-store")
 
@@ -175,6 +184,12 @@ class SQLiteStore(SQLOutbox):
         self._wake.set()
         await self._pump  # finishes what is queued first
         conn, self._conn, self._pump = self._conn, None, None
+        if self._readers is not None:
+            self._readers.shutdown(wait=True)
+            self._readers = None
+        for reader in self._reader_conns:
+            reader.close()
+        self._reader_conns.clear()
         await asyncio.get_running_loop().run_in_executor(self._disk, conn.close)
         self._disk.shutdown(wait=True)
         self._disk = None
@@ -440,6 +455,36 @@ class SQLiteStore(SQLOutbox):
 
     async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
         return await self._call(lambda conn: fn(conn.execute), write=write)
+
+    # -- the read API (shared: receiver.store.views.SQLViews) ------------------------------
+
+    async def _read(self, fn: Callable[[Query], T]) -> T:
+        """fn(query) in one read transaction (a snapshot) on a reader thread's connection."""
+        if self._readers is None or self._loop is None or self._closing:
+            raise StorageUnavailableError("store is not open")
+        return await self._loop.run_in_executor(self._readers, self._read_in, fn)
+
+    def _read_in(self, fn: Callable[[Query], T]) -> T:
+        conn: sqlite3.Connection | None = getattr(self._reader_local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                isolation_level=None,
+                timeout=self.busy_timeout,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA cache_size=-{CACHE_KIB // 4}")
+            self._reader_local.conn = conn
+            self._reader_conns.append(conn)
+        try:
+            conn.execute("BEGIN")
+            try:
+                return fn(conn.execute)
+            finally:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise StorageUnavailableError(f"storage unavailable: {exc}") from exc
 
     async def replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False

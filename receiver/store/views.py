@@ -1,0 +1,428 @@
+"""What both SQL stores say alike for the read API: the session projection (written by the
+router's transaction, read with the events not routed yet folded in), API keys and the
+per-key request counts behind the plan limits. `?` placeholders, as in sql.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+from receiver.sessions import COLUMNS, Aggregate, Fact, Summary, fold_all
+from receiver.store.records import PLANS, ApiKey, RateLimit, SessionPage, SessionQuery
+
+T = TypeVar("T")
+Query = Callable[[str, Sequence[Any]], Any]  # as receiver.store.sql.Query
+
+# The tables (both stores; {id}: the dialect's auto-numbered key). The marks are text
+# (receiver.sessions.Fact.mark); timestamps are iso() text, whose order is time order.
+VIEWS_SCHEMA = """
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        user_id TEXT,
+        user_mark TEXT NOT NULL DEFAULT '',
+        score DOUBLE PRECISION,
+        score_mark TEXT NOT NULL DEFAULT '',
+        trend TEXT,
+        trend_mark TEXT NOT NULL DEFAULT '',
+        stopped INTEGER NOT NULL DEFAULT 0,
+        context TEXT,
+        context_mark TEXT NOT NULL DEFAULT '',
+        cohort TEXT,
+        cohort_mark TEXT NOT NULL DEFAULT '',
+        signals_sent BIGINT,
+        signals_mark TEXT NOT NULL DEFAULT '',
+        score_events INTEGER NOT NULL DEFAULT 0,
+        interventions INTEGER NOT NULL DEFAULT 0,
+        started_sent TEXT,
+        first_ts TEXT,
+        last_ts TEXT,
+        status TEXT NOT NULL DEFAULT 'active',
+        started_at TEXT
+    );
+    CREATE INDEX sessions_started ON sessions (started_at, id);
+    CREATE INDEX sessions_user ON sessions (user_id, started_at, id);
+    CREATE INDEX sessions_status ON sessions (status, started_at, id);
+    CREATE INDEX sessions_scored ON sessions (score_mark, context, cohort, user_id, score);
+    CREATE TABLE session_scores (
+        session_id TEXT NOT NULL,
+        ts TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        score DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (session_id, ts, event_id)
+    ){without_rowid};
+    CREATE TABLE api_keys (
+        id {id},
+        name TEXT NOT NULL UNIQUE,
+        hash TEXT NOT NULL UNIQUE,
+        prefix TEXT NOT NULL,
+        plan TEXT NOT NULL,
+        role TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        revoked_at DOUBLE PRECISION,
+        last_used_at DOUBLE PRECISION
+    );
+    CREATE TABLE rate_hits (
+        key_id BIGINT NOT NULL,
+        at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX rate_hits_key ON rate_hits (key_id, at)
+"""
+_SELECT = f"SELECT {', '.join(COLUMNS)} FROM sessions"
+# Beside Summary's fields, the sessions table keeps the two the read API filters and
+# sorts on, derived from them: status and started_at.
+_WRITE_COLUMNS = (*COLUMNS, "status", "started_at")
+_UPSERT = (
+    f"INSERT INTO sessions ({', '.join(_WRITE_COLUMNS)}) VALUES {{rows}}"
+    " ON CONFLICT (id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in _WRITE_COLUMNS if c != "id")
+)
+_ROW = "(" + ", ".join("?" * len(_WRITE_COLUMNS)) + ")"
+_CHUNK = 200  # rows per multi-row statement
+# The read API folds in the events not routed yet; under a burst this many at most.
+UNROUTED_FOLD_LIMIT = 50_000
+GROUP_COLUMNS = {"page": "context", "cohort": "cohort", "userId": "user_id"}
+_KEY_COLUMNS = "id, name, prefix, plan, role, created_at, revoked_at, last_used_at"
+
+
+def _summary(row: Sequence[Any]) -> Summary:
+    summary = Summary(*row)
+    summary.stopped = bool(summary.stopped)
+    return summary
+
+
+def _values(s: Summary) -> tuple[Any, ...]:
+    return (
+        *(getattr(s, c) if c != "stopped" else int(s.stopped) for c in COLUMNS),
+        s.status,
+        s.started_at,
+    )
+
+
+def facts_of(bodies: Iterable[str]) -> list[Fact]:
+    facts = []
+    for body in bodies:
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            continue
+        if isinstance(payload, dict) and (fact := Fact.from_payload(payload)) is not None:
+            facts.append(fact)
+    return facts
+
+
+# -- writing: the router's transaction and the upgrade --------------------------------------
+
+
+def project(
+    q: Query,
+    in_: Callable[[str, Iterable[Any]], tuple[str, Any]],
+    facts: Sequence[Fact],
+    *,
+    lock: bool = False,
+) -> None:
+    """Fold facts into the stored summaries and score histories, in the open transaction.
+
+    With lock (PostgreSQL), the rows are created first if missing and read FOR UPDATE in
+    id order, so replicas folding the same session at once take turns (never lose one's
+    fold).
+    """
+    if not facts:
+        return
+    ids = sorted({f.session_id for f in facts})
+    if lock:
+        _insert_rows(
+            q,
+            "INSERT INTO sessions (id) VALUES {rows} ON CONFLICT (id) DO NOTHING",
+            "(?)",
+            [(i,) for i in ids],
+        )
+    where, param = in_("id", ids)
+    suffix = " ORDER BY id FOR UPDATE" if lock else ""
+    stored = {row[0]: _summary(row) for row in q(f"{_SELECT} WHERE {where}{suffix}", (param,))}
+    changed = [_values(s) for s in fold_all(stored, list(facts)).values()]
+    _insert_rows(q, _UPSERT, _ROW, changed)
+    points = [(f.session_id, f.ts, f.event_id, f.score) for f in facts if f.score is not None]
+    _insert_rows(
+        q,
+        "INSERT INTO session_scores (session_id, ts, event_id, score) VALUES {rows}"
+        " ON CONFLICT DO NOTHING",
+        "(?, ?, ?, ?)",
+        points,
+    )
+
+
+def _insert_rows(q: Query, sql: str, row: str, values: Sequence[Sequence[Any]]) -> None:
+    """Run sql (its VALUES written {rows}) for all values, _CHUNK rows a statement."""
+    for start in range(0, len(values), _CHUNK):
+        chunk = values[start : start + _CHUNK]
+        q(sql.format(rows=", ".join([row] * len(chunk))), [v for r in chunk for v in r])
+
+
+def backfill(q: Query, in_: Callable[[str, Iterable[Any]], tuple[str, Any]]) -> int:
+    """Project the events routed before the projection existed (an upgrade); how many."""
+    done, last = 0, ""
+    while True:
+        rows = q(
+            "SELECT id, body FROM events WHERE id > ? AND routed_at IS NOT NULL"
+            " ORDER BY id LIMIT 5000",
+            (last,),
+        ).fetchall()
+        if not rows:
+            return done
+        project(q, in_, facts_of(body for _, body in rows))
+        done += len(rows)
+        last = rows[-1][0]
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+class SQLViews:
+    """The Store's read API and key methods both stores share, over the store's own way
+    to run a read (_read) and a write (_statements)."""
+
+    async def _read(self, fn: Callable[[Query], T]) -> T:
+        """fn(query) in a read transaction off the event loop."""
+        raise NotImplementedError
+
+    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
+        raise NotImplementedError
+
+    def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
+        raise NotImplementedError
+
+    _lock_key = ""  # PostgreSQL: FOR UPDATE, so replicas count one key's requests in turn
+
+    # -- sessions
+
+    def _pending(self, q: Query, session_id: str | None = None) -> dict[str, Summary]:
+        """The summaries of the sessions that events not routed yet touch, with those
+        events folded in. (A replayed event is folded already: it is left out.)"""
+        where = "routed_at IS NULL AND replay IS NULL"
+        params: list[Any] = []
+        if session_id is not None:
+            where += " AND session_id = ?"
+            params.append(session_id)
+        rows = q(
+            f"SELECT body FROM events WHERE {where} ORDER BY received_at LIMIT ?",
+            (*params, UNROUTED_FOLD_LIMIT),
+        ).fetchall()
+        facts = facts_of(body for (body,) in rows)
+        if not facts:
+            return {}
+        ids = {f.session_id for f in facts}
+        cond, param = self._in("id", ids)
+        stored = {row[0]: _summary(row) for row in q(f"{_SELECT} WHERE {cond}", (param,))}
+        return fold_all(stored, facts)
+
+    async def session(self, session_id: str) -> Summary | None:
+        def read(q: Query) -> Summary | None:
+            pending = self._pending(q, session_id)
+            if session_id in pending:
+                return pending[session_id]
+            row = q(f"{_SELECT} WHERE id = ?", (session_id,)).fetchone()
+            return _summary(row) if row is not None and row[0] is not None else None
+
+        return await self._read(read)
+
+    async def score_history(self, session_id: str) -> list[tuple[float, str]] | None:
+        """(score, timestamp) ascending by timestamp; None if no such session."""
+
+        def read(q: Query) -> list[tuple[float, str]] | None:
+            pending = self._pending(q, session_id)
+            known = (
+                session_id in pending
+                or q("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            )
+            if not known:
+                return None
+            points = {
+                (ts, event_id): score
+                for ts, event_id, score in q(
+                    "SELECT ts, event_id, score FROM session_scores WHERE session_id = ?",
+                    (session_id,),
+                )
+            }
+            rows = q(
+                "SELECT body FROM events WHERE routed_at IS NULL AND replay IS NULL"
+                " AND session_id = ?",
+                (session_id,),
+            ).fetchall()
+            for fact in facts_of(body for (body,) in rows):
+                if fact.score is not None:
+                    points[(fact.ts, fact.event_id)] = fact.score
+            return [(points[k], k[0]) for k in sorted(points)]
+
+        return await self._read(read)
+
+    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+        """A page of sessions, newest startedAt first (then id, descending). KeyError if
+        query.cursor names no session."""
+
+        def read(q: Query) -> SessionPage:
+            pending = self._pending(q)
+            conds, params = _filters(query)
+            if pending:
+                cond, param = self._in("id", pending)
+                conds.append(f"NOT ({cond})")
+                params.append(param)
+            where = " AND ".join(conds) or "1 = 1"
+            total = q(f"SELECT count(*) FROM sessions WHERE {where}", params).fetchone()[0]
+            extra = [s for s in pending.values() if _matches(s, query)]
+            page_conds, page_params = [where], list(params)
+            position: tuple[str, str] | None = None
+            if query.cursor is not None:
+                at = pending.get(query.cursor)
+                if at is None:
+                    row = q(f"{_SELECT} WHERE id = ?", (query.cursor,)).fetchone()
+                    if row is None or row[0] is None:
+                        raise KeyError(query.cursor)
+                    at = _summary(row)
+                position = (at.started_at or "", at.id)
+                page_conds.append("(started_at < ? OR (started_at = ? AND id < ?))")
+                page_params += [position[0], position[0], position[1]]
+            rows = q(
+                f"{_SELECT} WHERE {' AND '.join(page_conds)}"
+                " ORDER BY started_at DESC, id DESC LIMIT ?",
+                (*page_params, query.limit + 1),
+            ).fetchall()
+            found = [_summary(r) for r in rows] + [
+                s for s in extra if position is None or (s.started_at or "", s.id) < position
+            ]
+            found.sort(key=lambda s: (s.started_at or "", s.id), reverse=True)
+            page = found[: query.limit]
+            more = len(found) > query.limit
+            return SessionPage(page, total + len(extra), page[-1].id if more and page else None)
+
+        return await self._read(read)
+
+    async def score_groups(self, group_by: str, since: str) -> list[Aggregate]:
+        """Per key of group_by (page, cohort or userId), the histogram of the latest scores
+        of the sessions scored at or after since (an iso() timestamp)."""
+        column = GROUP_COLUMNS[group_by]
+
+        def read(q: Query) -> list[Aggregate]:
+            pending = self._pending(q)
+            conds = [f"{column} IS NOT NULL", "score IS NOT NULL", "score_mark >= ?"]
+            params: list[Any] = [since]
+            if pending:
+                cond, param = self._in("id", pending)
+                conds.append(f"NOT ({cond})")
+                params.append(param)
+            groups: dict[str, dict[float, int]] = {}
+            for key, score, n in q(
+                f"SELECT {column}, score, count(*) FROM sessions WHERE {' AND '.join(conds)}"
+                f" GROUP BY {column}, score",
+                params,
+            ):
+                groups.setdefault(key, {})[score] = n
+            for s in pending.values():
+                key = {"page": s.context, "cohort": s.cohort, "userId": s.user_id}[group_by]
+                if key is not None and s.score is not None and s.score_mark >= since:
+                    histogram = groups.setdefault(key, {})
+                    histogram[s.score] = histogram.get(s.score, 0) + 1
+            return [Aggregate(key, histogram) for key, histogram in groups.items()]
+
+        return await self._read(read)
+
+    # -- API keys and plan limits
+
+    async def add_key(
+        self, *, name: str, key_hash: str, prefix: str, plan: str, role: str, now: float
+    ) -> ApiKey:
+        """Store a new key (its hash only); KeyError if the name is taken."""
+
+        def insert(q: Query) -> ApiKey:
+            if q("SELECT 1 FROM api_keys WHERE name = ?", (name,)).fetchone():
+                raise KeyError(name)
+            row = q(
+                "INSERT INTO api_keys (name, hash, prefix, plan, role, created_at)"
+                f" VALUES (?, ?, ?, ?, ?, ?) RETURNING {_KEY_COLUMNS}",
+                (name, key_hash, prefix, plan, role, now),
+            ).fetchone()
+            return ApiKey(*row)
+
+        return await self._statements(insert)
+
+    async def keys(self) -> list[ApiKey]:
+        def select(q: Query) -> list[ApiKey]:
+            return [
+                ApiKey(*row) for row in q(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY id", ())
+            ]
+
+        return await self._statements(select, write=False)
+
+    async def revoke_key(self, name: str, *, now: float) -> bool:
+        """Revoke the key of this name (at once: every request looks its key up); False if
+        no key has that name, or it is revoked already."""
+
+        def update(q: Query) -> bool:
+            cur = q(
+                "UPDATE api_keys SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+                (now, name),
+            )
+            return bool(cur.rowcount)
+
+        return await self._statements(update)
+
+    async def authorize(
+        self, key_hash: str, *, now: float, window: float = 60.0
+    ) -> tuple[ApiKey | None, RateLimit | None]:
+        """The live key with this hash (None: unknown or revoked), and for a plan with a
+        limit, whether this request is within it: requests counted over the last `window`
+        seconds (a sliding log), shared by every replica. A refused request is not counted."""
+        select = f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE hash = ? AND revoked_at IS NULL"
+
+        def look(q: Query) -> ApiKey | None:
+            row = q(select, (key_hash,)).fetchone()
+            return ApiKey(*row) if row else None
+
+        key = await self._read(look)
+        if key is None or PLANS.get(key.plan) is None:
+            return key, None
+        limit = PLANS[key.plan]
+        assert limit is not None
+
+        def count(q: Query) -> tuple[ApiKey | None, RateLimit | None]:
+            row = q(select + self._lock_key, (key_hash,)).fetchone()
+            if row is None:  # revoked just now
+                return None, None
+            live = ApiKey(*row)
+            q("DELETE FROM rate_hits WHERE key_id = ? AND at <= ?", (live.id, now - window))
+            used, oldest = q(
+                "SELECT count(*), min(at) FROM rate_hits WHERE key_id = ?", (live.id,)
+            ).fetchone()
+            allowed = used < limit
+            if allowed:
+                q("INSERT INTO rate_hits (key_id, at) VALUES (?, ?)", (live.id, now))
+                used += 1
+                oldest = now if oldest is None else oldest
+            reset = max(1, math.ceil(oldest + window - now))
+            return live, RateLimit(allowed, limit, limit - used, reset)
+
+        return await self._statements(count)
+
+
+def _filters(query: SessionQuery) -> tuple[list[str], list[Any]]:
+    wanted = [
+        ("user_id = ?", query.user_id),
+        ("status = ?", query.status),
+        ("started_at >= ?", query.start_from),
+        ("started_at <= ?", query.start_to),
+    ]
+    conds = ["started_at IS NOT NULL"] + [cond for cond, value in wanted if value is not None]
+    return conds, [value for _, value in wanted if value is not None]
+
+
+def _matches(s: Summary, query: SessionQuery) -> bool:
+    started = s.started_at
+    return (
+        started is not None
+        and (query.user_id is None or s.user_id == query.user_id)
+        and (query.status is None or s.status == query.status)
+        and (query.start_from is None or started >= query.start_from)
+        and (query.start_to is None or started <= query.start_to)
+    )

@@ -1,0 +1,285 @@
+"""The store contract of the read API: the session projection, its reads (the events not
+routed yet folded in), API keys and plan limits; on SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, TypeVar
+
+import pytest
+
+from receiver import events
+from receiver.sessions import Fact
+from receiver.store import Store, open_store
+from receiver.store.base import Tx
+from receiver.store.records import SessionQuery
+from tests import dbview
+from tests.test_store_contract import run
+
+T = TypeVar("T")
+
+
+def ev(
+    i: int, kind: str = "score.drop", ts: str = "2026-01-01T00:00:00.000Z", **fields: Any
+) -> dict[str, Any]:
+    fields.setdefault("sessionId", "sess_1")
+    return events.sample(kind, id=f"evt_{i}", timestamp=ts, **fields)
+
+
+async def accept(store: Store, *payloads: dict[str, Any]) -> None:
+    for p in payloads:
+        e = events.validate(p)
+        await store.accept(e, json.dumps(p).encode())
+
+
+async def route(store: Store) -> int:
+    """What the router does to the projection: fold each unrouted event once, mark it."""
+
+    def work(tx: Tx) -> int:
+        batch = tx.unrouted(1000)
+        facts = [Fact.from_payload(json.loads(e.body)) for e in batch]
+        tx.project([f for f in facts if f is not None])
+        tx.mark_routed([e.id for e in batch], 2000.0)
+        return len(batch)
+
+    return await store.transact(work)
+
+
+def test_a_session_is_read_before_and_after_routing_alike(store_url: str) -> None:
+    async def go(store: Store) -> tuple[Any, ...]:
+        await accept(
+            store,
+            ev(1, "score.drop", "2026-01-01T00:00:01.000Z", score=30, page="/checkout", cohort="b"),
+            ev(2, "intervention.fired", "2026-01-01T00:00:02.000Z"),
+        )
+        before = await store.session("sess_1")
+        history_before = await store.score_history("sess_1")
+        assert await route(store) == 2
+        after = await store.session("sess_1")
+        return before, after, history_before, await store.score_history("sess_1")
+
+    before, after, h1, h2 = run(store_url, go)
+    assert before is not None and after is not None
+    assert (
+        before.as_dict()
+        == after.as_dict()
+        == {
+            "id": "sess_1",
+            "userId": "user_42",
+            "score": 30,
+            "status": "dropped",
+            "context": "/checkout",
+            "startedAt": "2026-01-01T00:00:01.000000Z",
+            "cohort": "b",
+            "signals": 1,
+            "interventions": 1,
+            "updatedAt": "2026-01-01T00:00:02.000000Z",
+        }
+    )
+    assert h1 == h2 == [(30.0, "2026-01-01T00:00:01.000000Z")]
+
+
+def test_late_and_split_deliveries_give_the_in_order_result(store_url: str) -> None:
+    later = ev(1, "score.recover", "2026-01-01T00:00:09.000Z", score=70)
+    stop = ev(2, "session.stopped", "2026-01-01T00:00:05.000Z")
+    early = ev(3, "score.drop", "2026-01-01T00:00:01.000Z", score=20)
+
+    async def go(store: Store) -> tuple[Any, Any]:
+        await accept(store, later, stop)
+        await route(store)
+        await accept(store, early)  # late: older than what is stored
+        mixed = await store.session("sess_1")  # one routed part, one not
+        await route(store)
+        return mixed, await store.session("sess_1")
+
+    mixed, routed = run(store_url, go)
+    for s in (mixed, routed):
+        assert s.score == 70 and s.status == "stopped"
+        assert s.started_at == "2026-01-01T00:00:01.000000Z"
+        assert s.last_ts == "2026-01-01T00:00:09.000000Z" and s.signals == 2
+
+
+def test_unknown_session_is_none(store_url: str) -> None:
+    async def go(store: Store) -> tuple[Any, Any]:
+        return await store.session("nope"), await store.score_history("nope")
+
+    assert run(store_url, go) == (None, None)
+
+
+def test_pages_walk_every_session_once_while_new_ones_arrive(store_url: str) -> None:
+    def start(n: int) -> str:
+        return f"2026-01-01T00:{n // 60:02d}:{n % 60:02d}.000Z"
+
+    async def go(store: Store) -> tuple[list[str], list[int]]:
+        await accept(store, *(ev(i, sessionId=f"s{i:03d}", ts=start(i)) for i in range(25)))
+        await route(store)
+        await accept(store, *(ev(i, sessionId=f"s{i:03d}", ts=start(i)) for i in range(25, 30)))
+        seen: list[str] = []
+        totals: list[int] = []
+        cursor = None
+        for turn in range(10):
+            page = await store.list_sessions(SessionQuery(limit=7, cursor=cursor))
+            seen += [s.id for s in page.sessions]
+            totals.append(page.total)
+            # newer sessions arrive during the walk; they sort before the cursor
+            await accept(store, ev(100 + turn, sessionId=f"new{turn}", ts=start(200 + turn)))
+            if turn % 2:
+                await route(store)
+            cursor = page.cursor
+            if cursor is None:
+                break
+        return seen, totals
+
+    seen, totals = run(store_url, go)
+    assert seen == [f"s{i:03d}" for i in range(29, -1, -1)]
+    assert totals[0] == 30
+
+
+def test_filters_total_and_unknown_cursor(store_url: str) -> None:
+    async def go(store: Store) -> tuple[Any, ...]:
+        await accept(
+            store,
+            ev(1, sessionId="a", userId="u1", ts="2026-01-01T00:00:01.000Z"),
+            ev(2, "score.recover", sessionId="b", userId="u1", ts="2026-01-02T00:00:01.000Z"),
+            ev(3, sessionId="c", userId="u2", ts="2026-01-03T00:00:01.000Z"),
+            ev(4, "session.stopped", sessionId="c", userId="u2", ts="2026-01-03T00:00:02.000Z"),
+        )
+        await route(store)
+        by_user = await store.list_sessions(SessionQuery(user_id="u1"))
+        dropped = await store.list_sessions(SessionQuery(status="dropped"))
+        ranged = await store.list_sessions(
+            SessionQuery(
+                start_from="2026-01-02T00:00:00.000000Z", start_to="2026-01-03T00:00:00.000000Z"
+            )
+        )
+        with pytest.raises(KeyError):
+            await store.list_sessions(SessionQuery(cursor="nope"))
+        return by_user, dropped, ranged
+
+    by_user, dropped, ranged = run(store_url, go)
+    assert [s.id for s in by_user.sessions] == ["b", "a"] and by_user.total == 2
+    assert by_user.cursor is None
+    assert [s.id for s in dropped.sessions] == ["a"]
+    assert [s.id for s in ranged.sessions] == ["b"]
+
+
+def test_score_groups_count_each_session_once_with_its_latest_score(store_url: str) -> None:
+    async def go(store: Store) -> dict[str, dict[float, int]]:
+        await accept(
+            store,
+            ev(1, sessionId="a", page="/x", score=10, ts="2026-01-01T10:00:00.000Z"),
+            ev(
+                2,
+                "score.recover",
+                sessionId="a",
+                page="/x",
+                score=50,
+                ts="2026-01-01T11:00:00.000Z",
+            ),
+            ev(3, sessionId="b", page="/x", score=20, ts="2026-01-01T11:00:00.000Z"),
+            ev(4, sessionId="c", page="/y", score=30, ts="2026-01-01T11:30:00.000Z"),
+            ev(5, sessionId="old", page="/y", score=1, ts="2025-12-01T00:00:00.000Z"),
+            ev(6, sessionId="nopage", score=5, ts="2026-01-01T11:00:00.000Z"),
+        )
+        await route(store)
+        await accept(
+            store, ev(7, sessionId="d", page="/y", score=40, ts="2026-01-01T11:40:00.000Z")
+        )
+        groups = await store.score_groups("page", "2026-01-01T00:00:00.000000Z")
+        return {g.key: g.histogram for g in groups}
+
+    assert run(store_url, go) == {"/x": {50.0: 1, 20.0: 1}, "/y": {30.0: 1, 40.0: 1}}
+
+
+def test_an_upgrade_projects_the_events_routed_before(tmp_path: Any) -> None:
+    db = str(tmp_path / "old.db")
+
+    async def before(store: Store) -> None:
+        await accept(
+            store, ev(1, score=33), ev(2, "score.recover", score=60, ts="2026-01-01T00:00:05.000Z")
+        )
+        await store.transact(lambda tx: tx.mark_routed(["evt_1", "evt_2"], 1.0))
+
+    run(db, before)
+    # As a store from before the projection: no sessions, schema 5.
+    dbview.query(db, "DELETE FROM sessions")
+    dbview.query(db, "DELETE FROM session_scores")
+    dbview.query(db, "DELETE FROM schema_version WHERE version > 6")
+
+    async def after(store: Store) -> Any:
+        return await store.session("sess_1"), await store.score_history("sess_1")
+
+    summary, history = run(db, after)
+    assert summary.score == 60 and summary.status == "active" and summary.signals == 2
+    assert [s for s, _ in history] == [33.0, 60.0]
+
+
+# -- API keys and plan limits -----------------------------------------------------------------
+
+
+def test_keys_are_stored_listed_and_revoked(store_url: str) -> None:
+    async def go(store: Store) -> tuple[Any, ...]:
+        key = await store.add_key(
+            name="ci", key_hash="h1", prefix="ar_ab", plan="pro", role="reader", now=5.0
+        )
+        with pytest.raises(KeyError):
+            await store.add_key(
+                name="ci", key_hash="h2", prefix="ar_cd", plan="pro", role="reader", now=6.0
+            )
+        found = await store.authorize("h1", now=10.0)
+        unknown = await store.authorize("h9", now=10.0)
+        revoked = await store.revoke_key("ci", now=11.0)
+        again = await store.revoke_key("ci", now=12.0)
+        after = await store.authorize("h1", now=13.0)
+        return key, found, unknown, revoked, again, after, await store.keys()
+
+    key, found, unknown, revoked, again, after, listed = run(store_url, go)
+    assert (key.name, key.plan, key.role, key.prefix) == ("ci", "pro", "reader", "ar_ab")
+    assert found[0] is not None and found[0].name == "ci"
+    assert found[1] is not None and found[1].limit == 600 and found[1].remaining == 599
+    assert unknown == (None, None)
+    assert (revoked, again, after) == (True, False, (None, None))
+    assert [(k.name, k.revoked_at) for k in listed] == [("ci", 11.0)]
+    assert not any(hasattr(k, "hash") for k in listed)
+
+
+def test_a_free_key_gets_sixty_a_minute_and_the_sixty_first_is_refused(store_url: str) -> None:
+    async def go(store: Store) -> tuple[Any, ...]:
+        await store.add_key(
+            name="f", key_hash="hf", prefix="ar_f", plan="free", role="reader", now=0.0
+        )
+        await store.add_key(
+            name="e", key_hash="he", prefix="ar_e", plan="enterprise", role="admin", now=0.0
+        )
+        burst = [await store.authorize("hf", now=100.0 + i / 100) for i in range(61)]
+        later = await store.authorize("hf", now=160.5)  # the first ones have left the window
+        unlimited = [await store.authorize("he", now=100.0) for _ in range(100)]
+        return burst, later, unlimited
+
+    burst, later, unlimited = run(store_url, go)
+    refused = [limit for _, limit in burst if not limit.allowed]
+    assert len(refused) == 1 and burst[-1][1] == refused[0]
+    assert refused[0].remaining == 0 and refused[0].reset == 60
+    assert burst[0][1].remaining == 59
+    assert later[1].allowed
+    assert all(key is not None and limit is None for key, limit in unlimited)
+
+
+def test_replicas_share_one_count(pg_url: str) -> None:
+    async def go() -> list[bool]:
+        a, b = open_store(pg_url), open_store(pg_url)
+        await a.open()
+        await b.open()
+        try:
+            await a.add_key(
+                name="f", key_hash="hf", prefix="ar_f", plan="free", role="reader", now=0.0
+            )
+            results = await asyncio.gather(*(s.authorize("hf", now=100.0) for s in [a, b] * 35))
+            return [limit.allowed for _, limit in results]
+        finally:
+            await a.close()
+            await b.close()
+
+    allowed = asyncio.run(go())
+    assert allowed.count(True) == 60 and allowed.count(False) == 10
