@@ -26,12 +26,14 @@ from receiver import __version__, rules
 from receiver.api import openapi
 from receiver.api.auth import Access
 from receiver.api.sessions import SessionsAPI
+from receiver.api.webhooks import WebhooksAPI
 from receiver.dispatch.router import Router
 from receiver.errors import ConfigError, RequestError, StorageUnavailableError
 from receiver.ingest import IngestEndpoint
 from receiver.metrics import Metrics
 from receiver.notify.backoff import Backoff
 from receiver.notify.targets import Targets
+from receiver.notify.webhook import WebhookChannel
 from receiver.notify.worker import Worker
 from receiver.retention import Pruner
 from receiver.settings import Settings
@@ -125,6 +127,14 @@ def create_app(
     holder = RulesHolder(settings.rules, ruleset or _initial_rules(settings), builtin=builtin)
     store = open_store(settings.db, synchronous=settings.synchronous, clock=clock)
     targets = Targets(timeout=settings.notify_timeout)
+    webhooks = WebhookChannel(
+        store,
+        timeout=settings.webhook_timeout,
+        delays=settings.webhook_delays,
+        allow_private=settings.webhook_allow_private,
+        allow_http=settings.webhook_allow_http,
+        clock=clock,
+    )
     worker = Worker(
         store,
         targets,
@@ -134,8 +144,9 @@ def create_app(
         backoff=Backoff(
             initial=settings.retry_initial, maximum=settings.retry_max, give_up=settings.retry_for
         ),
-        lease=settings.notify_timeout * 2 + 10,
+        lease=max(settings.notify_timeout, settings.webhook_timeout) * 2 + 10,
         clock=clock,
+        webhooks=webhooks,
     )
     router = Router(store, holder, metrics=metrics, on_routed=worker.wake, clock=clock)
     pruner = Pruner(store, retention=settings.retention, metrics=metrics, clock=clock)
@@ -222,6 +233,7 @@ def create_app(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             targets.close()
+            await webhooks.close()
             await store.close()
             log.info("stopped in %.1fs; store closed", time.monotonic() - started)
 
@@ -231,6 +243,7 @@ def create_app(
             Route("/v1/events", ingest, methods=["POST"]),
             Route("/v1/openapi.json", openapi.endpoint(__version__), methods=["GET"]),
             *SessionsAPI(store, access, clock=clock).routes(),
+            *WebhooksAPI(store, access, webhooks, clock=clock).routes(),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics_endpoint),

@@ -20,7 +20,9 @@
     │   ├── ForbiddenError            403 forbidden (the key's role does not allow it)
     │   ├── RateLimitedError          429 rate_limited (+ Retry-After)
     │   ├── InvalidParameterError     400 invalid_parameter
-    │   └── SessionNotFoundError      404 session_not_found
+    │   ├── SessionNotFoundError      404 session_not_found
+    │   ├── InvalidWebhookError       400 invalid_webhook
+    │   └── WebhookNotFoundError      404 webhook_not_found
     ├── StoreError                    the store failed outside a request
     └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
 
@@ -142,6 +144,16 @@ class InvalidParameterError(RequestError):
 class SessionNotFoundError(RequestError):
     status = 404
     code = "session_not_found"
+
+
+class InvalidWebhookError(RequestError):
+    status = 400
+    code = "invalid_webhook"
+
+
+class WebhookNotFoundError(RequestError):
+    status = 404
+    code = "webhook_not_found"
 
 
 class StoreError(ReceiverError):

@@ -178,6 +178,15 @@ def iso(ts: datetime, *, digits: int = 6) -> str:
     return text[: len(text) - 6 + digits] + "Z"
 
 
+def iso_epoch(ts: float, *, digits: int = 3) -> str:
+    """Epoch seconds as iso() text: what the API shows of the store's times.
+
+    >>> iso_epoch(0)
+    '1970-01-01T00:00:00.000Z'
+    """
+    return iso(datetime.fromtimestamp(ts, UTC), digits=digits)
+
+
 def _describe(exc: _ValidationError) -> str:
     parts = []
     for err in exc.errors(include_url=False)[:5]:

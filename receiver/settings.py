@@ -40,6 +40,20 @@ def signing_secret(given: str | None = None) -> bytes:
     return (found[0] if found else DEV_SECRET).encode()
 
 
+def webhook_delays(text: str) -> tuple[float, ...]:
+    """RECEIVER_WEBHOOK_SCHEDULE: comma-separated delays (30s, 5m, 2h or seconds).
+
+    >>> webhook_delays("1m, 5m, 30")
+    (60.0, 300.0, 30.0)
+    """
+    from receiver.durations import parse_duration
+
+    parts = [p.strip() for p in text.split(",")]
+    if not all(parts):
+        raise ValueError(f"must be comma-separated delays such as 1m,5m,30m; got {text!r}")
+    return tuple(float(p) if p.replace(".", "", 1).isdigit() else parse_duration(p) for p in parts)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RECEIVER_", extra="ignore")
 
@@ -76,6 +90,13 @@ class Settings(BaseSettings):
     # Events (and their finished notifications, and quarantined bodies) older than this are
     # pruned. An id pruned is new again, so it must outlast the sender's retries.
     retention: float = Field(default=30 * 86400.0, gt=0)
+    # Deliveries to webhook subscribers (POST /v1/webhooks): the longest one may take, the
+    # delays between attempts (the service's own: 1m, 5m, 30m, 2h, 8h; failed after the
+    # last), and whether subscribers may be private addresses or plain http.
+    webhook_timeout: float = Field(default=10.0, gt=0)
+    webhook_schedule: str = "1m,5m,30m,2h,8h"
+    webhook_allow_private: bool = False
+    webhook_allow_http: bool = False
 
     @field_validator(
         "notify_timeout",
@@ -88,6 +109,7 @@ class Settings(BaseSettings):
         "header_timeout",
         "body_timeout",
         "retention",
+        "webhook_timeout",
         mode="before",
     )
     @classmethod
@@ -115,6 +137,16 @@ class Settings(BaseSettings):
                 f"must be longer than the max event age ({max_age:g}s); got {value:g}s"
             )
         return value
+
+    @field_validator("webhook_schedule")
+    @classmethod
+    def _schedule(cls, value: str) -> str:
+        webhook_delays(value)  # raises ValueError saying what is wrong
+        return value
+
+    @property
+    def webhook_delays(self) -> tuple[float, ...]:
+        return webhook_delays(self.webhook_schedule)
 
     @property
     def secret_list(self) -> list[bytes]:

@@ -1,5 +1,6 @@
 """The `receiver` command: serve, init, sign, send, check, explain, deliveries, retry, replay,
-alerts, silence, db, keys, simulate. One module per group of commands; this one gathers them."""
+alerts, silence, db, keys, webhooks, simulate. One module per group of commands; this one
+gathers them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from receiver.cli.outbox import deliveries, replay, retry
 from receiver.cli.rules import check, explain, init
 from receiver.cli.send import send, sign
 from receiver.cli.serve import serve, server_config
+from receiver.cli.webhooks import webhooks
 from receiver.simulate import simulate
 
 __all__ = ["cli", "serve", "server_config"]
@@ -33,6 +35,6 @@ def cli() -> None:
 
 for command in (
     serve, init, sign, send, check, explain, deliveries, retry, replay, alerts, silence, db,
-    keys, simulate,
+    keys, webhooks, simulate,
 ):  # fmt: skip
     cli.add_command(command)

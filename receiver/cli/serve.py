@@ -83,6 +83,24 @@ from receiver.settings import Settings
     "--retention",
     help="Prune events received longer ago than this; at least 10h36m [RECEIVER_RETENTION, 30d].",
 )
+@click.option(
+    "--webhook-timeout",
+    help="Longest one delivery to a subscriber may take [RECEIVER_WEBHOOK_TIMEOUT, 10s].",
+)
+@click.option(
+    "--webhook-schedule",
+    help="Delays between a subscriber's attempts [RECEIVER_WEBHOOK_SCHEDULE, 1m,5m,30m,2h,8h].",
+)
+@click.option(
+    "--webhook-allow-private/--no-webhook-allow-private",
+    default=None,
+    help="Let subscribers be loopback or private addresses [RECEIVER_WEBHOOK_ALLOW_PRIVATE].",
+)
+@click.option(
+    "--webhook-allow-http/--no-webhook-allow-http",
+    default=None,
+    help="Let subscribers use plain http [RECEIVER_WEBHOOK_ALLOW_HTTP].",
+)
 def serve(rules_path: Path | None, **flags: Any) -> None:
     """Serve POST /v1/events, /healthz, /readyz and /metrics.
 

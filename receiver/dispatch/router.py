@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from receiver.dispatch.fanout import fan_out
 from receiver.dispatch.pipeline import Pipeline, alert_id
 from receiver.errors import StorageUnavailableError
 from receiver.logs import LogLimiter
@@ -36,6 +37,7 @@ from receiver.rules import Decision, Ruleset
 from receiver.sessions import Fact
 from receiver.store import Store
 from receiver.store.base import StoredEvent, Tx
+from receiver.store.records import WEBHOOK_NOTIFIER, Notification
 
 log = logging.getLogger("receiver.router")
 
@@ -225,7 +227,9 @@ class Router:
         for event, (payload, decisions) in zip(events, routes, strict=True):
             pipeline.event(event.id, payload, decisions, replay=event.replay)
         tx.write_alerts()
-        tx.project(_facts(events, [payload for payload, _ in routes]))
+        payloads = [payload for payload, _ in routes]
+        tx.project(_facts(events, payloads))
+        _fan_out(tx, events, payloads, now)
         tx.mark_routed([event.id for event in events], now)
         return pipeline
 
@@ -241,6 +245,7 @@ class Router:
                     payload, decisions = _decided(ruleset, event, decided)
                     pipeline.event(event.id, payload, decisions, replay=event.replay)
                     tx.project(_facts([event], [payload]))
+                    _fan_out(tx, [event], [payload], now)
                     tx.mark_routed([event.id], now)
             except Exception:  # noqa: BLE001
                 log.exception("routing failed for event %s; left unrouted", event.id)
@@ -282,6 +287,32 @@ def _facts(events: Sequence[StoredEvent], payloads: Sequence[dict[str, Any]]) ->
         if event.replay is None and (fact := Fact.from_payload(payload)) is not None:
             facts.append(fact)
     return facts
+
+
+def _fan_out(
+    tx: Tx, events: Sequence[StoredEvent], payloads: Sequence[dict[str, Any]], now: float
+) -> int:
+    """Queue the webhook deliveries of routed events (not of a replay: that is for the
+    rules' notifications); how many."""
+    items = [(e.id, e.body, p) for e, p in zip(events, payloads, strict=True) if e.replay is None]
+    hooks = tx.subscriptions() if items else []
+    if not hooks:
+        return 0
+    with_threshold = [h.id for h in hooks if h.threshold is not None]
+    sessions = {p["sessionId"] for _, _, p in items if isinstance(p.get("sessionId"), str)}
+    sides = tx.sides(with_threshold, sessions) if with_threshold and sessions else {}
+    deliveries, changed = fan_out(hooks, items, sides)
+    for d in deliveries:
+        note = Notification(
+            rule="webhook",
+            notifier=WEBHOOK_NOTIFIER,
+            target=d.webhook.id,
+            title=d.delivery_id,
+            body=d.body,
+        )
+        tx.add(d.event_id, note, state="pending", now=now, kind="webhook")
+    tx.save_sides(changed)
+    return len(deliveries)
 
 
 def _decided(

@@ -13,8 +13,10 @@ from receiver.errors import StorageUnavailableError
 from receiver.metrics import Metrics
 from receiver.notify.backoff import Backoff
 from receiver.notify.targets import DeliveryError, Targets
+from receiver.notify.webhook import WebhookChannel
 from receiver.rules import Ruleset
 from receiver.store import OutboxRow, Store
+from receiver.store.records import WEBHOOK_NOTIFIER
 
 log = logging.getLogger("receiver.notify")
 
@@ -39,8 +41,10 @@ class Worker:
         concurrency: int = 8,
         lease: float = 60.0,
         clock: Callable[[], float] = time.time,
+        webhooks: WebhookChannel | None = None,
     ) -> None:
         self.store = store
+        self.webhooks = webhooks
         self.targets = targets
         self.rules = rules
         self.metrics = metrics
@@ -133,6 +137,10 @@ class Worker:
             for name, notifier in self.rules().notifiers.items()
             for i in range(len(notifier.urls))
         }
+        if self.webhooks is not None:  # a lane for each subscriber too
+            for hook_id in await self.webhooks.subscriptions():
+                key = (WEBHOOK_NOTIFIER, hook_id)
+                lanes[key] = self.concurrency - busy[key]
         # Rows whose notifier left the rules fail at once; looking for them costs a scan of
         # what is due, so only now and then.
         others = 0
@@ -159,6 +167,9 @@ class Worker:
         self._wake.set()
 
     async def _deliver(self, row: OutboxRow) -> None:
+        if row.notifier == WEBHOOK_NOTIFIER and self.webhooks is not None:
+            await self._deliver_webhook(row, self.webhooks)
+            return
         started = time.perf_counter()
         try:
             url = self._url(row)
@@ -174,6 +185,65 @@ class Worker:
         self.metrics.notifications["delivered"].inc()
         await self._record(row, lambda: self.store.mark_delivered(row.id, now=self.clock()))
         log.info("delivered %s for event %s (rule %s)", row.label, row.event_id, row.rule)
+
+    async def _deliver_webhook(self, row: OutboxRow, channel: WebhookChannel) -> None:
+        """One delivery to a subscriber, on the service's schedule; 410 Gone disables the
+        subscription."""
+        hook = (await channel.subscriptions()).get(row.target)
+        if hook is None:
+            await self._record(
+                row,
+                lambda: self.store.mark_failed(
+                    row.id,
+                    error="subscription deleted or disabled",
+                    now=self.clock(),
+                    retry_at=None,
+                ),
+            )
+            return
+        started = time.perf_counter()
+        outcome = await channel.send(hook, row)
+        now = self.clock()
+        if outcome.delivered:
+            self.metrics.delivery_seconds.observe(time.perf_counter() - started)
+            self.metrics.notifications["delivered"].inc()
+            await self._record(row, lambda: self.store.mark_delivered(row.id, now=now))
+            log.info("delivered event %s to subscriber %s", row.title, hook.public_id)
+            return
+        error = outcome.error or "failed"
+        retry_at = (
+            None if outcome.gone else channel.retry_at(row.attempts, now, outcome.retry_after)
+        )
+        if outcome.gone:
+            reason = "the subscriber answered 410 Gone"
+            await self._record(row, lambda: self._disable(hook.public_id, reason, now))
+            channel.forget()
+            log.warning("subscriber %s answered 410 Gone: subscription disabled", hook.public_id)
+        if retry_at is None:
+            self.metrics.notifications["dead"].inc()
+            log.error(
+                "delivery of event %s to subscriber %s failed for good after %d attempts: %s",
+                row.title,
+                hook.public_id,
+                row.attempts,
+                error,
+            )
+        else:
+            self.metrics.notifications["retried"].inc()
+            log.warning(
+                "delivery of event %s to subscriber %s failed (attempt %d): %s; retry in %.0fs",
+                row.title,
+                hook.public_id,
+                row.attempts,
+                error,
+                retry_at - now,
+            )
+        await self._record(
+            row, lambda: self.store.mark_failed(row.id, error=error, now=now, retry_at=retry_at)
+        )
+
+    async def _disable(self, public_id: str, reason: str, now: float) -> None:
+        await self.store.set_webhook(public_id, now=now, status="disabled", reason=reason)
 
     def _url(self, row: OutboxRow) -> str:
         notifier = self.rules().notifiers.get(row.notifier)

@@ -22,6 +22,7 @@ from receiver.store.records import (
     SessionQuery,
     Silence,
     StoredEvent,
+    Webhook,
 )
 
 __all__ = [
@@ -63,6 +64,18 @@ class Tx(Protocol):
         replica is routing right now."""
 
     def mark_routed(self, event_ids: list[str], now: float) -> int: ...
+
+    # webhook subscribers (receiver.dispatch.fanout decides, these keep)
+    def subscriptions(self) -> list[Webhook]:
+        """The active subscriptions."""
+
+    def sides(
+        self, webhook_ids: Iterable[int], session_ids: Iterable[str]
+    ) -> dict[tuple[int, str], tuple[bool, str]]:
+        """(subscription, session) -> (below its threshold, the mark of that score); on
+        PostgreSQL those sessions stay locked until the transaction ends."""
+
+    def save_sides(self, changed: Mapping[tuple[int, str], tuple[bool, str]]) -> None: ...
     def project(self, facts: Sequence[Fact]) -> None:
         """Fold routed events into the session projection; each event once (the router
         marks it routed in the same transaction)."""
@@ -222,3 +235,37 @@ class Store(Protocol):
     ) -> tuple[ApiKey | None, RateLimit | None]:
         """The live key with this hash, and whether this request is within its plan's
         limit (None for a plan without one); shared by every replica."""
+
+    # -- webhook subscriptions (receiver.store.webhooks) ------------------------------------
+
+    async def add_webhook(
+        self,
+        *,
+        public_id: str,
+        url: str,
+        events: list[str],
+        threshold: float | None,
+        format: str,
+        secret: str,
+        now: float,
+    ) -> Webhook: ...
+    async def webhooks(self, *, active_only: bool = False) -> list[Webhook]: ...
+    async def webhook(self, public_id: str) -> Webhook | None: ...
+    async def set_webhook(
+        self,
+        public_id: str,
+        *,
+        now: float,
+        status: str | None = None,
+        reason: str | None = None,
+        secret: str | None = None,
+    ) -> Webhook | None:
+        """Change a subscription's status or secret; deleting or disabling one cancels its
+        pending deliveries. None if no subscription (not deleted) has that id."""
+
+    async def webhook_deliveries(
+        self, webhook_id: int, *, limit: int, before: int | None = None
+    ) -> list[OutboxRow]: ...
+    async def retry_delivery(
+        self, webhook_id: int, delivery_id: int, *, now: float
+    ) -> OutboxRow | None: ...

@@ -182,3 +182,25 @@ class SessionPage:
     sessions: list[Any]  # receiver.sessions.Summary
     total: int
     cursor: str | None
+
+
+# -- webhook subscribers (POST /v1/webhooks) -------------------------------------------------
+
+WEBHOOK_NOTIFIER = "webhook"  # the outbox's notifier for a delivery; target is Webhook.id
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A subscriber. Its secret signs deliveries, so it is kept as it is (it cannot be a
+    hash); it leaves the store only to the sender, and to its creator once."""
+
+    id: int
+    public_id: str
+    url: str
+    events: list[str]
+    threshold: float | None
+    format: str  # "service" (X-Service-Signature) or "standard" (Standard Webhooks)
+    secret: str
+    status: str  # active, disabled (410 Gone) or deleted
+    created_at: float
+    status_reason: str | None = None

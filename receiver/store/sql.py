@@ -22,6 +22,7 @@ from receiver.store.records import (
     OutboxRow,
     Replay,
     Silence,
+    Webhook,
 )
 
 T = TypeVar("T")
@@ -32,6 +33,9 @@ OUTBOX_COLUMNS = (
 )
 SELECT_ALERTS = (
     "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts FROM alerts"
+)
+WEBHOOK_COLUMNS = (
+    "id, public_id, url, events, threshold, format, secret, status, created_at, status_reason"
 )
 _NOTICE_COLUMNS = "alert, episode, rule, notified_at, next_repeat_at, repeats"
 _SILENCE_COLUMNS = "id, matchers, reason, starts_at, ends_at, expired_at, created_at"
@@ -51,6 +55,12 @@ def event_row(event: Event, raw: bytes, received_at: float) -> tuple[Any, ...]:
         received_at,
         raw.decode("utf-8"),
     )
+
+
+def webhook(row: Sequence[Any]) -> Webhook:
+    values = list(row)
+    values[3] = json.loads(values[3])
+    return Webhook(*values)
 
 
 def _real(value: float | None) -> float | None:
@@ -96,6 +106,39 @@ class SQLTx:
     def project(self, facts: Sequence[Fact]) -> None:
         """Fold routed events into the session projection (the read API's)."""
         views.project(self._q, self._in, facts, lock=self._lock_sessions)
+
+    # -- webhook subscribers (the fan-out: receiver.dispatch.fanout) ------------------------
+
+    def subscriptions(self) -> list[Webhook]:
+        return [
+            webhook(row)
+            for row in self._q(
+                f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE status = 'active' ORDER BY id"
+            )
+        ]
+
+    def sides(
+        self, webhook_ids: Iterable[int], session_ids: Iterable[str]
+    ) -> dict[tuple[int, str], tuple[bool, str]]:
+        hooks, hook_param = self._in("webhook_id", webhook_ids)
+        sessions, session_param = self._in("session_id", session_ids)
+        return {
+            (hook_id, session_id): (bool(below), mark)
+            for hook_id, session_id, below, mark in self._q(
+                f"SELECT webhook_id, session_id, below, mark FROM webhook_sides WHERE {hooks}"
+                f" AND {sessions}",
+                (hook_param, session_param),
+            )
+        }
+
+    def save_sides(self, changed: Mapping[tuple[int, str], tuple[bool, str]]) -> None:
+        for (hook_id, session_id), (below, mark) in changed.items():
+            self._q(
+                "INSERT INTO webhook_sides (webhook_id, session_id, below, mark)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (webhook_id, session_id) DO UPDATE"
+                " SET below = excluded.below, mark = excluded.mark",
+                (hook_id, session_id, int(below), mark),
+            )
 
     def mark_routed(self, event_ids: list[str], now: float) -> int:
         """Mark these events routed; how many were not already."""

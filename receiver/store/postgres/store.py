@@ -41,6 +41,7 @@ from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
 from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.views import SQLViews
+from receiver.store.webhooks import SQLWebhooks
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
@@ -58,7 +59,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore(SQLOutbox, SQLViews):
+class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks):
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(

@@ -54,6 +54,17 @@ class PostgresTx(SQLTx):
         # One digest per (rule, key) across replicas: whoever looks first holds the key.
         self.conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (rule, key))
 
+    def sides(
+        self, webhook_ids: Iterable[int], session_ids: Iterable[str]
+    ) -> dict[tuple[int, str], tuple[bool, str]]:
+        # Replicas routing events of one session at once take turns: one crossing, one event.
+        for session_id in sorted(set(session_ids)):
+            self.conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtext('webhook-sides'), hashtext(%s))",
+                (session_id,),
+            )
+        return super().sides(webhook_ids, session_ids)
+
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
         with self.conn.transaction():

@@ -10,6 +10,7 @@ from typing import Any
 import sqlite_utils
 
 from receiver.store.views import VIEWS_SCHEMA, backfill
+from receiver.store.webhooks import WEBHOOKS_SCHEMA
 
 
 def _in(column: str, values: Iterable[Any]) -> tuple[str, Any]:
@@ -156,6 +157,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     VIEWS_SCHEMA.format(id="INTEGER PRIMARY KEY", without_rowid=" WITHOUT ROWID"),
     # 7: the sessions of the events already routed before 6 (an upgrade).
     lambda conn: backfill(conn.execute, _in),
+    # the webhook subscribers (POST /v1/webhooks) and their threshold sides.
+    WEBHOOKS_SCHEMA.format(id="INTEGER PRIMARY KEY", without_rowid=" WITHOUT ROWID"),
 ]
 
 

@@ -28,6 +28,7 @@ from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
 from receiver.store.views import SQLViews
+from receiver.store.webhooks import SQLWebhooks
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
@@ -128,7 +129,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore(SQLOutbox, SQLViews):
+class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks):
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(

@@ -1,0 +1,239 @@
+"""POST/GET /v1/webhooks, GET/DELETE /v1/webhooks/:id, POST /v1/webhooks/:id/rotate-secret,
+GET /v1/webhooks/:id/deliveries and POST /v1/webhooks/:id/deliveries/:deliveryId/retry:
+subscriptions only (a key with role writer or admin). Sending is receiver.notify.webhook's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from receiver.api.auth import Access
+from receiver.api.sessions import limit_param
+from receiver.errors import InvalidParameterError, InvalidWebhookError, WebhookNotFoundError
+from receiver.events import EVENT_TYPES, iso_epoch
+from receiver.notify.webhook import UnsafeURLError, WebhookChannel, check_subscriber, new_secret
+from receiver.store import OutboxRow, Store
+from receiver.store.records import Webhook
+
+FORMATS = ("service", "standard")
+MAX_URL = 2048
+# Outbox states as a subscriber's delivery list shows them.
+DELIVERY_STATES = {"delivered": "delivered", "dead": "failed", "cancelled": "failed"}
+
+
+def describe(hook: Webhook, *, secret: bool = False) -> dict[str, Any]:
+    """A subscription as the API shows it; the secret only when asked (on creation and
+    rotation, to whoever made the request)."""
+    shown: dict[str, Any] = {
+        "id": hook.public_id,
+        "url": hook.url,
+        "events": hook.events,
+        "threshold": _number(hook.threshold),
+        "format": hook.format,
+        "status": hook.status,
+        "createdAt": iso_epoch(hook.created_at),
+    }
+    if hook.status_reason:
+        shown["statusReason"] = hook.status_reason
+    if secret:
+        shown["secret"] = hook.secret
+    return shown
+
+
+def delivery(row: OutboxRow) -> dict[str, Any]:
+    error = row.last_error
+    status = None
+    if error and error.startswith("HTTP ") and error[5:8].isdigit():
+        status = int(error[5:8])
+    state = DELIVERY_STATES.get(row.state, "pending")
+    return {
+        "id": str(row.id),
+        "eventId": row.title,
+        "sourceEventId": row.event_id,
+        "state": state,
+        "attempts": row.attempts,
+        "lastStatus": status,
+        "lastError": error,
+        "nextAttemptAt": iso_epoch(row.next_at) if state == "pending" else None,
+        "createdAt": iso_epoch(row.created_at),
+    }
+
+
+def _number(value: float | None) -> float | int | None:
+    return int(value) if value is not None and float(value).is_integer() else value
+
+
+async def validate(
+    body: Any, *, allow_private: bool, allow_http: bool
+) -> tuple[str, list[str], float | None, str]:
+    """A registration's url, events, threshold and format; InvalidWebhookError naming the
+    field that is wrong."""
+    if not isinstance(body, Mapping):
+        raise InvalidWebhookError("body must be a JSON object with url and events")
+    url, events = body.get("url"), body.get("events")
+    if not isinstance(url, str) or not url:
+        raise InvalidWebhookError("url is required: the https:// address to deliver to")
+    if len(url) > MAX_URL:
+        raise InvalidWebhookError(f"url is longer than {MAX_URL} characters")
+    try:
+        await check_subscriber(url, allow_private=allow_private, allow_http=allow_http)
+    except UnsafeURLError as exc:
+        raise InvalidWebhookError(f"url: {exc}") from None
+    if not isinstance(events, list) or not events:
+        raise InvalidWebhookError(
+            f"events is required: a non-empty list of {', '.join(EVENT_TYPES)}"
+        )
+    unknown = [e for e in events if e not in EVENT_TYPES]
+    if unknown:
+        raise InvalidWebhookError(
+            f"events: unknown event name {str(unknown[0])[:60]!r}; choose from"
+            f" {', '.join(EVENT_TYPES)}"
+        )
+    threshold = body.get("threshold")
+    if threshold is not None and (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not math.isfinite(threshold)
+    ):
+        raise InvalidWebhookError("threshold must be a number")
+    form = body.get("format", "service")
+    if form not in FORMATS:
+        raise InvalidWebhookError(f"format must be one of {', '.join(FORMATS)}")
+    return url, list(dict.fromkeys(events)), threshold, form
+
+
+async def register(
+    store: Store,
+    body: Any,
+    *,
+    allow_private: bool,
+    allow_http: bool,
+    now: float,
+) -> Webhook:
+    url, events, threshold, form = await validate(
+        body, allow_private=allow_private, allow_http=allow_http
+    )
+    return await store.add_webhook(
+        public_id="wh_" + secrets.token_urlsafe(12),
+        url=url,
+        events=events,
+        threshold=threshold,
+        format=form,
+        secret=new_secret(form),
+        now=now,
+    )
+
+
+class WebhooksAPI:
+    def __init__(
+        self,
+        store: Store,
+        access: Access,
+        channel: WebhookChannel,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.access = access
+        self.channel = channel
+        self.clock = clock
+
+    def routes(self) -> list[Route]:
+        base = "/v1/webhooks"
+        return [
+            Route(base, self.create, methods=["POST"]),
+            Route(base, self.list, methods=["GET"]),
+            Route(base + "/{id}", self.one, methods=["GET"]),
+            Route(base + "/{id}", self.delete, methods=["DELETE"]),
+            Route(base + "/{id}/rotate-secret", self.rotate, methods=["POST"]),
+            Route(base + "/{id}/deliveries", self.deliveries, methods=["GET"]),
+            Route(base + "/{id}/deliveries/{delivery}/retry", self.retry, methods=["POST"]),
+        ]
+
+    async def _hook(self, request: Request) -> tuple[Webhook, dict[str, str]]:
+        _, headers = await self.access.check(request, "writer")
+        found = await self.store.webhook(request.path_params["id"])
+        if found is None:
+            raise WebhookNotFoundError(
+                f"no webhook has the id {request.path_params['id'][:100]!r}", headers=headers
+            )
+        return found, headers
+
+    async def create(self, request: Request) -> Response:
+        _, headers = await self.access.check(request, "writer")
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            raise InvalidWebhookError('body must be JSON: {"url": ..., "events": [...]}') from None
+        hook = await register(
+            self.store,
+            body,
+            allow_private=self.channel.allow_private,
+            allow_http=self.channel.allow_http,
+            now=self.clock(),
+        )
+        self.channel.forget()
+        return JSONResponse(describe(hook, secret=True), status_code=201, headers=headers)
+
+    async def list(self, request: Request) -> Response:
+        _, headers = await self.access.check(request, "writer")
+        hooks = [describe(h) for h in await self.store.webhooks()]
+        return JSONResponse({"webhooks": hooks}, headers=headers)
+
+    async def one(self, request: Request) -> Response:
+        hook, headers = await self._hook(request)
+        return JSONResponse(describe(hook), headers=headers)
+
+    async def delete(self, request: Request) -> Response:
+        hook, headers = await self._hook(request)
+        await self.store.set_webhook(hook.public_id, now=self.clock(), status="deleted")
+        self.channel.forget()
+        return Response(status_code=204, headers=headers)
+
+    async def rotate(self, request: Request) -> Response:
+        hook, headers = await self._hook(request)
+        changed = await self.store.set_webhook(
+            hook.public_id, now=self.clock(), secret=new_secret(hook.format)
+        )
+        assert changed is not None
+        self.channel.forget()
+        return JSONResponse(describe(changed, secret=True), headers=headers)
+
+    async def deliveries(self, request: Request) -> Response:
+        hook, headers = await self._hook(request)
+        limit = limit_param(request.query_params)
+        cursor = request.query_params.get("cursor")
+        if cursor is not None and not cursor.isdigit():
+            raise InvalidParameterError(
+                f"cursor must be the cursor of the previous page; got {cursor[:40]!r}"
+            )
+        rows = await self.store.webhook_deliveries(
+            hook.id, limit=limit + 1, before=int(cursor) if cursor else None
+        )
+        page = rows[:limit]
+        body = {
+            "deliveries": [delivery(r) for r in page],
+            "cursor": str(page[-1].id) if len(rows) > limit else None,
+        }
+        return JSONResponse(body, headers=headers)
+
+    async def retry(self, request: Request) -> Response:
+        hook, headers = await self._hook(request)
+        wanted = request.path_params["delivery"]
+        row = None
+        if wanted.isdigit():
+            row = await self.store.retry_delivery(hook.id, int(wanted), now=self.clock())
+        if row is None:
+            raise WebhookNotFoundError(
+                f"webhook {hook.public_id} has no delivery {wanted[:40]!r}", headers=headers
+            )
+        return JSONResponse(delivery(row), status_code=202, headers=headers)

@@ -1,0 +1,172 @@
+"""`receiver webhooks add|list|rm|deliveries|retry`: webhook subscribers from the command line
+(the same as POST/GET/DELETE /v1/webhooks and their deliveries)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from receiver.api.webhooks import delivery, describe, register
+from receiver.cli._common import db_option, with_store
+from receiver.errors import InvalidWebhookError
+from receiver.events import EVENT_TYPES
+from receiver.settings import Settings
+from receiver.store import Store
+from receiver.store.records import Webhook
+
+
+@click.group()
+def webhooks() -> None:
+    """Forward events to subscribers: signed POSTs with the service's retry schedule.
+
+    A running server picks a change up within a few seconds.
+    """
+
+
+@webhooks.command("add")
+@db_option
+@click.option("--url", required=True, help="The https:// address to deliver to.")
+@click.option(
+    "--event",
+    "event_names",
+    multiple=True,
+    type=click.Choice(EVENT_TYPES),
+    help="An event to deliver; repeat for several [all five].",
+)
+@click.option("--threshold", type=float, help="Derive score.drop/score.recover at this score.")
+@click.option(
+    "--format",
+    "form",
+    type=click.Choice(["service", "standard"]),
+    default="service",
+    show_default=True,
+    help="service: X-Service-Signature; standard: Standard Webhooks headers.",
+)
+@click.option("--json", "as_json", is_flag=True, help="The subscription and secret as JSON.")
+def add(
+    db: str,
+    url: str,
+    event_names: tuple[str, ...],
+    threshold: float | None,
+    form: str,
+    as_json: bool,
+) -> None:
+    """Subscribe a URL; prints its signing secret, once.
+
+    Example:
+
+        receiver webhooks add --url https://hooks.example.com/attention --event score.drop
+    """
+    settings = Settings()
+    body = {
+        "url": url,
+        "events": list(event_names or EVENT_TYPES),
+        "threshold": threshold,
+        "format": form,
+    }
+
+    async def go(store: Store) -> Webhook:
+        return await register(
+            store,
+            body,
+            allow_private=settings.webhook_allow_private,
+            allow_http=settings.webhook_allow_http,
+            now=time.time(),
+        )
+
+    try:
+        hook = with_store(db, go, create=True)
+    except InvalidWebhookError as exc:
+        raise click.ClickException(exc.message) from None
+    if as_json:
+        click.echo(json.dumps(describe(hook, secret=True)))
+        return
+    click.echo(hook.secret)
+    click.echo(
+        f"subscribed {hook.public_id} to {', '.join(hook.events)}. The line above is its"
+        " signing secret, shown only now: give it to the subscriber.",
+        err=True,
+    )
+
+
+@webhooks.command("list")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+def list_hooks(db: str, as_json: bool) -> None:
+    """List the subscriptions (never their secrets)."""
+    found = with_store(db, lambda store: store.webhooks())
+    if as_json:
+        for hook in found:
+            click.echo(json.dumps(describe(hook)))
+        return
+    if not found:
+        click.echo("no webhook subscribers; add one with: receiver webhooks add --url URL")
+        return
+    for h in found:
+        threshold = f", threshold {h.threshold:g}" if h.threshold is not None else ""
+        reason = f" ({h.status_reason})" if h.status_reason else ""
+        click.echo(
+            f"{h.public_id}  {h.status}{reason}  {h.url}  {', '.join(h.events)}{threshold},"
+            f" {h.format} format"
+        )
+
+
+@webhooks.command("rm")
+@db_option
+@click.argument("webhook_id")
+def rm(db: str, webhook_id: str) -> None:
+    """Delete a subscription; its deliveries not sent yet are cancelled."""
+    found = with_store(
+        db, lambda store: store.set_webhook(webhook_id, now=time.time(), status="deleted")
+    )
+    if found is None:
+        raise click.ClickException(f"no webhook {webhook_id!r} (see: receiver webhooks list)")
+    click.echo(f"deleted {webhook_id}")
+
+
+@webhooks.command("deliveries")
+@db_option
+@click.argument("webhook_id")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+def deliveries(db: str, webhook_id: str, limit: int, as_json: bool) -> None:
+    """A subscription's deliveries, newest first."""
+
+    async def go(store: Store) -> list[dict[str, object]] | None:
+        hook = await store.webhook(webhook_id)
+        if hook is None:
+            return None
+        return [delivery(r) for r in await store.webhook_deliveries(hook.id, limit=limit)]
+
+    found = with_store(db, go)
+    if found is None:
+        raise click.ClickException(f"no webhook {webhook_id!r} (see: receiver webhooks list)")
+    for d in found:
+        if as_json:
+            click.echo(json.dumps(d))
+            continue
+        last = d["lastError"] or "-"
+        click.echo(
+            f"{d['id']}  {d['state']}  event {d['eventId']}  attempts {d['attempts']}  "
+            f"last {last}  next {d['nextAttemptAt'] or '-'}"
+        )
+
+
+@webhooks.command("retry")
+@db_option
+@click.argument("webhook_id")
+@click.argument("delivery_id", type=int)
+def retry(db: str, webhook_id: str, delivery_id: int) -> None:
+    """Send a delivery again now (a failed one, with a fresh schedule)."""
+
+    async def go(store: Store) -> bool:
+        hook = await store.webhook(webhook_id)
+        if hook is None:
+            return False
+        return await store.retry_delivery(hook.id, delivery_id, now=time.time()) is not None
+
+    if not with_store(db, go):
+        raise click.ClickException(f"webhook {webhook_id!r} has no delivery {delivery_id}")
+    click.echo(f"delivery {delivery_id} queued again")

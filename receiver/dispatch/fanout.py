@@ -1,0 +1,90 @@
+"""Subscriber fan-out: which webhook deliveries a routed event makes. Pure.
+
+A subscriber without a threshold gets each event of a type it asked for as received
+(the stored body, byte for byte, under the event's own id). A subscriber with a
+threshold gets score.drop and score.recover derived from each session's scores against
+its threshold instead: one score.drop when a score falls below it, one score.recover
+when a later one is back at or above it (a session starts above). Scores older than the
+latest seen for the session and subscriber do not move it (a late delivery cannot flap
+it). A derived event's id is derived from the subscriber and the source event, so the
+same input gives the same id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from receiver.sessions import Fact
+from receiver.store.records import Webhook
+
+DERIVED = ("score.drop", "score.recover")
+Sides = dict[tuple[int, str], tuple[bool, str]]  # (subscription, session) -> (below, mark)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    event_id: str  # the source event
+    webhook: Webhook
+    delivery_id: str  # the id the subscriber sees, stable across retries
+    body: str
+
+
+def derived_id(webhook: Webhook, source_event_id: str) -> str:
+    digest = hashlib.sha256(f"{webhook.public_id}:{source_event_id}".encode()).hexdigest()
+    return f"evt_{digest[:24]}"
+
+
+def fan_out(
+    webhooks: Sequence[Webhook],
+    events: Sequence[tuple[str, str, Mapping[str, Any]]],
+    sides: Mapping[tuple[int, str], tuple[bool, str]],
+) -> tuple[list[Delivery], Sides]:
+    """The deliveries of events (id, stored body, payload), in order, and the sides that
+    changed. sides: what is stored for the (subscription, session) pairs involved."""
+    deliveries: list[Delivery] = []
+    changed: Sides = {}
+    for event_id, body, payload in events:
+        kind = payload.get("type")
+        for hook in webhooks:
+            if hook.threshold is None or kind not in DERIVED:
+                if kind in hook.events:
+                    deliveries.append(Delivery(event_id, hook, event_id, body))
+            if hook.threshold is None:
+                continue
+            fact = Fact.from_payload(dict(payload))
+            if fact is None or fact.score is None:
+                continue
+            key = (hook.id, fact.session_id)
+            below_before, mark = changed.get(key) or sides.get(key) or (False, "")
+            if fact.mark <= mark:
+                continue  # late: an older score than the one the side is from
+            below = fact.score < hook.threshold
+            changed[key] = (below, fact.mark)
+            crossed = "score.drop" if below else "score.recover"
+            if below != below_before and crossed in hook.events:
+                deliveries.append(
+                    Delivery(event_id, hook, *_derived(hook, crossed, event_id, payload))
+                )
+    return deliveries, changed
+
+
+def _derived(
+    hook: Webhook, kind: str, event_id: str, payload: Mapping[str, Any]
+) -> tuple[str, str]:
+    assert hook.threshold is not None
+    threshold = hook.threshold
+    new_id = derived_id(hook, event_id)
+    derived = {
+        "id": new_id,
+        "type": kind,
+        "sessionId": payload.get("sessionId"),
+        "userId": payload.get("userId"),
+        "score": payload.get("score"),
+        "threshold": int(threshold) if float(threshold).is_integer() else threshold,
+        "timestamp": payload.get("timestamp"),
+    }
+    return new_id, json.dumps(derived, separators=(",", ":"))

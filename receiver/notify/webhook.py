@@ -1,0 +1,277 @@
+"""The webhook channel: signed POSTs of events to subscribers, with the service's schedule.
+
+A delivery is an outbox row (notifier "webhook", target the subscription's id, title the
+delivery's stable id, body the exact JSON to send), claimed, retried and recorded as a
+notification is. This module signs and sends one, and says what to do next.
+
+Safety: a subscriber's address is checked when it registers and again at every send,
+on the address actually connected to (the connection goes to the address that passed
+the check, so a DNS answer that changes in between cannot swap it): loopback, private,
+link-local (cloud metadata), multicast and other non-global addresses are refused, and
+so is plain http, unless RECEIVER_WEBHOOK_ALLOW_PRIVATE / _ALLOW_HTTP say otherwise.
+Redirects are not followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import email.utils
+import hashlib
+import hmac
+import ipaddress
+import logging
+import random
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpcore
+import httpx
+
+from receiver import __version__
+from receiver.signature import SIGNATURE_HEADER
+from receiver.store import OutboxRow, Store
+from receiver.store.records import Webhook
+
+log = logging.getLogger("receiver.webhooks")
+
+EVENT_ID_HEADER = "X-Service-Event-Id"
+REFRESH = 2.0  # seconds a replica may go on using a subscription it read (a new secret...)
+JITTER = 0.1  # each delay is moved by up to this share, either way
+MAX_RETRY_AFTER = 86400.0  # a Retry-After longer than a day is taken as a day
+
+
+class UnsafeURLError(ValueError):
+    """A subscriber URL this receiver refuses to send to; the message says why."""
+
+
+def new_secret(format: str) -> str:
+    """A signing secret: Standard Webhooks' whsec_<base64> form for "standard" subscribers,
+    64 hex characters (used as the HMAC key text, as the service does) otherwise."""
+    if format == "standard":
+        return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    return secrets.token_hex(32)
+
+
+def sign(sub: Webhook, delivery_id: str, body: bytes, now: float) -> dict[str, str]:
+    """The headers that let the subscriber check this body came from us."""
+    if sub.format == "standard":
+        key = base64.b64decode(sub.secret.removeprefix("whsec_"))
+        stamp = str(int(now))
+        signed = f"{delivery_id}.{stamp}.".encode() + body
+        digest = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        return {
+            "webhook-id": delivery_id,
+            "webhook-timestamp": stamp,
+            "webhook-signature": f"v1,{digest}",
+        }
+    digest = hmac.new(sub.secret.encode(), body, hashlib.sha256).hexdigest()
+    return {SIGNATURE_HEADER: f"sha256={digest}", EVENT_ID_HEADER: delivery_id}
+
+
+def _refused(address: str) -> str | None:
+    """Why an IP address is no place to send a webhook, or None if it is a public one."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for test, what in (
+        (ip.is_loopback, "loopback"),
+        (ip.is_link_local, "link-local (cloud metadata lives there)"),
+        (ip.is_multicast, "multicast"),
+        (ip.is_private, "private"),
+        (ip.is_unspecified, "unspecified"),
+        (not ip.is_global, "not a public address"),
+    ):
+        if test:
+            return f"{address} is {what}"
+    return None
+
+
+def check_url(url: str, *, allow_http: bool) -> tuple[str, int]:
+    """The host and port of a subscriber URL; UnsafeURLError if its form is refused."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise UnsafeURLError(f"url must be an absolute https:// URL; got {url[:200]!r}")
+    if parts.scheme == "http" and not allow_http:
+        raise UnsafeURLError(
+            "url must use https (RECEIVER_WEBHOOK_ALLOW_HTTP=1 allows http on closed networks)"
+        )
+    if parts.username or parts.password:
+        raise UnsafeURLError("url must not carry a user name or password")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise UnsafeURLError(f"url has an invalid port: {url[:200]!r}") from None
+    return parts.hostname, port
+
+
+async def resolve(host: str, port: int, *, allow_private: bool) -> list[str]:
+    """The addresses of host that may be sent to (all of them, with allow_private);
+    UnsafeURLError if none may, or it does not resolve."""
+    try:
+        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UnsafeURLError(f"{host} does not resolve: {exc.strerror or exc}") from None
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if allow_private:
+        return addresses
+    refused = [why for a in addresses if (why := _refused(a)) is not None]
+    if refused:  # one bad answer is enough to refuse: the next lookup might pick it
+        raise UnsafeURLError(
+            f"{host} resolves to a refused address ({refused[0]}); subscribers must be public"
+            " (RECEIVER_WEBHOOK_ALLOW_PRIVATE=1 allows private ones on closed networks)"
+        )
+    return addresses
+
+
+async def check_subscriber(url: str, *, allow_private: bool, allow_http: bool) -> None:
+    """Registration's check of a subscriber URL; UnsafeURLError saying what is wrong."""
+    host, port = check_url(url, allow_http=allow_http)
+    await resolve(host, port, allow_private=allow_private)
+
+
+class _CheckedBackend(httpcore.AsyncNetworkBackend):
+    """Connects only to addresses that pass the check, to the very address checked."""
+
+    def __init__(self, allow_private: bool) -> None:
+        self.allow_private = allow_private
+        self.inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        addresses = await resolve(host, port, allow_private=self.allow_private)
+        return await self.inner.connect_tcp(
+            addresses[0], port, timeout, local_address, socket_options
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one send went: delivered; or an error, with the subscriber's Retry-After."""
+
+    delivered: bool
+    error: str | None = None
+    status: int | None = None
+    retry_after: float | None = None
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+
+class WebhookChannel:
+    """Sends deliveries to subscribers; knows the active subscriptions (re-read every
+    REFRESH seconds) and when to try a failed delivery again."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        timeout: float = 10.0,
+        delays: tuple[float, ...] = (60.0, 300.0, 1800.0, 7200.0, 28800.0),
+        allow_private: bool = False,
+        allow_http: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.timeout = timeout
+        self.delays = delays
+        self.allow_private = allow_private
+        self.allow_http = allow_http
+        self.clock = clock
+        self._subs: dict[int, Webhook] = {}
+        self._read_at = float("-inf")
+        self._client: httpx.AsyncClient | None = None
+
+    async def subscriptions(self) -> dict[int, Webhook]:
+        if time.monotonic() - self._read_at >= REFRESH:
+            self._subs = {w.id: w for w in await self.store.webhooks(active_only=True)}
+            self._read_at = time.monotonic()
+        return self._subs
+
+    def forget(self) -> None:
+        """Read the subscriptions again before the next claim (one just changed here)."""
+        self._read_at = float("-inf")
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            transport = httpx.AsyncHTTPTransport(retries=0)
+            # Every connection through the checking backend (httpx has no option for it).
+            transport._pool = httpcore.AsyncConnectionPool(
+                ssl_context=httpx.create_ssl_context(),
+                max_connections=100,
+                network_backend=_CheckedBackend(self.allow_private),
+            )
+            self._client = httpx.AsyncClient(
+                transport=transport,
+                follow_redirects=False,
+                timeout=self.timeout,
+                headers={"User-Agent": f"attention-receiver/{__version__}"},
+            )
+        return self._client
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def send(self, sub: Webhook, row: OutboxRow) -> Outcome:
+        body = row.body.encode()
+        try:
+            check_url(sub.url, allow_http=self.allow_http)
+            headers = {"Content-Type": "application/json"}
+            headers.update(sign(sub, row.title, body, self.clock()))
+            async with asyncio.timeout(self.timeout):  # the whole exchange, not each read
+                response = await self._http().post(sub.url, content=body, headers=headers)
+        except UnsafeURLError as exc:
+            return Outcome(False, f"refused: {exc}")
+        except (TimeoutError, httpx.TimeoutException):
+            return Outcome(False, f"no answer within {self.timeout:g}s")
+        except httpx.HTTPError as exc:
+            return Outcome(False, f"{type(exc).__name__}: {str(exc)[:200] or 'connection failed'}")
+        if 200 <= response.status_code < 300:
+            return Outcome(True, status=response.status_code)
+        retry_after = None
+        if response.status_code in (429, 503):
+            retry_after = _retry_after(response.headers.get("retry-after"), self.clock())
+        return Outcome(
+            False,
+            f"HTTP {response.status_code} {response.reason_phrase}".strip(),
+            status=response.status_code,
+            retry_after=retry_after,
+        )
+
+    def retry_at(self, attempts: int, now: float, retry_after: float | None) -> float | None:
+        """When to try again after the attempts-th attempt failed at now; None once the
+        schedule is spent (the first attempt and one retry per delay, as the service)."""
+        if attempts > len(self.delays):
+            return None
+        delay = self.delays[attempts - 1] * (1 + random.uniform(-JITTER, JITTER))
+        return now + max(delay, min(retry_after or 0.0, MAX_RETRY_AFTER))
+
+
+def _retry_after(value: str | None, now: float) -> float | None:
+    """Retry-After as seconds from now: a number of seconds, or an HTTP date."""
+    if not value:
+        return None
+    if value.strip().isdigit():
+        return float(value.strip())
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - now)
+    except (TypeError, ValueError):
+        return None

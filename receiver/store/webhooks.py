@@ -1,0 +1,157 @@
+"""What both SQL stores say alike about webhook subscribers: the subscriptions, the side of
+its threshold each session was last on (for derived score.drop / score.recover), and the
+deliveries, which are outbox rows (notifier "webhook", target the subscription's id)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TypeVar
+
+from receiver.store.records import WEBHOOK_NOTIFIER, OutboxRow, Webhook
+from receiver.store.sql import OUTBOX_COLUMNS, WEBHOOK_COLUMNS, Query, webhook
+
+T = TypeVar("T")
+
+WEBHOOKS_SCHEMA = """
+    CREATE TABLE webhooks (
+        id {id},
+        public_id TEXT NOT NULL UNIQUE,
+        url TEXT NOT NULL,
+        events TEXT NOT NULL,
+        threshold DOUBLE PRECISION,
+        format TEXT NOT NULL,
+        secret TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        status_reason TEXT
+    );
+    CREATE TABLE webhook_sides (
+        webhook_id BIGINT NOT NULL,
+        session_id TEXT NOT NULL,
+        below INTEGER NOT NULL,
+        mark TEXT NOT NULL,
+        PRIMARY KEY (webhook_id, session_id)
+    ){without_rowid};
+    CREATE INDEX outbox_target ON outbox (notifier, target, id)
+"""
+
+
+class SQLWebhooks:
+    """The Store's subscription methods both stores share."""
+
+    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
+        raise NotImplementedError
+
+    async def add_webhook(
+        self,
+        *,
+        public_id: str,
+        url: str,
+        events: list[str],
+        threshold: float | None,
+        format: str,
+        secret: str,
+        now: float,
+    ) -> Webhook:
+        def insert(q: Query) -> Webhook:
+            row = q(
+                "INSERT INTO webhooks (public_id, url, events, threshold, format, secret, status,"
+                f" created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?)"
+                f" RETURNING {WEBHOOK_COLUMNS}",
+                (public_id, url, json.dumps(events), threshold, format, secret, now, now),
+            ).fetchone()
+            return webhook(row)
+
+        return await self._statements(insert)
+
+    async def webhooks(self, *, active_only: bool = False) -> list[Webhook]:
+        """Every subscription but the deleted ones (with active_only: the active ones)."""
+        where = "status = 'active'" if active_only else "status <> 'deleted'"
+
+        def select(q: Query) -> list[Webhook]:
+            return [
+                webhook(row)
+                for row in q(
+                    f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE {where} ORDER BY id", ()
+                )
+            ]
+
+        return await self._statements(select, write=False)
+
+    async def webhook(self, public_id: str) -> Webhook | None:
+        def select(q: Query) -> Webhook | None:
+            row = q(
+                f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE public_id = ?"
+                " AND status <> 'deleted'",
+                (public_id,),
+            ).fetchone()
+            return webhook(row) if row else None
+
+        return await self._statements(select, write=False)
+
+    async def set_webhook(
+        self,
+        public_id: str,
+        *,
+        now: float,
+        status: str | None = None,
+        reason: str | None = None,
+        secret: str | None = None,
+    ) -> Webhook | None:
+        """Change a subscription's status (deleted: its pending deliveries are cancelled)
+        or secret; None if there is none of that id (deleted ones included)."""
+
+        def update(q: Query) -> Webhook | None:
+            row = q(
+                "UPDATE webhooks SET status = coalesce(?, status), status_reason = ?,"
+                " secret = coalesce(?, secret), updated_at = ?"
+                f" WHERE public_id = ? AND status <> 'deleted' RETURNING {WEBHOOK_COLUMNS}",
+                (status, reason, secret, now, public_id),
+            ).fetchone()
+            if row is None:
+                return None
+            found = webhook(row)
+            if status in ("deleted", "disabled"):
+                q(
+                    "UPDATE outbox SET state = 'cancelled', reason = ?, updated_at = ?"
+                    " WHERE notifier = ? AND target = ? AND state IN ('pending', 'held')",
+                    (f"subscription {status}", now, WEBHOOK_NOTIFIER, found.id),
+                )
+            return found
+
+        return await self._statements(update)
+
+    async def webhook_deliveries(
+        self, webhook_id: int, *, limit: int, before: int | None = None
+    ) -> list[OutboxRow]:
+        """A subscription's deliveries, newest first; before: a delivery id (a page's end)."""
+
+        def select(q: Query) -> list[OutboxRow]:
+            rows = q(
+                f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE notifier = ? AND target = ?"
+                " AND id < ? ORDER BY id DESC LIMIT ?",
+                (WEBHOOK_NOTIFIER, webhook_id, before if before is not None else 2**62, limit),
+            ).fetchall()
+            return [OutboxRow(*row) for row in rows]
+
+        return await self._statements(select, write=False)
+
+    async def retry_delivery(
+        self, webhook_id: int, delivery_id: int, *, now: float
+    ) -> OutboxRow | None:
+        """Send a delivery again now, its attempts counted afresh (a failed one, or any
+        not in flight); None if the subscription has no such delivery."""
+
+        def update(q: Query) -> OutboxRow | None:
+            row = q(
+                "UPDATE outbox SET state = CASE WHEN state = 'sending' THEN state ELSE 'pending'"
+                " END, attempts = CASE WHEN state = 'sending' THEN attempts ELSE 0 END,"
+                " next_at = CASE WHEN state = 'sending' THEN next_at ELSE ? END, updated_at = ?"
+                f" WHERE id = ? AND notifier = ? AND target = ? RETURNING {OUTBOX_COLUMNS}",
+                (now, now, delivery_id, WEBHOOK_NOTIFIER, webhook_id),
+            ).fetchone()
+            return OutboxRow(*row) if row else None
+
+        return await self._statements(update)
