@@ -46,6 +46,13 @@ def main() -> int:
         "--replicas", type=int, default=0, help="run only the replica scenario, with N replicas"
     )
     parser.add_argument("--pg-down", default="8s", help="how long PostgreSQL stays down")
+    parser.add_argument(
+        "--duplicates-per-crash",
+        type=int,
+        default=None,
+        help="replicas: fail on more deliveries beyond the first than this a crash (default:"
+        " at most what was in flight at the crash)",
+    )
     args = parser.parse_args()
     if args.replicas:
         return _replicas(args)
@@ -100,7 +107,12 @@ def _replicas(args: argparse.Namespace) -> int:
         max_wait=90,
         timeout=10,  # a replica answers 503 within a few seconds while PostgreSQL is down
     )
-    faults = replicas.Faults(replicas=args.replicas, kills=args.kills, pg_down=pg_down)
+    faults = replicas.Faults(
+        replicas=args.replicas,
+        kills=args.kills,
+        pg_down=pg_down,
+        duplicates_per_crash=args.duplicates_per_crash,
+    )
     print(f"chaos: replicas x{args.replicas} ...", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         outcome = replicas.run(Path(tmp), faults=faults, load=load)

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from receiver import __version__, rules
+from receiver.admin.views import AdminPages
 from receiver.api import openapi
 from receiver.api.auth import Access
 from receiver.api.sessions import SessionsAPI
@@ -162,6 +163,16 @@ def create_app(
     )
 
     access = Access(store, clock=clock)
+    admin = None
+    if settings.admin == "on":
+        admin = AdminPages(
+            store,
+            rules=holder,
+            router=router,
+            accepted=lambda: metrics.accepted._value.get(),
+            webhooks=webhooks,
+            clock=clock,
+        )
 
     async def healthz(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -198,6 +209,8 @@ def create_app(
             asyncio.create_task(_watch_rules(holder, metrics), name="rules-watch"),
             asyncio.create_task(pruner.run(), name="retention"),
         ]
+        if admin is not None:
+            tasks.append(asyncio.create_task(admin.sample(), name="admin-strip"))
         loop = asyncio.get_running_loop()
         with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
             loop.add_signal_handler(signal.SIGHUP, holder.reload, metrics)
@@ -244,6 +257,7 @@ def create_app(
             Route("/v1/openapi.json", openapi.endpoint(__version__), methods=["GET"]),
             *SessionsAPI(store, access, clock=clock).routes(),
             *WebhooksAPI(store, access, webhooks, clock=clock).routes(),
+            *(admin.routes() if admin is not None else []),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics_endpoint),

@@ -16,13 +16,14 @@
     │   ├── EventTooOldError          422 event_too_old
     │   ├── EventFromFutureError      422 event_from_future
     │   ├── StorageUnavailableError   503 storage_unavailable
-    │   ├── UnauthorizedError         401 unauthorized (the read API's Bearer key)
-    │   ├── ForbiddenError            403 forbidden (the key's role does not allow it)
-    │   ├── RateLimitedError          429 rate_limited (+ Retry-After)
-    │   ├── InvalidParameterError     400 invalid_parameter
-    │   ├── SessionNotFoundError      404 session_not_found
-    │   ├── InvalidWebhookError       400 invalid_webhook
-    │   └── WebhookNotFoundError      404 webhook_not_found
+    │   └── ApiError                  the read API's and the subscriptions' refusals
+    │       ├── UnauthorizedError         401 unauthorized (the Bearer key)
+    │       ├── ForbiddenError            403 forbidden (the key's role does not allow it)
+    │       ├── RateLimitedError          429 rate_limited (+ Retry-After)
+    │       ├── InvalidParameterError     400 invalid_parameter
+    │       ├── SessionNotFoundError      404 session_not_found
+    │       ├── InvalidWebhookError       400 invalid_webhook
+    │       └── WebhookNotFoundError      404 webhook_not_found
     ├── StoreError                    the store failed outside a request
     └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
 
@@ -121,37 +122,41 @@ class StorageUnavailableError(RequestError):
     code = "storage_unavailable"
 
 
-class UnauthorizedError(RequestError):
+class ApiError(RequestError):
+    """A refused request to the read API or the subscriptions (not a refused event)."""
+
+
+class UnauthorizedError(ApiError):
     status = 401
     code = "unauthorized"
 
 
-class ForbiddenError(RequestError):
+class ForbiddenError(ApiError):
     status = 403
     code = "forbidden"
 
 
-class RateLimitedError(RequestError):
+class RateLimitedError(ApiError):
     status = 429
     code = "rate_limited"
 
 
-class InvalidParameterError(RequestError):
+class InvalidParameterError(ApiError):
     status = 400
     code = "invalid_parameter"
 
 
-class SessionNotFoundError(RequestError):
+class SessionNotFoundError(ApiError):
     status = 404
     code = "session_not_found"
 
 
-class InvalidWebhookError(RequestError):
+class InvalidWebhookError(ApiError):
     status = 400
     code = "invalid_webhook"
 
 
-class WebhookNotFoundError(RequestError):
+class WebhookNotFoundError(ApiError):
     status = 404
     code = "webhook_not_found"
 

@@ -97,6 +97,8 @@ class Settings(BaseSettings):
     webhook_schedule: str = "1m,5m,30m,2h,8h"
     webhook_allow_private: bool = False
     webhook_allow_http: bool = False
+    # The admin page (/admin): "off" removes it entirely.
+    admin: Literal["on", "off"] = "on"
 
     @field_validator(
         "notify_timeout",

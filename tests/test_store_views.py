@@ -283,3 +283,93 @@ def test_replicas_share_one_count(pg_url: str) -> None:
 
     allowed = asyncio.run(go())
     assert allowed.count(True) == 60 and allowed.count(False) == 10
+
+
+# -- webhook subscriptions ----------------------------------------------------------------------
+
+
+def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: str) -> None:
+    from receiver.store.records import WEBHOOK_NOTIFIER, Notification
+
+    async def go(store: Store) -> tuple[Any, ...]:
+        hook = await store.add_webhook(
+            public_id="wh_1",
+            url="https://a.example/h",
+            events=["score.drop"],
+            threshold=None,
+            format="service",
+            secret="s1",
+            now=1.0,
+        )
+        other = await store.add_webhook(
+            public_id="wh_2",
+            url="https://b.example/h",
+            events=["score.drop"],
+            threshold=40,
+            format="standard",
+            secret="whsec_x",
+            now=2.0,
+        )
+
+        def queue(tx: Tx) -> list[int]:
+            return [
+                tx.add(
+                    f"evt_{i}",
+                    Notification("webhook", WEBHOOK_NOTIFIER, hook.id, f"evt_{i}", "{}"),
+                    state="pending",
+                    now=3.0,
+                    kind="webhook",
+                )
+                for i in range(3)
+            ]
+
+        ids = await store.transact(queue)
+        page = await store.webhook_deliveries(hook.id, limit=2)
+        rest = await store.webhook_deliveries(hook.id, limit=2, before=page[-1].id)
+        rotated = await store.set_webhook("wh_1", now=4.0, secret="s2")
+        await store.mark_failed(ids[0], error="HTTP 500", now=5.0, retry_at=None)
+        retried = await store.retry_delivery(hook.id, ids[0], now=6.0)
+        wrong = await store.retry_delivery(other.id, ids[0], now=6.0)
+        disabled = await store.set_webhook("wh_2", now=7.0, status="disabled", reason="410")
+        active = await store.webhooks(active_only=True)
+        deleted = await store.set_webhook("wh_1", now=8.0, status="deleted")
+        after = await store.webhook_deliveries(hook.id, limit=10)
+        return (
+            hook,
+            page,
+            rest,
+            rotated,
+            retried,
+            wrong,
+            disabled,
+            active,
+            deleted,
+            after,
+            await store.webhook("wh_1"),
+            await store.webhooks(),
+        )
+
+    hook, page, rest, rotated, retried, wrong, disabled, active, deleted, after, gone, listed = run(
+        store_url, go
+    )
+    assert hook.events == ["score.drop"] and hook.status == "active" and hook.secret == "s1"
+    assert [r.title for r in page] == ["evt_2", "evt_1"] and [r.title for r in rest] == ["evt_0"]
+    assert rotated.secret == "s2"
+    assert retried.state == "pending" and retried.attempts == 0 and retried.next_at == 6.0
+    assert wrong is None
+    assert disabled.status == "disabled" and disabled.status_reason == "410"
+    assert [h.public_id for h in active] == ["wh_1"]
+    assert deleted.status == "deleted" and gone is None
+    assert {r.state for r in after} == {"cancelled"}  # deleting cancels what is unsent
+    assert [h.public_id for h in listed] == ["wh_2"]
+
+
+def test_threshold_sides_are_kept_per_subscription_and_session(store_url: str) -> None:
+    async def go(store: Store) -> Any:
+        await store.transact(
+            lambda tx: tx.save_sides({(1, "s"): (True, "m1"), (2, "s"): (False, "m2")})
+        )
+        await store.transact(lambda tx: tx.save_sides({(1, "s"): (False, "m3")}))
+        return await store.transact(lambda tx: tx.sides([1, 2, 3], ["s", "t"]))
+
+    assert run(store_url, go) == {(1, "s"): (False, "m3"), (2, "s"): (False, "m2")}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -11,20 +12,36 @@ import click
 from receiver.cli._common import db_option, when, with_store
 from receiver.rules import parse_duration
 from receiver.rules.match import compile_match
+from receiver.store import Store
 from receiver.store.base import Tx
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
-def alerts(db: str, as_json: bool) -> None:
+@click.pass_context
+def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
     """List the alerts open now: sessions whose attention dropped, interventions not resolved.
+
+    An acknowledged alert shows who acknowledged it and when (`receiver alerts ack`).
 
     Example:
 
         receiver alerts
     """
-    found = with_store(db, lambda s: s.transact(lambda tx: _open_alerts(tx)))
+    if ctx.invoked_subcommand is not None:
+        return
+
+    async def read(store: Store) -> list[dict[str, Any]]:
+        found = await store.transact(_open_alerts)
+        acks = await store.acks(row["alert"] for row in found)
+        for row in found:
+            ack = acks.get((row["alert"], row["episode"]))
+            row["acked_by"] = ack.acked_by if ack else None
+            row["acked_at"] = ack.acked_at if ack else None
+        return found
+
+    found = with_store(db, read)
     if as_json:
         for row in found:
             click.echo(json.dumps(row))
@@ -34,10 +51,32 @@ def alerts(db: str, as_json: bool) -> None:
         return
     for row in found:
         rules = ", ".join(row["notified"]) or "no rule notified"
+        acked = (
+            f"; acknowledged by {row['acked_by']} at {when(row['acked_at'])}"
+            if row["acked_by"]
+            else ""
+        )
         click.echo(
             f"{row['alert']}  open since {row['opened_ts']} (event {row['opened_event']}, "
-            f"episode {row['episode']}); last event {row['last_ts']}; {rules}"
+            f"episode {row['episode']}); last event {row['last_ts']}; {rules}{acked}"
         )
+
+
+@alerts.command("ack")
+@db_option
+@click.argument("alert_id")
+@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who [$USER].")
+def ack(db: str, alert_id: str, by: str) -> None:
+    """Acknowledge an open alert: its repeats stop until it resolves.
+
+    Example:
+
+        receiver alerts ack user:user_42
+    """
+    found = with_store(db, lambda store: store.ack_alert(alert_id, by=by, now=time.time()))
+    if found is None:
+        raise click.ClickException(f"no open alert {alert_id!r} (see: receiver alerts)")
+    click.echo(f"{alert_id} acknowledged by {found.acked_by} at {when(found.acked_at)}")
 
 
 def _open_alerts(tx: Tx) -> list[dict[str, Any]]:

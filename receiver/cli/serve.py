@@ -101,6 +101,11 @@ from receiver.settings import Settings
     default=None,
     help="Let subscribers use plain http [RECEIVER_WEBHOOK_ALLOW_HTTP].",
 )
+@click.option(
+    "--admin",
+    type=click.Choice(["on", "off"]),
+    help="The admin page at /admin; off removes it [RECEIVER_ADMIN, on].",
+)
 def serve(rules_path: Path | None, **flags: Any) -> None:
     """Serve POST /v1/events, /healthz, /readyz and /metrics.
 

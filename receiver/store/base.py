@@ -10,12 +10,17 @@ from receiver.events import _Event as Event
 from receiver.sessions import Aggregate, Fact, Summary
 from receiver.store.records import (
     OUTBOX_STATES,
+    Ack,
     Alert,
     ApiKey,
+    EventQuery,
+    EventRow,
     Group,
     Notice,
     Notification,
+    OutboxQuery,
     OutboxRow,
+    Quarantined,
     RateLimit,
     Replay,
     SessionPage,
@@ -235,6 +240,24 @@ class Store(Protocol):
     ) -> tuple[ApiKey | None, RateLimit | None]:
         """The live key with this hash, and whether this request is within its plan's
         limit (None for a plan without one); shared by every replica."""
+
+    # -- the admin page (receiver.store.admin) ----------------------------------------------
+
+    async def size(self) -> int:
+        """Bytes the store takes on disk."""
+
+    async def events_page(self, query: EventQuery) -> list[EventRow]: ...
+    async def event(self, event_id: str) -> tuple[EventRow, str] | None: ...
+    async def quarantined(self, *, before: int | None, limit: int) -> list[Quarantined]: ...
+    async def outbox_page(self, query: OutboxQuery) -> list[OutboxRow]: ...
+    async def count_dead(self, notifier: str | None = None) -> int: ...
+    async def retry_dead_batch(self, notifier: str | None, *, limit: int, now: float) -> int: ...
+    async def ack_alert(self, alert_id: str, *, by: str, now: float) -> Ack | None:
+        """Acknowledge an open alert's episode: its repeats stop until it resolves."""
+
+    async def acks(self, alert_ids: Iterable[str]) -> dict[tuple[str, int], Ack]: ...
+    async def outbox_counts(self) -> dict[str, int]:
+        """Notifications waiting ("pending": pending, held, sending) and "dead"."""
 
     # -- webhook subscriptions (receiver.store.webhooks) ------------------------------------
 

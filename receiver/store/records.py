@@ -204,3 +204,62 @@ class Webhook:
     status: str  # active, disabled (410 Gone) or deleted
     created_at: float
     status_reason: str | None = None
+
+
+# -- the admin page ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """A stored event as the admin page lists it (the body apart)."""
+
+    id: str
+    type: str
+    session_id: str | None
+    user_id: str | None
+    score: float | None
+    event_ts: str
+    received_at: float
+    routed_at: float | None
+    duplicates: int  # deliveries of the same id after the first
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    limit: int = 50
+    type: str | None = None
+    session_id: str | None = None
+    user_id: str | None = None
+    since: float | None = None  # received_at, epoch seconds
+    until: float | None = None
+    duplicated: bool = False  # only events delivered more than once
+    before: tuple[float, str] | None = None  # (received_at, id) of the last row shown
+
+
+@dataclass(frozen=True)
+class OutboxQuery:
+    limit: int = 50
+    state: str | None = None
+    notifier: str | None = None
+    event_id: str | None = None
+    before: int | None = None  # the id of the last row shown
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    id: int
+    received_at: float
+    reason: str
+    client: str | None
+    event_id: str | None
+    body: str
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Someone acknowledged an alert's episode: its repeats stop until it resolves."""
+
+    alert: str
+    episode: int
+    acked_by: str
+    acked_at: float

@@ -278,7 +278,9 @@ class SQLTx:
     def due_repeats(self, now: float, limit: int = 100) -> list[Notice]:
         rows = self._q(
             f"SELECT {_NOTICE_COLUMNS} FROM notices WHERE next_repeat_at IS NOT NULL"
-            f" AND next_repeat_at <= ? LIMIT ?{self._skip_locked}",
+            " AND next_repeat_at <= ? AND NOT EXISTS (SELECT 1 FROM acks"
+            " WHERE acks.alert = notices.alert AND acks.episode = notices.episode)"
+            f" LIMIT ?{self._skip_locked}",
             (now, limit),
         )
         return [Notice(*row) for row in rows]

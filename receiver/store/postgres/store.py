@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
+from receiver.store.admin import SQLAdmin
 from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
@@ -59,7 +60,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks):
+class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin):
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -250,6 +251,14 @@ class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks):
     def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
         return f"{column} = ANY(?)", list(values)
 
+    async def size(self) -> int:
+        """Bytes on disk of the whole database."""
+        return int(
+            await self._read(
+                lambda q: q("SELECT pg_database_size(current_database())", ()).fetchone()[0]
+            )
+        )
+
     # -- the read API (shared: receiver.store.views.SQLViews) ------------------------------
 
     _lock_key = " FOR UPDATE"  # replicas count one key's requests in turn
@@ -352,7 +361,13 @@ def _insert_events(conn: Any, params: list[tuple[Any, ...]]) -> list[Accepted]:
         stored.discard(p[0])  # a second copy in the same batch is a duplicate
     dups = [p[0] for p, r in zip(params, results, strict=True) if r == "duplicate"]
     if dups:
-        bodies = dict(conn.execute("SELECT id, body FROM events WHERE id = ANY(%s)", (dups,)))
+        bodies = dict(
+            conn.execute(
+                "UPDATE events SET duplicates = duplicates + 1 WHERE id = ANY(%s)"
+                " RETURNING id, body",
+                (dups,),
+            )
+        )
         results = [
             "conflict" if r == "duplicate" and bodies.get(p[0], p[8]) != p[8] else r
             for p, r in zip(params, results, strict=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlite_utils
 
+from receiver.store.admin import ADMIN_SCHEMA
 from receiver.store.views import VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOKS_SCHEMA
 
@@ -157,8 +158,10 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     VIEWS_SCHEMA.format(id="INTEGER PRIMARY KEY", without_rowid=" WITHOUT ROWID"),
     # 7: the sessions of the events already routed before 6 (an upgrade).
     lambda conn: backfill(conn.execute, _in),
-    # the webhook subscribers (POST /v1/webhooks) and their threshold sides.
+    # 8: the webhook subscribers (POST /v1/webhooks) and their threshold sides.
     WEBHOOKS_SCHEMA.format(id="INTEGER PRIMARY KEY", without_rowid=" WITHOUT ROWID"),
+    # 9: the admin page: duplicate counts, event pages by time and user, acknowledgements.
+    ADMIN_SCHEMA.format(events_session=""),
 ]
 
 

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
+from receiver.store.admin import SQLAdmin
 from receiver.store.base import Accepted, OnAccepted
 from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.sqlite.schema import migrate
@@ -91,9 +92,12 @@ def _insert_batch(conn: sqlite3.Connection, accepts: list[_Accept]) -> list[Acce
             [job.params[0] for job, r in zip(accepts, results, strict=True) if r == "duplicate"]
         )
         # The first copy of an id repeated within the group is already in, so it is read too.
+        # Counted for the admin page; the UPDATE reads the bodies back too.
         bodies = dict(
             conn.execute(
-                "SELECT id, body FROM events WHERE id IN (SELECT value FROM json_each(?))", (ids,)
+                "UPDATE events SET duplicates = duplicates + 1"
+                " WHERE id IN (SELECT value FROM json_each(?)) RETURNING id, body",
+                (ids,),
             ).fetchall()
         )
         for i, (job, result) in enumerate(zip(accepts, results, strict=True)):
@@ -129,7 +133,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks):
+class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin):
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -456,6 +460,11 @@ class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks):
 
     async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
         return await self._call(lambda conn: fn(conn.execute), write=write)
+
+    async def size(self) -> int:
+        """Bytes on disk: the database file and its write-ahead log."""
+        wal = self.path.with_name(self.path.name + "-wal")
+        return sum(p.stat().st_size for p in (self.path, wal) if p.exists())
 
     # -- the read API (shared: receiver.store.views.SQLViews) ------------------------------
 

@@ -1,0 +1,82 @@
+"""Sign-in to the admin page: an admin API key -> a signed session cookie.
+
+The cookie (HttpOnly, SameSite=Strict, 12 hours) carries the key's hash, never the key,
+signed with a key kept in the store (so every replica, and the next start, honours it);
+each request checks the key again, so a revoked key ends its sessions at once. Every
+form carries the session's CSRF token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+
+from receiver.api.auth import hash_key, may
+from receiver.store import Store
+from receiver.store.base import Tx
+
+COOKIE = "receiver_admin"
+MAX_AGE = 12 * 3600
+_STATE = "admin-cookie-key"  # the store's named state holding the signing key
+
+
+@dataclass(frozen=True)
+class Session:
+    key_name: str
+    key_hash: str
+    csrf: str
+
+
+class AdminAuth:
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+        self._serializer: URLSafeTimedSerializer | None = None
+
+    async def _signer(self) -> URLSafeTimedSerializer:
+        if self._serializer is None:
+
+            def key(tx: Tx) -> str:
+                found = tx.get_state(_STATE)
+                if not isinstance(found, str):
+                    found = secrets.token_urlsafe(32)
+                    tx.set_state(_STATE, found)
+                return found
+
+            secret = await self.store.transact(key)
+            self._serializer = URLSafeTimedSerializer(secret, salt="receiver-admin")
+        return self._serializer
+
+    async def sign_in(self, key: str) -> tuple[str | None, str]:
+        """The cookie value for a valid admin key, or None and why not."""
+        found, _ = await self.store.authorize(hash_key(key.strip()), now=self.clock())
+        if found is None:
+            return None, "unknown or revoked API key"
+        if not may(found.role, "admin"):
+            return None, f"key {found.name!r} has role {found.role}; the admin page needs admin"
+        value = {"h": hash_key(key.strip()), "n": found.name, "c": secrets.token_urlsafe(16)}
+        return (await self._signer()).dumps(value), ""
+
+    async def session(self, cookie: str | None) -> Session | None:
+        """The session a cookie proves, while its key is a live admin key; else None."""
+        if not cookie:
+            return None
+        try:
+            value = (await self._signer()).loads(cookie, max_age=MAX_AGE)
+        except BadSignature:
+            return None
+        if not isinstance(value, dict) or not {"h", "n", "c"} <= set(value):
+            return None
+        found, limit = await self.store.authorize(value["h"], now=self.clock())
+        if found is None or not may(found.role, "admin"):
+            return None
+        return Session(key_name=found.name, key_hash=value["h"], csrf=value["c"])
+
+
+def csrf_ok(session: Session, token: object) -> bool:
+    return isinstance(token, str) and hmac.compare_digest(session.csrf, token)

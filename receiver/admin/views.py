@@ -1,0 +1,753 @@
+"""The admin page (/admin): server-rendered HTML for on-call staff. No script at all: every
+action is a form, and every action that changes something asks for confirmation on a page
+of its own first. Filters and page positions live in the URL, so a link can be pasted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from receiver import __version__, events
+from receiver.admin.auth import COOKIE, MAX_AGE, AdminAuth, Session, csrf_ok
+from receiver.api.auth import PREFIX, hash_key, new_key
+from receiver.api.webhooks import delivery, describe, register
+from receiver.errors import InvalidWebhookError, ReceiverError
+from receiver.events import EVENT_TYPES, iso_epoch
+from receiver.notify.webhook import WebhookChannel
+from receiver.rules import parse_duration
+from receiver.rules.match import compile_match
+from receiver.store import Store
+from receiver.store.base import Tx
+from receiver.store.records import (
+    OUTBOX_STATES,
+    PLANS,
+    ROLES,
+    WEBHOOK_NOTIFIER,
+    EventQuery,
+    OutboxQuery,
+    SessionQuery,
+)
+
+log = logging.getLogger("receiver.admin")
+HERE = Path(__file__).parent
+PAGE = 50
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
+        " frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+BULK_BATCH = 200
+
+
+def _when(ts: float | None) -> str:
+    return iso_epoch(ts)[:19].replace("T", " ") if ts else "-"
+
+
+def _epoch(text: str | None) -> float | None:
+    """A time from a filter field: ISO date or date-time (UTC), else None."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+
+
+def chart(history: list[tuple[float, str]], threshold: float | None) -> dict[str, Any]:
+    """An inline SVG line chart's geometry: points scaled into 600 x 160, the threshold's y."""
+    width, height, pad = 600, 160, 10
+    scores = [s for s, _ in history]
+    low = min([*scores, threshold if threshold is not None else scores[0]] if scores else [0])
+    high = max([*scores, threshold if threshold is not None else scores[0]] if scores else [100])
+    span = (high - low) or 1
+
+    def y(v: float) -> float:
+        return round(height - pad - (v - low) / span * (height - 2 * pad), 1)
+
+    n = len(history)
+    points = [
+        (round(pad + (i / max(1, n - 1)) * (width - 2 * pad), 1), y(s), s, ts)
+        for i, (s, ts) in enumerate(history)
+    ]
+    return {
+        "width": width,
+        "height": height,
+        "points": points,
+        "path": " ".join(f"{x},{yy}" for x, yy, _, _ in points),
+        "threshold_y": y(threshold) if threshold is not None else None,
+        "threshold": threshold,
+        "low": low,
+        "high": high,
+    }
+
+
+@dataclass
+class Job:
+    """A bulk action running in the background, with its progress."""
+
+    id: int
+    title: str
+    total: int
+    done: int = 0
+    finished: bool = False
+    error: str | None = None
+    started: float = field(default_factory=time.time)
+
+
+@dataclass
+class Strip:
+    """The header strip's receiving rate: accepted events sampled every few seconds."""
+
+    samples: list[tuple[float, float]] = field(default_factory=list)
+
+    def add(self, count: float) -> None:
+        now = time.monotonic()
+        self.samples = [(t, c) for t, c in self.samples if now - t <= 60] + [(now, count)]
+
+    def rate(self) -> float | None:
+        if len(self.samples) < 2:
+            return None
+        (t0, c0), (t1, c1) = self.samples[0], self.samples[-1]
+        return (c1 - c0) / (t1 - t0) if t1 > t0 else None
+
+
+class AdminPages:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        rules: Any,  # receiver.app.RulesHolder
+        router: Any,  # receiver.dispatch.router.Router (its lag)
+        accepted: Callable[[], float],
+        webhooks: WebhookChannel,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.rules = rules
+        self.router = router
+        self.accepted = accepted
+        self.webhooks = webhooks
+        self.clock = clock
+        self.auth = AdminAuth(store, clock=clock)
+        self.strip = Strip()
+        self.jobs: dict[int, Job] = {}
+        self._job_ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.env.filters["when"] = _when
+        self.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
+        self.env.globals["version"] = __version__
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def routes(self) -> list[BaseRoute]:
+        page = self._page
+        return [
+            Route("/admin", lambda request: RedirectResponse("/admin/events", status_code=303)),
+            Mount(
+                "/admin",
+                routes=[
+                    Route("/", page(self.home)),
+                    Route("/login", self.login_form, methods=["GET"]),
+                    Route("/login", self.login, methods=["POST"]),
+                    Route("/logout", page(self.logout), methods=["POST"]),
+                    Route("/events", page(self.events)),
+                    Route("/events/{id}", page(self.event)),
+                    Route("/events/{id}/replay", page(self.replay), methods=["GET", "POST"]),
+                    Route("/sessions", page(self.sessions)),
+                    Route("/sessions/{id}", page(self.session)),
+                    Route("/notifications", page(self.notifications)),
+                    Route("/notifications/{id}/retry", page(self.retry), methods=["GET", "POST"]),
+                    Route("/bulk-retry", page(self.bulk_retry), methods=["GET", "POST"]),
+                    Route("/jobs/{id}", page(self.job)),
+                    Route("/alerts", page(self.alerts)),
+                    Route("/alerts/{id}/ack", page(self.ack), methods=["GET", "POST"]),
+                    Route("/silences", page(self.silences), methods=["GET", "POST"]),
+                    Route("/silences/{id}/expire", page(self.expire), methods=["POST"]),
+                    Route("/rules", page(self.rules_page), methods=["GET", "POST"]),
+                    Route("/webhooks", page(self.webhooks_page), methods=["GET", "POST"]),
+                    Route("/webhooks/{id}/delete", page(self.webhook_delete), methods=["POST"]),
+                    Route("/keys", page(self.keys), methods=["GET", "POST"]),
+                    Route("/keys/{name}/revoke", page(self.revoke), methods=["POST"]),
+                    Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+                ],
+            ),
+        ]
+
+    async def sample(self) -> None:
+        """Sample the accepted count for the header strip's rate, every 5 s."""
+        while True:
+            self.strip.add(self.accepted())
+            await asyncio.sleep(5)
+
+    def _page(
+        self, handler: Callable[[Request, Session], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """handler behind sign-in (else a redirect to it) and, for a POST, the CSRF check."""
+
+        async def endpoint(request: Request) -> Response:
+            session = await self.auth.session(request.cookies.get(COOKIE))
+            if session is None:
+                target = "/admin/login?" + urlencode({"next": request.url.path})
+                return self._secure(RedirectResponse(target, status_code=303))
+            if request.method == "POST":
+                form = await request.form()
+                if not csrf_ok(session, form.get("csrf")):
+                    return self._secure(
+                        self.render(
+                            request,
+                            session,
+                            "message.html",
+                            {
+                                "title": "Refused",
+                                "message": "This form has no valid CSRF token;"
+                                " reload the page and try again.",
+                            },
+                            status=403,
+                        )
+                    )
+            return self._secure(await handler(request, session))
+
+        return endpoint
+
+    def _secure(self, response: Response) -> Response:
+        for name, value in SECURITY_HEADERS.items():
+            response.headers[name] = value
+        return response
+
+    def render(
+        self,
+        request: Request,
+        session: Session | None,
+        template: str,
+        context: Mapping[str, Any],
+        *,
+        status: int = 200,
+    ) -> HTMLResponse:
+        html = self.env.get_template(template).render(
+            request=request, session=session, strip=getattr(request.state, "strip", None), **context
+        )
+        return HTMLResponse(html, status_code=status)
+
+    async def _strip(self, request: Request) -> None:
+        counts = await self.store.outbox_counts()
+        request.state.strip = {
+            "rate": self.strip.rate(),
+            "lag": getattr(self.router, "lag", 0.0),
+            "pending": counts["pending"],
+            "dead": counts["dead"],
+            "size": await self.store.size(),
+        }
+
+    async def _view(
+        self, request: Request, session: Session, template: str, context: Mapping[str, Any]
+    ) -> HTMLResponse:
+        await self._strip(request)
+        return self.render(request, session, template, context)
+
+    def _back(self, path: str, **params: Any) -> RedirectResponse:
+        query = urlencode({k: v for k, v in params.items() if v is not None})
+        return RedirectResponse(path + (f"?{query}" if query else ""), status_code=303)
+
+    # -- sign-in ----------------------------------------------------------------------------
+
+    async def login_form(self, request: Request) -> Response:
+        return self._secure(self.render(request, None, "login.html", {"error": None}))
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        cookie, why = await self.auth.sign_in(str(form.get("key", "")))
+        if cookie is None:
+            log.warning("admin sign-in refused: %s", why)
+            return self._secure(
+                self.render(request, None, "login.html", {"error": why}, status=401)
+            )
+        target = str(request.query_params.get("next", "/admin/events"))
+        if not target.startswith("/admin") or target.startswith("//"):
+            target = "/admin/events"
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(
+            COOKIE,
+            cookie,
+            max_age=MAX_AGE,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/admin",
+        )
+        return self._secure(response)
+
+    async def logout(self, request: Request, session: Session) -> Response:
+        response = RedirectResponse("/admin/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/admin")
+        return response
+
+    async def home(self, request: Request, session: Session) -> Response:
+        return RedirectResponse("/admin/events", status_code=303)
+
+    # -- events -----------------------------------------------------------------------------
+
+    async def events(self, request: Request, session: Session) -> Response:
+        p = request.query_params
+        state = p.get("state") or "accepted"
+        filters = {k: p.get(k) or None for k in ("type", "session", "user", "since", "until")}
+        if state == "quarantined":
+            return await self._quarantine(request, session)
+        position = None
+        if p.get("before_at") and p.get("before_id"):
+            with contextlib.suppress(ValueError):
+                position = (float(p["before_at"]), p["before_id"])
+        query = EventQuery(
+            limit=PAGE + 1,
+            type=filters["type"],
+            session_id=filters["session"],
+            user_id=filters["user"],
+            since=_epoch(filters["since"]),
+            until=_epoch(filters["until"]),
+            duplicated=state == "duplicates",
+            before=position,
+        )
+        rows = await self.store.events_page(query)
+        more = len(rows) > PAGE
+        rows = rows[:PAGE]
+        next_page = None
+        if more:
+            keep = {k: v for k, v in p.items() if k not in ("before_at", "before_id")}
+            next_page = urlencode(
+                {**keep, "before_at": repr(rows[-1].received_at), "before_id": rows[-1].id}
+            )
+        return await self._view(
+            request,
+            session,
+            "events.html",
+            {"rows": rows, "state": state, "filters": filters, "types": EVENT_TYPES,
+             "next": next_page},
+        )  # fmt: skip
+
+    async def _quarantine(self, request: Request, session: Session) -> Response:
+        p = request.query_params
+        before = p.get("before")
+        rows = await self.store.quarantined(
+            before=int(before) if before and before.isdigit() else None, limit=PAGE + 1
+        )
+        more = len(rows) > PAGE
+        rows = rows[:PAGE]
+        next_page = urlencode({**p, "before": str(rows[-1].id)}) if more else None
+        return await self._view(
+            request, session, "quarantine.html", {"rows": rows, "next": next_page}
+        )
+
+    async def event(self, request: Request, session: Session) -> Response:
+        found = await self.store.event(request.path_params["id"])
+        if found is None:
+            return await self._missing(request, session, "event")
+        row, body = found
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        explanation = (
+            self.rules.current.explain(payload).format() if isinstance(payload, dict) else ""
+        )
+        rows = await self.store.outbox_page(OutboxQuery(limit=200, event_id=row.id))
+        notifications = [r for r in rows if r.notifier != WEBHOOK_NOTIFIER]
+        deliveries = [delivery(r) for r in rows if r.notifier == WEBHOOK_NOTIFIER]
+        return await self._view(
+            request,
+            session,
+            "event.html",
+            {"row": row, "body": body, "payload": payload, "explanation": explanation,
+             "notifications": notifications, "deliveries": deliveries},
+        )  # fmt: skip
+
+    async def replay(self, request: Request, session: Session) -> Response:
+        event_id = request.path_params["id"]
+        if request.method == "GET":
+            return await self._confirm(
+                request,
+                session,
+                f"Replay event {event_id}?",
+                "It goes through the current rules again and what they give it is sent,"
+                " marked [replay], whatever the alert lifecycle says.",
+                request.url.path,
+            )
+        try:
+            replay_id = await self.store.replay(event_id, now=self.clock())
+        except ReceiverError as exc:
+            return await self._message(request, session, "Not replayed", str(exc))
+        if replay_id is None:
+            return await self._missing(request, session, "event")
+        log.info("admin %s replayed event %s (replay #%d)", session.key_name, event_id, replay_id)
+        return self._back(f"/admin/events/{event_id}", replayed=replay_id)
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    async def sessions(self, request: Request, session: Session) -> Response:
+        p = request.query_params
+        status = p.get("status") or None
+        query = SessionQuery(
+            limit=PAGE,
+            user_id=p.get("user") or None,
+            status=status if status in ("active", "dropped", "stopped") else None,
+            cursor=p.get("cursor") or None,
+        )
+        try:
+            page = await self.store.list_sessions(query)
+        except KeyError:
+            return await self._message(request, session, "No such page", "Unknown cursor.")
+        next_page = urlencode({**p, "cursor": page.cursor}) if page.cursor else None
+        return await self._view(
+            request,
+            session,
+            "sessions.html",
+            {"page": page, "user": query.user_id or "", "status": query.status or "",
+             "next": next_page},
+        )  # fmt: skip
+
+    async def session(self, request: Request, session: Session) -> Response:
+        session_id = request.path_params["id"]
+        found = await self.store.session(session_id)
+        if found is None:
+            return await self._missing(request, session, "session")
+        history = await self.store.score_history(session_id) or []
+        recent = await self.store.events_page(EventQuery(limit=PAGE, session_id=session_id))
+        threshold = None
+        for row in recent:
+            event = await self.store.event(row.id)
+            if event is not None:
+                with contextlib.suppress(ValueError, TypeError):
+                    value = json.loads(event[1]).get("threshold")
+                    if isinstance(value, int | float) and not isinstance(value, bool):
+                        threshold = float(value)
+                        break
+        return await self._view(
+            request,
+            session,
+            "session.html",
+            {"s": found, "chart": chart(history, threshold), "events": recent},
+        )
+
+    # -- notifications ----------------------------------------------------------------------
+
+    async def notifications(self, request: Request, session: Session) -> Response:
+        p = request.query_params
+        state = p.get("state") or None
+        notifier = p.get("notifier") or None
+        before = p.get("before")
+        rows = await self.store.outbox_page(
+            OutboxQuery(
+                limit=PAGE + 1,
+                state=state if state in OUTBOX_STATES else None,
+                notifier=notifier,
+                before=int(before) if before and before.isdigit() else None,
+            )
+        )
+        more = len(rows) > PAGE
+        rows = rows[:PAGE]
+        next_page = urlencode({**p, "before": str(rows[-1].id)}) if more else None
+        notifiers = sorted({*self.rules.current.notifiers, WEBHOOK_NOTIFIER})
+        return await self._view(
+            request,
+            session,
+            "notifications.html",
+            {"rows": rows, "state": state or "", "notifier": notifier or "",
+             "states": OUTBOX_STATES, "notifiers": notifiers, "next": next_page},
+        )  # fmt: skip
+
+    async def retry(self, request: Request, session: Session) -> Response:
+        row_id = request.path_params["id"]
+        if not row_id.isdigit():
+            return await self._missing(request, session, "notification")
+        if request.method == "GET":
+            return await self._confirm(
+                request,
+                session,
+                f"Retry notification #{row_id}?",
+                "It is queued again now, with its attempts counted afresh.",
+                request.url.path,
+            )
+        done = await self.store.retry_dead(int(row_id), now=self.clock())
+        if not done:
+            return await self._message(
+                request, session, "Not retried", f"Notification #{row_id} is not dead."
+            )
+        log.info("admin %s retried notification %s", session.key_name, row_id)
+        return self._back("/admin/notifications", retried=row_id)
+
+    async def bulk_retry(self, request: Request, session: Session) -> Response:
+        notifier = request.query_params.get("notifier") or None
+        count = await self.store.count_dead(notifier)
+        target = f" to `{notifier}`" if notifier else ""
+        title = f"Retry all {count:,} dead notifications{target}?"
+        if request.method == "GET":
+            return await self._confirm(
+                request,
+                session,
+                title,
+                "They are queued again in the background, a batch at a time; a page shows"
+                " the progress.",
+                str(request.url.path) + (f"?{request.url.query}" if request.url.query else ""),
+                count=count,
+            )
+        job = Job(next(self._job_ids), title.rstrip("?"), count)
+        self.jobs[job.id] = job
+        task = asyncio.create_task(self._run_bulk(job, notifier))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        log.info("admin %s started: %s", session.key_name, job.title)
+        return RedirectResponse(f"/admin/jobs/{job.id}", status_code=303)
+
+    async def _run_bulk(self, job: Job, notifier: str | None) -> None:
+        try:
+            while job.done < job.total:
+                n = await self.store.retry_dead_batch(
+                    notifier, limit=min(BULK_BATCH, job.total - job.done), now=self.clock()
+                )
+                if n == 0:
+                    break
+                job.done += n
+                await asyncio.sleep(0)
+        except ReceiverError as exc:
+            job.error = str(exc)
+        finally:
+            job.finished = True
+
+    async def job(self, request: Request, session: Session) -> Response:
+        job_id = request.path_params["id"]
+        job = self.jobs.get(int(job_id)) if job_id.isdigit() else None
+        if job is None:
+            return await self._missing(request, session, "job")
+        return await self._view(request, session, "job.html", {"job": job})
+
+    # -- alerts and silences ----------------------------------------------------------------
+
+    async def alerts(self, request: Request, session: Session) -> Response:
+        alerts = await self.store.transact(lambda tx: tx.open_alerts())
+        acks = await self.store.acks(a.id for a in alerts)
+        return await self._view(request, session, "alerts.html", {"alerts": alerts, "acks": acks})
+
+    async def ack(self, request: Request, session: Session) -> Response:
+        alert_id = request.path_params["id"]
+        if request.method == "GET":
+            return await self._confirm(
+                request,
+                session,
+                f"Acknowledge {alert_id}?",
+                "Its repeats stop, and it shows you acknowledged it, until it resolves.",
+                request.url.path,
+            )
+        found = await self.store.ack_alert(alert_id, by=session.key_name, now=self.clock())
+        if found is None:
+            return await self._message(request, session, "Not acknowledged", "It is not open.")
+        log.info("admin %s acknowledged %s", session.key_name, alert_id)
+        return self._back("/admin/alerts")
+
+    async def silences(self, request: Request, session: Session) -> Response:
+        error = None
+        if request.method == "POST":
+            error = await self._add_silence(await request.form())
+            if error is None:
+                return self._back("/admin/silences")
+        now = self.clock()
+        found = await self.store.transact(lambda tx: tx.all_silences(200))
+        return await self._view(
+            request,
+            session,
+            "silences.html",
+            {"silences": found, "now": now, "error": error},
+        )
+
+    async def _add_silence(self, form: FormData) -> str | None:
+        """Create a silence from the form; why not, if it cannot be."""
+        matchers: dict[str, Any] = {}
+        for line in str(form.get("matchers", "")).splitlines():
+            if not line.strip():
+                continue
+            name, sep, value = line.partition("=")
+            if not sep or not name.strip():
+                return f"matcher {line.strip()[:60]!r} is not FIELD=VALUE"
+            matchers[name.strip()] = value.strip()
+        if not matchers:
+            return "at least one matcher (FIELD=VALUE) is needed"
+        _, problems = compile_match(matchers)
+        if problems:
+            return "; ".join(problems)
+        try:
+            seconds = parse_duration(str(form.get("duration", "")).strip())
+        except (ValueError, ReceiverError) as exc:
+            return str(exc)
+        reason = str(form.get("reason", "")).strip()
+        if not reason:
+            return "a reason is needed: it is shown with every silenced notification"
+        now = self.clock()
+
+        def add(tx: Tx) -> int:
+            return tx.add_silence(matchers, reason, now, now + seconds)
+
+        await self.store.transact(add)
+        return None
+
+    async def expire(self, request: Request, session: Session) -> Response:
+        silence_id = request.path_params["id"]
+        if silence_id.isdigit():
+            now = self.clock()
+            await self.store.transact(lambda tx: tx.expire_silence(int(silence_id), now))
+        return self._back("/admin/silences")
+
+    # -- rules ------------------------------------------------------------------------------
+
+    async def rules_page(self, request: Request, session: Session) -> Response:
+        sample = json.dumps(events.sample("score.drop"), indent=2)
+        explanation = error = None
+        if request.method == "POST":
+            sample = str((await request.form()).get("event", ""))
+            try:
+                payload = events.parse(sample.encode()).payload()
+                explanation = self.rules.current.explain(payload).format()
+            except ReceiverError as exc:
+                error = str(exc)
+        holder = self.rules
+        try:
+            text = holder.path.read_text() if not holder.builtin else None
+        except OSError as exc:
+            text = f"(cannot read {holder.path}: {exc})"
+        return await self._view(
+            request,
+            session,
+            "rules.html",
+            {"status": holder.status(), "text": text, "sample": sample,
+             "explanation": explanation, "error": error},
+        )  # fmt: skip
+
+    # -- webhooks and keys ------------------------------------------------------------------
+
+    async def webhooks_page(self, request: Request, session: Session) -> Response:
+        created = error = None
+        if request.method == "POST":
+            form = await request.form()
+            body = {
+                "url": str(form.get("url", "")).strip(),
+                "events": form.getlist("events"),
+                "threshold": float(str(form["threshold"])) if form.get("threshold") else None,
+                "format": str(form.get("format") or "service"),
+            }
+            try:
+                hook = await register(
+                    self.store,
+                    body,
+                    allow_private=self.webhooks.allow_private,
+                    allow_http=self.webhooks.allow_http,
+                    now=self.clock(),
+                )
+                self.webhooks.forget()
+                created = describe(hook, secret=True)
+            except InvalidWebhookError as exc:
+                error = exc.message
+        hooks = [describe(h) for h in await self.store.webhooks()]
+        return await self._view(
+            request,
+            session,
+            "webhooks.html",
+            {"hooks": hooks, "created": created, "error": error, "types": EVENT_TYPES},
+        )
+
+    async def webhook_delete(self, request: Request, session: Session) -> Response:
+        await self.store.set_webhook(request.path_params["id"], now=self.clock(), status="deleted")
+        self.webhooks.forget()
+        return self._back("/admin/webhooks")
+
+    async def keys(self, request: Request, session: Session) -> Response:
+        created = error = None
+        if request.method == "POST":
+            form = await request.form()
+            name = str(form.get("name", "")).strip()
+            plan, role = str(form.get("plan", "")), str(form.get("role", ""))
+            if not name or plan not in PLANS or role not in ROLES:
+                error = "a name, a plan and a role are needed"
+            else:
+                key = new_key()
+                try:
+                    await self.store.add_key(
+                        name=name, key_hash=hash_key(key), prefix=key[:PREFIX], plan=plan,
+                        role=role, now=self.clock(),
+                    )  # fmt: skip
+                    created = {"name": name, "key": key}
+                    log.info("admin %s created key %r (%s)", session.key_name, name, role)
+                except KeyError:
+                    error = f"a key named {name!r} exists already"
+        found = await self.store.keys()
+        return await self._view(
+            request,
+            session,
+            "keys.html",
+            {"keys": found, "created": created, "error": error, "plans": PLANS, "roles": ROLES},
+        )
+
+    async def revoke(self, request: Request, session: Session) -> Response:
+        name = request.path_params["name"]
+        if await self.store.revoke_key(name, now=self.clock()):
+            log.info("admin %s revoked key %r", session.key_name, name)
+        return self._back("/admin/keys")
+
+    # -- small pages ------------------------------------------------------------------------
+
+    async def _confirm(
+        self,
+        request: Request,
+        session: Session,
+        title: str,
+        detail: str,
+        action: str,
+        **extra: Any,
+    ) -> HTMLResponse:
+        return await self._view(
+            request,
+            session,
+            "confirm.html",
+            {"title": title, "detail": detail, "action": action, **extra},
+        )
+
+    async def _message(
+        self, request: Request, session: Session, title: str, message: str
+    ) -> HTMLResponse:
+        await self._strip(request)
+        return self.render(
+            request, session, "message.html", {"title": title, "message": message}, status=409
+        )
+
+    async def _missing(self, request: Request, session: Session, what: str) -> HTMLResponse:
+        await self._strip(request)
+        return self.render(
+            request,
+            session,
+            "message.html",
+            {"title": f"No such {what}", "message": f"There is no {what} with that id."},
+            status=404,
+        )
