@@ -14,7 +14,6 @@ from receiver.sessions import Fact
 from receiver.store import Store, open_store
 from receiver.store.base import Tx
 from receiver.store.records import SessionQuery
-from tests import dbview
 from tests.test_store_contract import run
 
 T = TypeVar("T")
@@ -193,19 +192,31 @@ def test_score_groups_count_each_session_once_with_its_latest_score(store_url: s
 
 
 def test_an_upgrade_projects_the_events_routed_before(tmp_path: Any) -> None:
+    """A store from before the projection (schema 5) with routed events: opening it with
+    this version builds their sessions."""
+    import sqlite3
+
+    from receiver.store.sql import event_row
+    from receiver.store.sqlite.schema import MIGRATIONS
+
     db = str(tmp_path / "old.db")
-
-    async def before(store: Store) -> None:
-        await accept(
-            store, ev(1, score=33), ev(2, "score.recover", score=60, ts="2026-01-01T00:00:05.000Z")
-        )
-        await store.transact(lambda tx: tx.mark_routed(["evt_1", "evt_2"], 1.0))
-
-    run(db, before)
-    # As a store from before the projection: no sessions, schema 5.
-    dbview.query(db, "DELETE FROM sessions")
-    dbview.query(db, "DELETE FROM session_scores")
-    dbview.query(db, "DELETE FROM schema_version WHERE version > 6")
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+        for version, script in enumerate(MIGRATIONS[:5], start=1):
+            assert isinstance(script, str)
+            for statement in filter(str.strip, script.split(";")):
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version VALUES (?)", (version,))
+        for payload in (
+            ev(1, score=33),
+            ev(2, "score.recover", score=60, ts="2026-01-01T00:00:05.000Z"),
+        ):
+            raw = json.dumps(payload).encode()
+            conn.execute(
+                "INSERT INTO events (id, type, session_id, user_id, score, threshold, event_ts,"
+                " received_at, body, routed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1.0)",
+                event_row(events.validate(payload), raw, 1.0),
+            )
 
     async def after(store: Store) -> Any:
         return await store.session("sess_1"), await store.score_history("sess_1")
