@@ -139,6 +139,10 @@ _ERRORS = {
     "429": _error("rate_limited: the key's plan limit is reached; see Retry-After"),
 }
 _SESSION_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+# What api.sessions.instant_param takes: 2026-05-01 or 2026-05-01T12:00:00Z.
+_INSTANT = {
+    "anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]
+}
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -184,8 +188,8 @@ def document(version: str) -> dict[str, Any]:
                     _query(
                         "status", {"type": "string", "enum": list(STATUSES)}, "only this status"
                     ),
-                    _query("from", {"type": "string"}, "startedAt at or after (ISO date or time)"),
-                    _query("to", {"type": "string"}, "startedAt at or before (ISO date or time)"),
+                    _query("from", _INSTANT, "startedAt at or after (ISO date or time)"),
+                    _query("to", _INSTANT, "startedAt at or before (a date: its whole day)"),
                     _query(
                         "limit",
                         {

@@ -25,6 +25,10 @@ MAX_LIMIT = 100
 GROUP_BY = ("page", "cohort", "userId")
 METRICS = ("avg", "p50", "p95")
 WINDOWS = {"1h": 3600, "24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400}
+# No stored id or user id holds a NUL (PostgreSQL text cannot), and PostgreSQL errors when
+# asked for one: a path id with a NUL is not found, a parameter with one is refused, and
+# the store is not asked.
+_NUL = "\x00"
 
 
 def choice(
@@ -44,7 +48,11 @@ def limit_param(params: Mapping[str, str]) -> int:
     value = params.get("limit")
     if value is None:
         return DEFAULT_LIMIT
-    if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
+    # ASCII digits, and few: str.isdigit() also takes "²", which int() refuses, and int()
+    # refuses more than 4300 digits; either would be a 500.
+    if not (value.isascii() and value.isdigit() and len(value) <= 6) or not (
+        1 <= int(value) <= MAX_LIMIT
+    ):
         raise InvalidParameterError(
             f"limit must be a whole number from 1 to {MAX_LIMIT}; got {value[:40]!r}"
         )
@@ -67,6 +75,16 @@ def instant_param(params: Mapping[str, str], name: str, *, end_of_day: bool) -> 
             f"{name} must be an ISO 8601 date or timestamp, such as 2026-05-01 or"
             f" 2026-05-01T12:00:00Z; got {value[:40]!r}"
         ) from None
+    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise InvalidParameterError(f"{name}: {value[:40]!r} is out of range in UTC") from None
+
+
+def text_param(params: Mapping[str, str], name: str) -> str | None:
+    """A free-text parameter; one with a NUL is refused (see _NUL)."""
+    value = params.get(name)
+    if value is not None and _NUL in value:
+        raise InvalidParameterError(f"{name} must not contain a NUL character; got {value[:40]!r}")
+    return value
 
 
 class SessionsAPI:
@@ -89,11 +107,11 @@ class SessionsAPI:
         params = request.query_params
         query = SessionQuery(
             limit=limit_param(params),
-            user_id=params.get("userId"),
+            user_id=text_param(params, "userId"),
             status=choice(params, "status", STATUSES, None),
             start_from=instant_param(params, "from", end_of_day=False),
             start_to=instant_param(params, "to", end_of_day=True),
-            cursor=params.get("cursor"),
+            cursor=text_param(params, "cursor"),
         )
         try:
             page = await self.store.list_sessions(query)
@@ -111,9 +129,9 @@ class SessionsAPI:
 
     async def _session(self, request: Request) -> tuple[Summary, dict[str, str]]:
         _, headers = await self.access.check(request)
-        return _found(
-            request, await self.store.session(request.path_params["id"]), headers
-        ), headers
+        session_id = request.path_params["id"]
+        found = None if _NUL in session_id else await self.store.session(session_id)
+        return _found(request, found, headers), headers
 
     async def one(self, request: Request) -> Response:
         found, headers = await self._session(request)
@@ -131,7 +149,8 @@ class SessionsAPI:
     async def history(self, request: Request) -> Response:
         _, headers = await self.access.check(request)
         session_id = request.path_params["id"]
-        points = _found(request, await self.store.score_history(session_id), headers)
+        found = None if _NUL in session_id else await self.store.score_history(session_id)
+        points = _found(request, found, headers)
         history = [{"score": int(s) if s.is_integer() else s, "timestamp": ts} for s, ts in points]
         return JSONResponse({"sessionId": session_id, "history": history}, headers=headers)
 

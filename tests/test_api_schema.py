@@ -1,0 +1,207 @@
+"""The /v1 read API against its own OpenAPI document. schemathesis loads GET /v1/openapi.json
+from a live server and generates requests for every operation (valid ones, and invalid ones
+where there is a parameter to break), sent with a reader key to a store with real sessions;
+every answer must be documented: no 500, a documented status and content type, a body and
+headers that match the schemas.
+
+schemathesis drives Hypothesis here through `operation.as_strategy()`, not through its
+pytest plugin (`schemathesis.pytest.from_fixture`), which does not run on pytest 9.2.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from receiver import __version__, events
+from receiver.api import openapi
+from tests.harness import Receiver
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = 100  # generated requests per operation and kind (valid, invalid)
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    derandomize=True,  # the same requests every run: a failure here is reproducible
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
+# Every operation of the document this version serves; the live one is read in the test.
+OPERATIONS = [
+    (method.upper(), path)
+    for path, item in openapi.document(__version__)["paths"].items()
+    for method in item
+]
+SESSIONS = ("s1", "s2", "s3", "s4", "s5")
+
+
+def at(minutes_ago: float) -> str:
+    return events.iso(datetime.now(UTC) - timedelta(minutes=minutes_ago), digits=3)
+
+
+def sent() -> list[dict[str, Any]]:
+    """Sessions of every shape the API answers: scored or not, each status, with and
+    without a user, page and cohort, whole and fractional scores."""
+    kinds = [
+        ("score.drop", "s1", 50, {"userId": "u1", "score": 30, "page": "/checkout", "cohort": "a"}),
+        ("intervention.fired", "s1", 49, {"userId": "u1"}),
+        ("intervention.resolved", "s1", 48.5, {"userId": "u1"}),
+        ("score.recover", "s1", 48, {"userId": "u1", "score": 70.5, "page": "/checkout"}),
+        ("score.drop", "s2", 40, {"userId": "u2", "score": 10, "page": "/cart", "cohort": "b"}),
+        ("score.drop", "s3", 30, {"userId": "u1", "score": 20.25, "page": "/cart"}),
+        ("session.stopped", "s3", 29, {"userId": "u1"}),
+        ("intervention.fired", "s4", 20, {"userId": "u3"}),  # never scored
+        ("session.stopped", "s5", 10, {}),  # no user either
+    ]
+    out = []
+    for i, (kind, session, minutes_ago, fields) in enumerate(kinds):
+        event = events.sample(kind, id=f"evt_{i}", sessionId=session, timestamp=at(minutes_ago))
+        del event["userId"]  # sample() always sets one
+        out.append({**event, **fields})
+    return out
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Receiver]:
+    """A receiver with the sessions of sent(), on each store (PostgreSQL refuses what
+    SQLite takes: a NUL in text)."""
+    db = None  # the harness's SQLite file
+    if request.param == "postgres":
+        db = request.getfixturevalue("postgres").create_database()
+    receiver = Receiver(
+        tmp_path_factory.mktemp("schema"), db=db, env={"RECEIVER_LOG_LEVEL": "warning"}
+    ).start()
+    try:
+        for event in sent():
+            assert receiver.send(event).status_code == 202
+        yield receiver
+    finally:
+        receiver.stop()
+
+
+@pytest.fixture(scope="module")
+def auth(server: Receiver) -> dict[str, str]:
+    """A reader key's header. Enterprise: no plan limit to run into while a thousand
+    requests go by."""
+    key = server.make_key("schema", plan="enterprise", role="reader")
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def api_schema(server: Receiver, auth: dict[str, str]) -> Any:
+    """The live server's document; the cases generated from it carry the key."""
+    config = schemathesis.Config.from_dict({"headers": auth})
+    return schemathesis.openapi.from_url(f"{server.url}/v1/openapi.json", config=config)
+
+
+def check(case: schemathesis.Case, auth: dict[str, str]) -> int:
+    """Send case with the key and hold the answer to the document; its status."""
+    response = case.call_and_validate(headers=auth, checks=CHECKS, timeout=10)
+    return int(response.status_code)
+
+
+@pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[p for _, p in OPERATIONS])
+def test_generated_requests_get_documented_answers(
+    api_schema: Any, auth: dict[str, str], method: str, path: str
+) -> None:
+    operation = api_schema[path][method]
+    statuses: Counter[int] = Counter()
+    # A string in the path has no invalid value to generate; a query parameter has.
+    modes = [GenerationMode.POSITIVE] + [GenerationMode.NEGATIVE] * bool(len(operation.query))
+    for mode in modes:
+
+        @FUZZ
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def answers(case: schemathesis.Case) -> None:
+            statuses[check(case, auth)] += 1
+
+        answers()
+    print(f"\n{method} {path}: {dict(sorted(statuses.items()))}")  # pytest -s shows it
+    # The key went with every request: what was checked is the endpoint, not the 401.
+    assert sum(statuses.values()) >= EXAMPLES and 401 not in statuses, statuses
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/sessions/{id}", "/v1/sessions/{id}/score", "/v1/sessions/{id}/scores"]
+)
+def test_existing_sessions_match_the_document(
+    api_schema: Any, auth: dict[str, str], path: str
+) -> None:
+    """Generated ids name no session: here each session of the store is read, so the 200
+    answers are held to the document too, not only the 404s."""
+    operation = api_schema[path]["GET"]
+    for session_id in SESSIONS:
+        case = operation.Case(path_parameters={"id": session_id})
+        assert check(case, auth) == 200, session_id
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [
+        pytest.param({}, 200, id="all"),
+        pytest.param({"userId": "u1", "limit": 1}, 200, id="page"),
+        pytest.param({"status": "stopped", "limit": 100}, 200, id="status"),
+        pytest.param({"from": "2000-01-01", "to": "9999-12-31"}, 200, id="dates"),
+        pytest.param({"from": "2000-01-01T00:00:00+14:00"}, 200, id="timestamp"),
+        # each was a 500 before: past datetime's range in UTC, and what int() refuses
+        pytest.param({"from": "0001-01-01T00:00:00+01:00"}, 400, id="before-year-1"),
+        pytest.param({"to": "9999-12-31T23:59:59-01:00"}, 400, id="after-year-9999"),
+        pytest.param({"limit": "\u00b2"}, 400, id="superscript-digit"),
+        pytest.param({"limit": "1" * 5000}, 400, id="5000-digits"),
+        # a 500 on PostgreSQL, whose text cannot hold a NUL
+        pytest.param({"userId": "u\x00"}, 400, id="nul-user"),
+        pytest.param({"cursor": "s\x00"}, 400, id="nul-cursor"),
+    ],
+)
+def test_session_lists_match_the_document(
+    api_schema: Any, auth: dict[str, str], query: dict[str, Any], status: int
+) -> None:
+    assert check(api_schema["/v1/sessions"]["GET"].Case(query=query), auth) == status
+
+
+def test_a_session_id_with_a_nul_is_not_found(api_schema: Any, auth: dict[str, str]) -> None:
+    for path in ("/v1/sessions/{id}", "/v1/sessions/{id}/score", "/v1/sessions/{id}/scores"):
+        case = api_schema[path]["GET"].Case(path_parameters={"id": "s1\x00"})
+        assert check(case, auth) == 404, path
+
+
+@pytest.mark.parametrize("window", ["1h", "30d"])
+@pytest.mark.parametrize("metric", ["avg", "p50", "p95"])
+@pytest.mark.parametrize("group_by", ["page", "cohort", "userId"])
+def test_aggregates_match_the_document(
+    api_schema: Any, auth: dict[str, str], group_by: str, metric: str, window: str
+) -> None:
+    query = {"groupBy": group_by, "metric": metric, "window": window}
+    assert check(api_schema["/v1/scores"]["GET"].Case(query=query), auth) == 200
+
+
+def test_the_document_needs_no_key(server: Receiver) -> None:
+    r = server.get("/v1/openapi.json")
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert {(m, p) for p, item in r.json()["paths"].items() for m in item} == {
+        (m.lower(), p) for m, p in OPERATIONS
+    }
