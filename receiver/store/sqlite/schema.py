@@ -161,7 +161,7 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     # 8: the webhook subscribers (POST /v1/webhooks) and their threshold sides.
     WEBHOOKS_SCHEMA.format(id="INTEGER PRIMARY KEY", without_rowid=" WITHOUT ROWID"),
     # 9: the admin page: duplicate counts, event pages by time and user, acknowledgements.
-    ADMIN_SCHEMA.format(events_session=""),
+    ADMIN_SCHEMA,
 ]
 
 
