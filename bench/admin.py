@@ -132,10 +132,11 @@ def measure(events: int, requests: int) -> list[str]:
             proc.wait(30)
     load = extra.uptime()
     worst = max(r[3] for r in rows)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = [
         SECTION,
         "",
-        f"Written by `python bench/admin.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}:"
+        f"Written by `python bench/admin.py` on {when}:"
         f" the real server on a SQLite store of {events:,} routed events and 2,000 dead"
         f" notifications, signed in with an admin key, each page fetched {requests} times one"
         f" at a time (time to the whole answer on loopback). Target: every page under"
