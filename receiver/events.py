@@ -25,7 +25,8 @@ EVENT_TYPES = (
     "intervention.resolved",
 )
 
-Id = Annotated[str, Field(min_length=1, max_length=256)]
+# No NUL: PostgreSQL's text cannot hold one (a 422 here, not a 503 the sender retries).
+Id = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00]+$")]
 Number = StrictInt | StrictFloat
 
 
@@ -195,7 +196,10 @@ def _describe(exc: _ValidationError) -> str:
         if loc and loc[0] in EVENT_TYPES:
             loc = loc[1:]
         field = ".".join(loc) or "event"
-        parts.append(f"{field}: {err['msg'].lower()}")
+        message = err["msg"].lower()
+        if err["type"] == "string_pattern_mismatch":
+            message = "must not contain a NUL character (\\u0000)"
+        parts.append(f"{field}: {message}")
     return "; ".join(parts)
 
 

@@ -35,7 +35,8 @@ def _number(value: Any) -> float | None:
 
 
 def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
+    """A text field, unless empty or holding a NUL (which PostgreSQL's text cannot)."""
+    return value if isinstance(value, str) and value and "\x00" not in value else None
 
 
 def _instant(value: Any) -> str | None:

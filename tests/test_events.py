@@ -115,3 +115,11 @@ def test_a_timestamp_out_of_range_in_utc_is_an_invalid_event(stamp: str) -> None
     # Not a 500 later, when the timestamp is compared with the clock or stored in UTC.
     with pytest.raises(InvalidEventError, match="timestamp: .* is out of range in UTC"):
         events.parse(body(timestamp=stamp))
+
+
+@pytest.mark.parametrize("field", ["id", "sessionId", "userId"])
+def test_a_nul_in_an_id_is_an_invalid_event_not_a_storage_error(field: str) -> None:
+    # PostgreSQL's text cannot hold a NUL: refused here (422), not a 503 retried for hours.
+    body = json.dumps(events.sample("score.drop", **{field: "a\x00b"})).encode()
+    with pytest.raises(InvalidEventError, match=f"{field}: must not contain a NUL"):
+        events.parse(body)
