@@ -49,11 +49,16 @@ CHECKS = [
     response_headers_conformance,
 ]
 # Every operation of the document this version serves; the live one is read in the test.
-OPERATIONS = [
+ALL_OPERATIONS = [
     (method.upper(), path)
     for path, item in openapi.document(__version__)["paths"].items()
     for method in item
 ]
+# Generated requests go to the read API. The subscriptions take writer keys and would
+# have the server resolve generated host names; tests/test_webhooks.py drives them, and
+# test_subscriptions_refuse_a_reader_as_documented holds them to the document here.
+OPERATIONS = [(m, p) for m, p in ALL_OPERATIONS if not p.startswith("/v1/webhooks")]
+WEBHOOK_OPERATIONS = [(m, p) for m, p in ALL_OPERATIONS if p.startswith("/v1/webhooks")]
 SESSIONS = ("s1", "s2", "s3", "s4", "s5")
 
 
@@ -146,6 +151,23 @@ def test_generated_requests_get_documented_answers(
 
 
 @pytest.mark.parametrize(
+    ("method", "path"), WEBHOOK_OPERATIONS, ids=[p for _, p in WEBHOOK_OPERATIONS]
+)
+def test_subscriptions_refuse_a_reader_as_documented(
+    api_schema: Any, auth: dict[str, str], method: str, path: str
+) -> None:
+    operation = api_schema[path][method]
+    given: dict[str, Any] = {}
+    if "{id}" in path:
+        given["path_parameters"] = {"id": "wh_x", "deliveryId": "1"}
+    if method == "POST" and path == "/v1/webhooks":
+        given["body"] = {"url": "https://example.com/h", "events": ["score.drop"]}
+        given["media_type"] = "application/json"
+    case = operation.Case(**given)
+    assert check(case, auth) == 403
+
+
+@pytest.mark.parametrize(
     "path", ["/v1/sessions/{id}", "/v1/sessions/{id}/score", "/v1/sessions/{id}/scores"]
 )
 def test_existing_sessions_match_the_document(
@@ -203,5 +225,5 @@ def test_the_document_needs_no_key(server: Receiver) -> None:
     r = server.get("/v1/openapi.json")
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     assert {(m, p) for p, item in r.json()["paths"].items() for m in item} == {
-        (m.lower(), p) for m, p in OPERATIONS
+        (m.lower(), p) for m, p in ALL_OPERATIONS
     }

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from receiver.api.sessions import DEFAULT_LIMIT, GROUP_BY, MAX_LIMIT, METRICS, WINDOWS
+from receiver.events import EVENT_TYPES
 from receiver.sessions import STATUSES
 
 _TIMESTAMP = {"type": "string", "format": "date-time"}
@@ -169,13 +170,14 @@ def document(version: str) -> dict[str, Any]:
     return {
         "openapi": "3.0.3",
         "info": {
-            "title": "attention-receiver: the Attention Scoring Service's /v1 read API",
+            "title": "attention-receiver: the Attention Scoring Service's /v1 API",
             "version": version,
-            "description": "Sessions and scores as received by this deployment. Every"
-            " endpoint but this document needs Authorization: Bearer <key>.",
+            "description": "Sessions and scores as received by this deployment, and webhook"
+            " subscriptions. Every endpoint but this document and POST /v1/events (signed"
+            " with X-Service-Signature) needs Authorization: Bearer <key>.",
         },
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **WEBHOOK_SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
@@ -231,6 +233,159 @@ def document(version: str) -> dict[str, Any]:
                 ],
                 "400",
             ),
+            **_webhook_paths(),
+        },
+    }
+
+
+_WEBHOOK_FIELDS: dict[str, Any] = {
+    "id": {"type": "string"},
+    "url": {"type": "string"},
+    "events": {"type": "array", "items": {"type": "string", "enum": list(EVENT_TYPES)}},
+    "threshold": {"type": "number", "nullable": True},
+    "format": {"type": "string", "enum": ["service", "standard"]},
+    "status": {"type": "string", "enum": ["active", "disabled"]},
+    "statusReason": {"type": "string"},
+    "createdAt": _TIMESTAMP,
+}
+_WEBHOOK_REQUIRED = ["id", "url", "events", "threshold", "format", "status", "createdAt"]
+_DELIVERY_FIELDS: dict[str, Any] = {
+    "id": {"type": "string"},
+    "eventId": {"type": "string"},
+    "sourceEventId": {"type": "string"},
+    "state": {"type": "string", "enum": ["pending", "delivered", "failed"]},
+    "attempts": {"type": "integer", "minimum": 0},
+    "lastStatus": {"type": "integer", "nullable": True},
+    "lastError": {"type": "string", "nullable": True},
+    "nextAttemptAt": _NULLABLE_TIMESTAMP,
+    "createdAt": _TIMESTAMP,
+}
+WEBHOOK_SCHEMAS: dict[str, Any] = {
+    "WebhookRequest": {
+        "type": "object",
+        "required": ["url", "events"],
+        "properties": {
+            "url": {"type": "string", "description": "https:// address to deliver to"},
+            "events": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string", "enum": list(EVENT_TYPES)},
+            },
+            "threshold": {"type": "number"},
+            "format": {"type": "string", "enum": ["service", "standard"], "default": "service"},
+        },
+    },
+    "Webhook": {
+        "type": "object",
+        "required": _WEBHOOK_REQUIRED,
+        "properties": _WEBHOOK_FIELDS,
+        "additionalProperties": False,
+    },
+    "WebhookWithSecret": {
+        "type": "object",
+        "required": [*_WEBHOOK_REQUIRED, "secret"],
+        "properties": {**_WEBHOOK_FIELDS, "secret": {"type": "string"}},
+        "additionalProperties": False,
+    },
+    "WebhookList": {
+        "type": "object",
+        "required": ["webhooks"],
+        "properties": {
+            "webhooks": {"type": "array", "items": {"$ref": "#/components/schemas/Webhook"}}
+        },
+        "additionalProperties": False,
+    },
+    "Delivery": {
+        "type": "object",
+        "required": list(_DELIVERY_FIELDS),
+        "properties": _DELIVERY_FIELDS,
+        "additionalProperties": False,
+    },
+    "DeliveryList": {
+        "type": "object",
+        "required": ["deliveries", "cursor"],
+        "properties": {
+            "deliveries": {"type": "array", "items": {"$ref": "#/components/schemas/Delivery"}},
+            "cursor": {"type": "string", "nullable": True},
+        },
+        "additionalProperties": False,
+    },
+}
+_WEBHOOK_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _webhook_op(
+    summary: str,
+    ok: tuple[str, str | None],
+    parameters: list[dict[str, Any]],
+    *,
+    body: bool = False,
+    invalid: bool = False,
+    found: bool = True,
+) -> dict[str, Any]:
+    """A /v1/webhooks operation: ok is (status, schema or None for no body)."""
+    status, schema = ok
+    responses: dict[str, Any] = {
+        status: _ok(schema) if schema else {"description": "done"},
+        **_ERRORS,
+    }
+    if invalid:
+        responses["400"] = _error("invalid_webhook (or invalid_parameter), naming the field")
+    if found:
+        responses["404"] = _error("webhook_not_found")
+    op: dict[str, Any] = {"summary": summary, "parameters": parameters, "responses": responses}
+    if body:
+        op["requestBody"] = {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/WebhookRequest"}}
+            },
+        }
+    return op
+
+
+def _webhook_paths() -> dict[str, Any]:
+    one = [_WEBHOOK_ID]
+    delivery = {
+        "name": "deliveryId", "in": "path", "required": True, "schema": {"type": "string"}
+    }  # fmt: skip
+    return {
+        "/v1/webhooks": {
+            "post": _webhook_op(
+                "Subscribe (role writer); the secret is shown only here",
+                ("201", "WebhookWithSecret"),
+                [],
+                body=True,
+                invalid=True,
+                found=False,
+            ),
+            "get": _webhook_op("The subscriptions", ("200", "WebhookList"), [], found=False),
+        },
+        "/v1/webhooks/{id}": {
+            "get": _webhook_op("One subscription (never its secret)", ("200", "Webhook"), one),
+            "delete": _webhook_op("Delete it; unsent deliveries are cancelled", ("204", None), one),
+        },
+        "/v1/webhooks/{id}/rotate-secret": {
+            "post": _webhook_op(
+                "A new signing secret, shown only here", ("200", "WebhookWithSecret"), one
+            )
+        },
+        "/v1/webhooks/{id}/deliveries": {
+            "get": _webhook_op(
+                "Its deliveries, newest first",
+                ("200", "DeliveryList"),
+                [
+                    *one,
+                    _query(
+                        "limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}, "a page"
+                    ),
+                    _query("cursor", {"type": "string"}, "the previous page's cursor"),
+                ],
+                invalid=True,
+            )
+        },
+        "/v1/webhooks/{id}/deliveries/{deliveryId}/retry": {
+            "post": _webhook_op("Send it again now", ("202", "Delivery"), [*one, delivery])
         },
     }
 
