@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint clean bench audit chaos postgres
+.PHONY: run test lint clean bench audit chaos postgres chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed
 	$(BIN)/receiver serve
 
-test: $(VENV)/.installed-dev postgres
+test: $(VENV)/.installed-dev postgres chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The store tests run on SQLite and on a throwaway PostgreSQL that the tests start
@@ -31,6 +31,15 @@ postgres:
 	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	       && apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; } \
 	  || echo "*** PostgreSQL server not found and not installable here: its tests are skipped ***"
+
+# The admin page's browser tests drive Debian's Chromium through Playwright (not Playwright's
+# own browser download). Where it is missing, install it when apt can; otherwise those tests
+# are skipped with one loud line (and fail under CI=true).
+chromium:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	       && apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+	  || echo "*** Chromium not found and not installable here: the admin browser tests are skipped ***"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check receiver tests bench chaos

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import jinja2
 from starlette.datastructures import FormData
@@ -162,6 +162,10 @@ class AdminPages:
             undefined=jinja2.StrictUndefined,
         )
         self.env.filters["when"] = _when
+        # Every |urlencode in the templates is one path segment or one query value: a "/"
+        # (which Jinja's own leaves as it is) must be escaped too, or an id holding one
+        # links to another route.
+        self.env.filters["urlencode"] = lambda v: quote(str(v), safe="")
         self.env.filters["pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False)
         self.env.globals["version"] = __version__
 
@@ -179,23 +183,25 @@ class AdminPages:
                     Route("/login", self.login, methods=["POST"]),
                     Route("/logout", page(self.logout), methods=["POST"]),
                     Route("/events", page(self.events)),
-                    Route("/events/{id}", page(self.event)),
-                    Route("/events/{id}/replay", page(self.replay), methods=["GET", "POST"]),
+                    # Ids are the sender's strings and may hold a "/": {id:path}, and the
+                    # longer route first.
+                    Route("/events/{id:path}/replay", page(self.replay), methods=["GET", "POST"]),
+                    Route("/events/{id:path}", page(self.event)),
                     Route("/sessions", page(self.sessions)),
-                    Route("/sessions/{id}", page(self.session)),
+                    Route("/sessions/{id:path}", page(self.session)),
                     Route("/notifications", page(self.notifications)),
                     Route("/notifications/{id}/retry", page(self.retry), methods=["GET", "POST"]),
                     Route("/bulk-retry", page(self.bulk_retry), methods=["GET", "POST"]),
                     Route("/jobs/{id}", page(self.job)),
                     Route("/alerts", page(self.alerts)),
-                    Route("/alerts/{id}/ack", page(self.ack), methods=["GET", "POST"]),
+                    Route("/alerts/{id:path}/ack", page(self.ack), methods=["GET", "POST"]),
                     Route("/silences", page(self.silences), methods=["GET", "POST"]),
                     Route("/silences/{id}/expire", page(self.expire), methods=["POST"]),
                     Route("/rules", page(self.rules_page), methods=["GET", "POST"]),
                     Route("/webhooks", page(self.webhooks_page), methods=["GET", "POST"]),
                     Route("/webhooks/{id}/delete", page(self.webhook_delete), methods=["POST"]),
                     Route("/keys", page(self.keys), methods=["GET", "POST"]),
-                    Route("/keys/{name}/revoke", page(self.revoke), methods=["POST"]),
+                    Route("/keys/{name:path}/revoke", page(self.revoke), methods=["POST"]),
                     Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
                 ],
             ),
@@ -271,6 +277,13 @@ class AdminPages:
     ) -> HTMLResponse:
         await self._strip(request)
         return self.render(request, session, template, context)
+
+    def _wake_worker(self) -> None:
+        """Send what was queued again now, not at the worker's next idle look (up to 5 s):
+        the router's on_routed is the outbox worker's wake."""
+        wake = getattr(self.router, "on_routed", None)
+        if callable(wake):
+            wake()
 
     def _back(self, path: str, **params: Any) -> RedirectResponse:
         query = urlencode({k: v for k, v in params.items() if v is not None})
@@ -405,7 +418,7 @@ class AdminPages:
         if replay_id is None:
             return await self._missing(request, session, "event")
         log.info("admin %s replayed event %s (replay #%d)", session.key_name, event_id, replay_id)
-        return self._back(f"/admin/events/{event_id}", replayed=replay_id)
+        return self._back(f"/admin/events/{quote(event_id, safe='')}", replayed=replay_id)
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -499,6 +512,7 @@ class AdminPages:
                 request, session, "Not retried", f"Notification #{row_id} is not dead."
             )
         log.info("admin %s retried notification %s", session.key_name, row_id)
+        self._wake_worker()
         return self._back("/admin/notifications", retried=row_id)
 
     async def bulk_retry(self, request: Request, session: Session) -> Response:
@@ -533,6 +547,7 @@ class AdminPages:
                 if n == 0:
                     break
                 job.done += n
+                self._wake_worker()
                 await asyncio.sleep(0)
         except ReceiverError as exc:
             job.error = str(exc)
