@@ -171,6 +171,7 @@ def create_app(
             router=router,
             accepted=lambda: metrics.accepted._value.get(),
             webhooks=webhooks,
+            wake_worker=worker.wake,
             clock=clock,
         )
 

@@ -379,18 +379,29 @@ def test_pages_carry_a_strict_csp_and_deny_framing(tab: Tab) -> None:
     assert tab.page.evaluate("getComputedStyle(document.body).fontSize") == "15px"
 
 
-def test_signing_out_ends_the_session(browser: Browser, server: Receiver, admin_key: str) -> None:
-    context = browser.new_context(viewport=DESKTOP)  # a sign-in of its own
+def test_signing_out_ends_the_session_and_a_copy_of_its_cookie(
+    browser: Browser, server: Receiver
+) -> None:
+    # A key of its own: signing out ends every session of the key, and the other tests
+    # share one sign-in of "ops".
+    key = server.make_key("night", role="admin")
+    context = browser.new_context(viewport=DESKTOP)
     try:
         page = context.new_page()
         page.goto(f"{server.url}/admin/login")
-        page.get_by_label("API key").fill(admin_key)
+        page.get_by_label("API key").fill(key)
         page.get_by_role("button", name="Sign in").click()
-        page.get_by_role("button", name="Sign out ops").click()
+        page.wait_for_url(f"{server.url}/admin/events")
+        copied = {c["name"]: c["value"] for c in context.cookies()}
+        time.sleep(1.1)  # cookie times are whole seconds: sign out in a later one
+        page.get_by_role("button", name="Sign out night").click()
         page.wait_for_url(f"{server.url}/admin/login")
         assert context.cookies() == []
         page.goto(f"{server.url}/admin/events")
         assert page.url.startswith(f"{server.url}/admin/login")
+        # The cookie as it was before signing out: refused too, by the server.
+        r = httpx.get(f"{server.url}/admin/events", cookies=copied)
+        assert r.status_code == 303 and r.headers["location"].startswith("/admin/login")
     finally:
         context.close()
 

@@ -162,3 +162,15 @@ def test_a_burst_of_61_on_a_free_key_gets_exactly_one_429(server: Receiver) -> N
         assert r.headers["RateLimit-Limit"] == "60"
     assert [int(r.headers["RateLimit-Remaining"]) for r in answers[:3]] == [59, 58, 57]
     assert refused.headers["RateLimit-Remaining"] == "0"
+
+
+def test_a_session_id_with_a_slash_is_served(tmp_path: Path) -> None:
+    receiver = Receiver(tmp_path).start()
+    try:
+        key = receiver.make_key("reader")
+        assert receiver.send(ev(1, "score.drop", "a/b", 1, score=12)).status_code == 202
+        assert receiver.get("/v1/sessions/a%2Fb", key).json()["id"] == "a/b"
+        assert receiver.get("/v1/sessions/a/b/score", key).json()["score"] == 12
+        assert len(receiver.get("/v1/sessions/a/b/scores", key).json()["history"]) == 1
+    finally:
+        receiver.stop()

@@ -2,8 +2,9 @@
 
 The cookie (HttpOnly, SameSite=Strict, 12 hours) carries the key's hash, never the key,
 signed with a key kept in the store (so every replica, and the next start, honours it);
-each request checks the key again, so a revoked key ends its sessions at once. Every
-form carries the session's CSRF token.
+each request checks the key again, so a revoked key ends its sessions at once, and
+signing out ends every session of that key (a copied cookie too). Every form carries
+the session's CSRF token.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from receiver.store.base import Tx
 COOKIE = "receiver_admin"
 MAX_AGE = 12 * 3600
 _STATE = "admin-cookie-key"  # the store's named state holding the signing key
+_SIGNED_OUT = "admin-signed-out:"  # + a key's hash: when its sessions were last ended
 
 
 @dataclass(frozen=True)
@@ -67,15 +69,29 @@ class AdminAuth:
         if not cookie:
             return None
         try:
-            value = (await self._signer()).loads(cookie, max_age=MAX_AGE)
+            value, issued = (await self._signer()).loads(
+                cookie, max_age=MAX_AGE, return_timestamp=True
+            )
         except BadSignature:
             return None
         if not isinstance(value, dict) or not {"h", "n", "c"} <= set(value):
             return None
-        found, limit = await self.store.authorize(value["h"], now=self.clock())
+        found, _ = await self.store.authorize(value["h"], now=self.clock())
         if found is None or not may(found.role, "admin"):
             return None
+        name = _SIGNED_OUT + value["h"]
+        signed_out = await self.store.transact(lambda tx: tx.get_state(name))
+        # Cookie times are whole seconds: one issued in the second of the sign-out is kept
+        # (a sign-in just after it must work).
+        if isinstance(signed_out, int | float) and issued.timestamp() < int(signed_out):
+            return None
         return Session(key_name=found.name, key_hash=value["h"], csrf=value["c"])
+
+    async def sign_out(self, session: Session) -> None:
+        """End every session of this key, on every replica (the cookies stay signed, but
+        the store says they were issued before the sign-out)."""
+        name, now = _SIGNED_OUT + session.key_hash, self.clock()
+        await self.store.transact(lambda tx: tx.set_state(name, now))
 
 
 def csrf_ok(session: Session, token: object) -> bool:

@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -74,6 +75,15 @@ def _epoch(text: str | None) -> float | None:
     except ValueError:
         return None
     return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+
+
+_URL = re.compile(r"\b([a-z][a-z0-9+.-]*)://[^\s'\"]+", re.I)
+
+
+def redact(text: str) -> str:
+    """The rules file as the page shows it: every URL cut to its scheme, since notifier
+    URLs usually carry tokens (${VAR} references are kept: they name, not hold, them)."""
+    return _URL.sub(lambda m: m.group(0) if "${" in m.group(0) else f"{m.group(1)}://…", text)
 
 
 def chart(history: list[tuple[float, str]], threshold: float | None) -> dict[str, Any]:
@@ -143,9 +153,11 @@ class AdminPages:
         router: Any,  # receiver.dispatch.router.Router (its lag)
         accepted: Callable[[], float],
         webhooks: WebhookChannel,
+        wake_worker: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.wake_worker = wake_worker
         self.rules = rules
         self.router = router
         self.accepted = accepted
@@ -196,12 +208,14 @@ class AdminPages:
                     Route("/alerts", page(self.alerts)),
                     Route("/alerts/{id:path}/ack", page(self.ack), methods=["GET", "POST"]),
                     Route("/silences", page(self.silences), methods=["GET", "POST"]),
-                    Route("/silences/{id}/expire", page(self.expire), methods=["POST"]),
+                    Route("/silences/{id}/expire", page(self.expire), methods=["GET", "POST"]),
                     Route("/rules", page(self.rules_page), methods=["GET", "POST"]),
                     Route("/webhooks", page(self.webhooks_page), methods=["GET", "POST"]),
-                    Route("/webhooks/{id}/delete", page(self.webhook_delete), methods=["POST"]),
+                    Route(
+                        "/webhooks/{id}/delete", page(self.webhook_delete), methods=["GET", "POST"]
+                    ),
                     Route("/keys", page(self.keys), methods=["GET", "POST"]),
-                    Route("/keys/{name:path}/revoke", page(self.revoke), methods=["POST"]),
+                    Route("/keys/{name:path}/revoke", page(self.revoke), methods=["GET", "POST"]),
                     Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
                 ],
             ),
@@ -279,11 +293,8 @@ class AdminPages:
         return self.render(request, session, template, context)
 
     def _wake_worker(self) -> None:
-        """Send what was queued again now, not at the worker's next idle look (up to 5 s):
-        the router's on_routed is the outbox worker's wake."""
-        wake = getattr(self.router, "on_routed", None)
-        if callable(wake):
-            wake()
+        """Send what was queued again now, not at the worker's next idle look (up to 5 s)."""
+        self.wake_worker()
 
     def _back(self, path: str, **params: Any) -> RedirectResponse:
         query = urlencode({k: v for k, v in params.items() if v is not None})
@@ -318,6 +329,7 @@ class AdminPages:
         return self._secure(response)
 
     async def logout(self, request: Request, session: Session) -> Response:
+        await self.auth.sign_out(session)
         response = RedirectResponse("/admin/login", status_code=303)
         response.delete_cookie(COOKIE, path="/admin")
         return response
@@ -631,6 +643,14 @@ class AdminPages:
 
     async def expire(self, request: Request, session: Session) -> Response:
         silence_id = request.path_params["id"]
+        if request.method == "GET":
+            return await self._confirm(
+                request,
+                session,
+                f"Expire silence #{silence_id} now?",
+                "Matching events notify again from now on.",
+                request.url.path,
+            )
         if silence_id.isdigit():
             now = self.clock()
             await self.store.transact(lambda tx: tx.expire_silence(int(silence_id), now))
@@ -650,7 +670,7 @@ class AdminPages:
                 error = str(exc)
         holder = self.rules
         try:
-            text = holder.path.read_text() if not holder.builtin else None
+            text = redact(holder.path.read_text()) if not holder.builtin else None
         except OSError as exc:
             text = f"(cannot read {holder.path}: {exc})"
         return await self._view(
@@ -694,6 +714,14 @@ class AdminPages:
         )
 
     async def webhook_delete(self, request: Request, session: Session) -> Response:
+        if request.method == "GET":
+            return await self._confirm(
+                request,
+                session,
+                f"Delete webhook {request.path_params['id']}?",
+                "Its deliveries not sent yet are cancelled; it gets nothing more.",
+                request.url.path,
+            )
         await self.store.set_webhook(request.path_params["id"], now=self.clock(), status="deleted")
         self.webhooks.forget()
         return self._back("/admin/webhooks")
@@ -727,6 +755,15 @@ class AdminPages:
 
     async def revoke(self, request: Request, session: Session) -> Response:
         name = request.path_params["name"]
+        if request.method == "GET":
+            return await self._confirm(
+                request,
+                session,
+                f"Revoke key {name}?",
+                "Every request with it is refused from now on, on every replica; an admin"
+                " signed in with it is signed out.",
+                request.url.path,
+            )
         if await self.store.revoke_key(name, now=self.clock()):
             log.info("admin %s revoked key %r", session.key_name, name)
         return self._back("/admin/keys")

@@ -96,9 +96,10 @@ class SessionsAPI:
     def routes(self) -> list[Route]:
         return [
             Route("/v1/sessions", self.list, methods=["GET"]),
-            Route("/v1/sessions/{id}", self.one, methods=["GET"]),
-            Route("/v1/sessions/{id}/score", self.score, methods=["GET"]),
-            Route("/v1/sessions/{id}/scores", self.history, methods=["GET"]),
+            # Ids are the sender's strings and may hold a "/": {id:path}, longer routes first.
+            Route("/v1/sessions/{id:path}/score", self.score, methods=["GET"]),
+            Route("/v1/sessions/{id:path}/scores", self.history, methods=["GET"]),
+            Route("/v1/sessions/{id:path}", self.one, methods=["GET"]),
             Route("/v1/scores", self.aggregates, methods=["GET"]),
         ]
 
