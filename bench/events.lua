@@ -10,6 +10,11 @@
 -- once in init(); request() hands them out in order and starts over at the end of
 -- the file (each wrk thread has its own copy and cursor, so use -t1 for a stream
 -- without repeats). done() prints one line "BENCH {json}" for the orchestrator.
+--
+-- Several servers (bench/pg.py, two replicas): BENCH_PORTS="PORT1,PORT2" in the environment
+-- and -t2, one thread a port. setup() points thread i at the i-th port and init() keeps
+-- every 2nd delivery of FILE from the i-th on, so the replicas never get the same event;
+-- wrk still merges both threads' latencies into one histogram.
 
 local ffi = require("ffi")
 ffi.cdef [[
@@ -29,6 +34,22 @@ local function now()
   return tonumber(timespec.tv_sec) + tonumber(timespec.tv_nsec) / 1e9
 end
 
+local ports = {} -- BENCH_PORTS, in setup()'s state (wrk's main Lua state)
+local threads = 0
+
+function setup(thread)
+  local spec = os.getenv("BENCH_PORTS")
+  if not spec then return end
+  if #ports == 0 then
+    for port in spec:gmatch("%d+") do ports[#ports + 1] = port end
+  end
+  local slot = threads % #ports
+  threads = threads + 1
+  thread.addr = wrk.lookup(wrk.host, ports[slot + 1])[1]
+  thread:set("bench_slot", slot)
+  thread:set("bench_stride", #ports)
+end
+
 -- delay() is only defined when paced: wrk checks for it after init().
 local function paced_delay()
   local t = now()
@@ -42,20 +63,25 @@ end
 function init(args)
   local file = args[1] or error("usage: -- FILE [PATH]")
   local path = args[2] or "/v1/events"
+  local slot, stride = bench_slot or 0, bench_stride or 1 -- set by setup() with BENCH_PORTS
+  local seen = 0
   for line in io.lines(file) do
     local sig, body = line:match("^([^\t]+)\t(.*)$")
     if sig then
-      count = count + 1
-      requests[count] = wrk.format("POST", path, {
-        ["Content-Type"] = "application/json",
-        ["X-Service-Signature"] = sig,
-      }, body)
+      seen = seen + 1
+      if (seen - 1) % stride == slot then
+        count = count + 1
+        requests[count] = wrk.format("POST", path, {
+          ["Content-Type"] = "application/json",
+          ["X-Service-Signature"] = sig,
+        }, body)
+      end
     end
   end
   if count == 0 then error("no deliveries in " .. file) end
   local rate = tonumber(args[3] or "")
   if rate and rate > 0 then
-    interval = 1 / rate
+    interval = stride / rate -- each thread's share of the rate
     delay = paced_delay
   end
 end

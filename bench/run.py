@@ -16,6 +16,8 @@ flat-out rate it just measured, for the lag below saturation.
 
     .venv/bin/python bench/run.py                 # what `make bench` runs
     .venv/bin/python bench/run.py --duration 5 --rounds 1 --events 20000   # a quick look
+    .venv/bin/python bench/run.py --parts postgres   # one part (bench/pg.py); RESULTS.md
+                                                     # keeps the sections of the others
 
 The stream: --events distinct signed events (default 400000) from the same
 random walk `receiver simulate` uses. The receiver gets a fresh database each
@@ -53,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 import extra  # noqa: E402  (bench/extra.py, beside this file)
+import pg  # noqa: E402  (bench/pg.py: the postgres part)
 
 from receiver import rules, signature  # noqa: E402
 from receiver.simulate import event_stream, timestamp  # noqa: E402
@@ -299,10 +302,12 @@ def wrk(
     connections: int,
     pin: bool,
     rate: float | None = None,
+    ports: list[int] | None = None,
 ) -> dict[str, Any]:
+    """wrk's figures; with ports, one thread a port, each sending its share of the stream."""
     argv = [
         "wrk",
-        "-t1",
+        f"-t{len(ports) if ports else 1}",
         f"-c{connections}",
         f"-d{seconds}s",
         "--timeout",
@@ -319,7 +324,8 @@ def wrk(
         argv.append(f"{rate:.0f}")
     if pin:
         argv = ["taskset", "-c", LOAD_CPU, *argv]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
+    env = {**os.environ, "BENCH_PORTS": ",".join(map(str, ports))} if ports else None
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120, env=env)
     match = re.search(r"^BENCH (\{.*\})$", done.stdout, re.MULTILINE)
     if done.returncode != 0 or match is None:
         raise SystemExit(f"wrk failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
@@ -472,7 +478,7 @@ def _drain(db: Path, limit: float = 120.0) -> float | None:
 
 # -- the other parts (bench/extra.py) ---------------------------------------------------------
 
-PARTS = ("throughput", "e2e", "growth", "prune", "memory", "workers")
+PARTS = ("throughput", "e2e", "growth", "prune", "memory", "workers", "postgres")
 
 
 def _line(r: Result) -> str:
@@ -845,6 +851,23 @@ def report(
     )
 
 
+def merge(old: str, new: str, *, head: bool) -> str:
+    """old with each `## ` section of new in place of old's of the same heading (up to a
+    colon), sections old lacks appended; old's text before its first section stays unless
+    head (new has one: the throughput part ran). A run of some parts keeps the others'."""
+
+    def split(text: str) -> tuple[str, dict[str, str]]:
+        first, *rest = re.split(r"(?m)^(?=## )", text)
+        return first, {part.split("\n", 1)[0].split(":")[0]: part for part in rest}
+
+    old_head, old_parts = split(old)
+    new_head, new_parts = split(new)
+    merged = [new_head if head else old_head]
+    merged += [new_parts.get(key, part) for key, part in old_parts.items()]
+    merged += [part for key, part in new_parts.items() if key not in old_parts]
+    return "\n\n".join(part.strip("\n") for part in merged if part.strip()) + "\n"
+
+
 # -- main -----------------------------------------------------------------------------------
 
 
@@ -952,15 +975,26 @@ def main() -> None:
                 ("prune", lambda: run_prune(args, work, sink, stream, warmup, pin)),
                 ("memory", lambda: run_memory(args, work, sink, stream, warmup, pin)),
                 ("workers", lambda: run_workers(args, work, sink, stream, warmup, pin)),
+                (
+                    "postgres",
+                    lambda: pg.run_postgres(
+                        args, work, sink.port, stream, warmup, pin, make_server=make_server, wrk=wrk
+                    ),
+                ),
             ):
                 if part in parts:
                     sections += fn()
         finally:
             sink.stop()
         notes.append(f"json:// sink received {sink.count} notifications over all receiver runs")
-    text = report(results, paced, args, notes) + "\n" + "\n".join(sections)
+    text = "\n".join(sections)
+    if "throughput" in parts:
+        text = report(results, paced, args, notes) + "\n" + text
+    if set(parts) != set(PARTS) and args.output.exists():
+        text = merge(args.output.read_text(), text, head="throughput" in parts)
     args.output.write_text(text)
-    print("\n".join(table(results)))
+    if results:
+        print("\n".join(table(results)))
     if paced:
         print("\n" + "\n".join(lag_table(results, paced)))
     print(f"\nwritten to {args.output}", file=sys.stderr)
