@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint clean bench audit chaos postgres chromium
+.PHONY: run test lint clean bench audit chaos postgres screenshots chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,3 +65,7 @@ audit: $(VENV)/.installed-dev
 # of a random one, a crash of PostgreSQL); it rewrites only its section of the report.
 chaos: $(VENV)/.installed-dev $(if $(REPLICAS),postgres)
 	$(BIN)/python chaos/run.py $(if $(REPLICAS),--replicas $(REPLICAS)) $(CHAOS_ARGS)
+
+# README's pictures of the admin page, taken by its browser tests (docs/screenshots/).
+screenshots: $(VENV)/.installed-dev chromium
+	SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/test_admin_browser.py -k screenshots_of_every_page -p no:randomly
