@@ -257,7 +257,7 @@ def create_app(
             Route("/v1/events", ingest, methods=["POST"]),
             Route("/v1/openapi.json", openapi.endpoint(__version__), methods=["GET"]),
             *SessionsAPI(store, access, clock=clock).routes(),
-            *WebhooksAPI(store, access, webhooks, clock=clock).routes(),
+            *WebhooksAPI(store, access, webhooks, wake_worker=worker.wake, clock=clock).routes(),
             *(admin.routes() if admin is not None else []),
             Route("/healthz", healthz),
             Route("/readyz", readyz),

@@ -48,8 +48,8 @@ class Metrics:
         outbox = Counter(
             "receiver_notifications",
             "Notification outcomes: delivered, retried, dead, fallback; pending, held, resolved,"
-            " repeat, heartbeat when queued; throttled, cancelled, muted, deferred, silenced,"
-            " grouped, stale when suppressed.",
+            " repeat, heartbeat, subscriber (a webhook delivery) when queued; throttled,"
+            " cancelled, muted, deferred, silenced, grouped, stale when suppressed.",
             ["outcome"],
             registry=r,
         )

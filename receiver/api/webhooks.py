@@ -140,11 +140,13 @@ class WebhooksAPI:
         access: Access,
         channel: WebhookChannel,
         *,
+        wake_worker: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.access = access
         self.channel = channel
+        self.wake_worker = wake_worker
         self.clock = clock
 
     def routes(self) -> list[Route]:
@@ -236,4 +238,5 @@ class WebhooksAPI:
             raise WebhookNotFoundError(
                 f"webhook {hook.public_id} has no delivery {wanted[:40]!r}", headers=headers
             )
+        self.wake_worker()
         return JSONResponse(delivery(row), status_code=202, headers=headers)

@@ -2,12 +2,12 @@
 
 A subscriber without a threshold gets each event of a type it asked for as received
 (the stored body, byte for byte, under the event's own id). A subscriber with a
-threshold gets score.drop and score.recover derived from each session's scores against
-its threshold instead: one score.drop when a score falls below it, one score.recover
-when a later one is back at or above it (a session starts above). Scores older than the
-latest seen for the session and subscriber do not move it (a late delivery cannot flap
-it). A derived event's id is derived from the subscriber and the source event, so the
-same input gives the same id.
+threshold gets score.drop and score.recover derived from the scores of each session's
+score.drop and score.recover events against its threshold instead: one score.drop when a
+score falls below it, one score.recover when a later one is back at or above it (a
+session starts above). Scores older than the latest seen for the session and subscriber
+do not move it (a late delivery cannot flap it). A derived event's id is derived from
+the subscriber and the source event, so the same input gives the same id.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def fan_out(
                     deliveries.append(Delivery(event_id, hook, event_id, body))
             if hook.threshold is None:
                 continue
-            fact = Fact.from_payload(dict(payload))
+            fact = Fact.from_payload(dict(payload)) if kind in DERIVED else None
             if fact is None or fact.score is None:
-                continue
+                continue  # the series is the drops' and recovers' scores (they carry a user)
             key = (hook.id, fact.session_id)
             below_before, mark = changed.get(key) or sides.get(key) or (False, "")
             if fact.mark <= mark:

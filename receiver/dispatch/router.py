@@ -61,7 +61,7 @@ ROUTING_SHARE = 0.25
 LAG_EASY = 0.1
 LAG_LIMIT = 0.5
 # Outcomes after which the notify worker has something to send.
-_SENDABLE = ("pending", "resolved", "repeat", "heartbeat")
+_SENDABLE = ("pending", "resolved", "repeat", "heartbeat", "subscriber")
 
 # An event's body, payload and the rules' decisions, by event id: worked out ahead.
 # A payload of None: that failed, and the transaction tries again, to log the fault.
@@ -229,7 +229,7 @@ class Router:
         tx.write_alerts()
         payloads = [payload for payload, _ in routes]
         tx.project(_facts(events, payloads))
-        _fan_out(tx, events, payloads, now)
+        pipeline.counts["subscriber"] += _fan_out(tx, events, payloads, now)
         tx.mark_routed([event.id for event in events], now)
         return pipeline
 
@@ -245,7 +245,7 @@ class Router:
                     payload, decisions = _decided(ruleset, event, decided)
                     pipeline.event(event.id, payload, decisions, replay=event.replay)
                     tx.project(_facts([event], [payload]))
-                    _fan_out(tx, [event], [payload], now)
+                    pipeline.counts["subscriber"] += _fan_out(tx, [event], [payload], now)
                     tx.mark_routed([event.id], now)
             except Exception:  # noqa: BLE001
                 log.exception("routing failed for event %s; left unrouted", event.id)

@@ -1,6 +1,6 @@
 """The webhook channel: signed POSTs of events to subscribers, with the service's schedule.
 
-A delivery is an outbox row (notifier "webhook", target the subscription's id, title the
+A delivery is an outbox row (notifier "@subscriber", target the subscription's id, title the
 delivery's stable id, body the exact JSON to send), claimed, retried and recorded as a
 notification is. This module signs and sends one, and says what to do next.
 
@@ -152,8 +152,17 @@ class _CheckedBackend(httpcore.AsyncNetworkBackend):
         socket_options: Any = None,
     ) -> httpcore.AsyncNetworkStream:
         addresses = await resolve(host, port, allow_private=self.allow_private)
+        # Each checked address in turn, as a plain connect would: a host's IPv6 address
+        # first is no use where IPv6 does not route (or localhost's ::1 to an IPv4 server).
+        for address in addresses[:-1]:
+            try:
+                return await self.inner.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError:
+                continue
         return await self.inner.connect_tcp(
-            addresses[0], port, timeout, local_address, socket_options
+            addresses[-1], port, timeout, local_address, socket_options
         )
 
     async def sleep(self, seconds: float) -> None:

@@ -191,6 +191,11 @@ class Worker:
         subscription."""
         hook = (await channel.subscriptions()).get(row.target)
         if hook is None:
+            # Perhaps added since the last read (by `receiver webhooks add`, another
+            # replica): its row can be claimed among the other targets' before then.
+            channel.forget()
+            hook = (await channel.subscriptions()).get(row.target)
+        if hook is None:
             await self._record(
                 row,
                 lambda: self.store.mark_failed(

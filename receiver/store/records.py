@@ -186,7 +186,10 @@ class SessionPage:
 
 # -- webhook subscribers (POST /v1/webhooks) -------------------------------------------------
 
-WEBHOOK_NOTIFIER = "webhook"  # the outbox's notifier for a delivery; target is Webhook.id
+# The outbox's notifier for a delivery to a subscriber (target: Webhook.id); kind "webhook".
+# No rules notifier can take this name (they start with a letter or digit), so their
+# lanes, listings and cancellations never mix.
+WEBHOOK_NOTIFIER = "@subscriber"
 
 
 @dataclass(frozen=True)

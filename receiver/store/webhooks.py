@@ -1,6 +1,7 @@
 """What both SQL stores say alike about webhook subscribers: the subscriptions, the side of
 its threshold each session was last on (for derived score.drop / score.recover), and the
-deliveries, which are outbox rows (notifier "webhook", target the subscription's id)."""
+deliveries, which are outbox rows (notifier "@subscriber", kind "webhook", target the
+subscription's id)."""
 
 from __future__ import annotations
 
@@ -116,7 +117,8 @@ class SQLWebhooks:
             if status in ("deleted", "disabled"):
                 q(
                     "UPDATE outbox SET state = 'cancelled', reason = ?, updated_at = ?"
-                    " WHERE notifier = ? AND target = ? AND state IN ('pending', 'held')",
+                    " WHERE notifier = ? AND target = ? AND kind = 'webhook'"
+                    " AND state IN ('pending', 'held')",
                     (f"subscription {status}", now, WEBHOOK_NOTIFIER, found.id),
                 )
             return found
@@ -131,7 +133,7 @@ class SQLWebhooks:
         def select(q: Query) -> list[OutboxRow]:
             rows = q(
                 f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE notifier = ? AND target = ?"
-                " AND id < ? ORDER BY id DESC LIMIT ?",
+                " AND kind = 'webhook' AND id < ? ORDER BY id DESC LIMIT ?",
                 (WEBHOOK_NOTIFIER, webhook_id, before if before is not None else 2**62, limit),
             ).fetchall()
             return [OutboxRow(*row) for row in rows]
@@ -149,7 +151,8 @@ class SQLWebhooks:
                 "UPDATE outbox SET state = CASE WHEN state = 'sending' THEN state ELSE 'pending'"
                 " END, attempts = CASE WHEN state = 'sending' THEN attempts ELSE 0 END,"
                 " next_at = CASE WHEN state = 'sending' THEN next_at ELSE ? END, updated_at = ?"
-                f" WHERE id = ? AND notifier = ? AND target = ? RETURNING {OUTBOX_COLUMNS}",
+                " WHERE id = ? AND notifier = ? AND target = ? AND kind = 'webhook'"
+                f" RETURNING {OUTBOX_COLUMNS}",
                 (now, now, delivery_id, WEBHOOK_NOTIFIER, webhook_id),
             ).fetchone()
             return OutboxRow(*row) if row else None
