@@ -54,7 +54,9 @@ BENCH = ROOT / "bench"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
+import admin  # noqa: E402  (bench/admin.py: the admin page on a big store)
 import extra  # noqa: E402  (bench/extra.py, beside this file)
+import fanout  # noqa: E402  (bench/fanout.py: webhook subscribers)
 import pg  # noqa: E402  (bench/pg.py: the postgres part)
 
 from receiver import rules, signature  # noqa: E402
@@ -478,7 +480,7 @@ def _drain(db: Path, limit: float = 120.0) -> float | None:
 
 # -- the other parts (bench/extra.py) ---------------------------------------------------------
 
-PARTS = ("throughput", "e2e", "growth", "prune", "memory", "workers", "postgres")
+PARTS = ("throughput", "e2e", "growth", "prune", "memory", "workers", "postgres", "admin", "fanout")
 
 
 def _line(r: Result) -> str:
@@ -981,6 +983,8 @@ def main() -> None:
                         args, work, sink.port, stream, warmup, pin, make_server=make_server, wrk=wrk
                     ),
                 ),
+                ("admin", lambda: admin.measure(1_000_000, 20)),
+                ("fanout", lambda: fanout.measure(1000, 10, 50)),
             ):
                 if part in parts:
                     sections += fn()
