@@ -20,6 +20,10 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 run: $(VENV)/.installed
 	$(BIN)/receiver serve
 
+# Three workers, a test file each at a time (module fixtures such as the browser tests'
+# one server stay in one worker): most tests wait on servers, not on the CPU.
+PYTEST_ARGS ?= -n 3 --dist loadfile
+
 test: $(VENV)/.installed-dev postgres chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
