@@ -55,6 +55,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 import admin  # noqa: E402  (bench/admin.py: the admin page on a big store)
+import api  # noqa: E402  (bench/api.py: the /v1 read API on 1,000,000 sessions)
 import extra  # noqa: E402  (bench/extra.py, beside this file)
 import fanout  # noqa: E402  (bench/fanout.py: webhook subscribers)
 import pg  # noqa: E402  (bench/pg.py: the postgres part)
@@ -480,7 +481,18 @@ def _drain(db: Path, limit: float = 120.0) -> float | None:
 
 # -- the other parts (bench/extra.py) ---------------------------------------------------------
 
-PARTS = ("throughput", "e2e", "growth", "prune", "memory", "workers", "postgres", "admin", "fanout")
+PARTS = (
+    "throughput",
+    "e2e",
+    "growth",
+    "prune",
+    "memory",
+    "workers",
+    "postgres",
+    "admin",
+    "fanout",
+    "api",
+)
 
 
 def _line(r: Result) -> str:
@@ -985,6 +997,7 @@ def main() -> None:
                 ),
                 ("admin", lambda: admin.measure(1_000_000, 20)),
                 ("fanout", lambda: fanout.measure(1000, 10, 50)),
+                ("api", lambda: api.run_part(args, work, pin)),
             ):
                 if part in parts:
                     sections += fn()

@@ -60,6 +60,9 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 BULK_BATCH = 200
+# The events table has no index by session or user (it would slow ingest): filtering on
+# them looks at this much of the newest history, unless "since" says otherwise.
+FILTER_WINDOW = 86400.0
 
 
 def _when(ts: float | None) -> str:
@@ -349,12 +352,16 @@ class AdminPages:
         if p.get("before_at") and p.get("before_id"):
             with contextlib.suppress(ValueError):
                 position = (float(p["before_at"]), p["before_id"])
+        since = _epoch(filters["since"])
+        bounded = since is None and (filters["session"] or filters["user"]) is not None
+        if bounded:  # no index by session or user: look at the last day unless told
+            since = self.clock() - FILTER_WINDOW
         query = EventQuery(
             limit=PAGE + 1,
             type=filters["type"],
             session_id=filters["session"],
             user_id=filters["user"],
-            since=_epoch(filters["since"]),
+            since=since,
             until=_epoch(filters["until"]),
             duplicated=state == "duplicates",
             before=position,
@@ -373,7 +380,7 @@ class AdminPages:
             session,
             "events.html",
             {"rows": rows, "state": state, "filters": filters, "types": EVENT_TYPES,
-             "next": next_page},
+             "next": next_page, "bounded": bounded},
         )  # fmt: skip
 
     async def _quarantine(self, request: Request, session: Session) -> Response:
@@ -462,7 +469,9 @@ class AdminPages:
         if found is None:
             return await self._missing(request, session, "session")
         history = await self.store.score_history(session_id) or []
-        recent = await self.store.events_page(EventQuery(limit=PAGE, session_id=session_id))
+        recent = await self.store.events_page(
+            EventQuery(limit=PAGE, session_id=session_id, since=self.clock() - FILTER_WINDOW)
+        )
         threshold = None
         for row in recent:
             event = await self.store.event(row.id)
