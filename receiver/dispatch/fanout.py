@@ -49,15 +49,16 @@ def fan_out(
     changed: Sides = {}
     for event_id, body, payload in events:
         kind = payload.get("type")
+        # The series is the drops' and recovers' scores (they carry a user).
+        fact = Fact.from_payload(dict(payload)) if kind in DERIVED else None
+        scored = fact is not None and fact.score is not None
         for hook in webhooks:
             if hook.threshold is None or kind not in DERIVED:
                 if kind in hook.events:
                     deliveries.append(Delivery(event_id, hook, event_id, body))
-            if hook.threshold is None:
+            if hook.threshold is None or not scored:
                 continue
-            fact = Fact.from_payload(dict(payload)) if kind in DERIVED else None
-            if fact is None or fact.score is None:
-                continue  # the series is the drops' and recovers' scores (they carry a user)
+            assert fact is not None and fact.score is not None
             key = (hook.id, fact.session_id)
             below_before, mark = changed.get(key) or sides.get(key) or (False, "")
             if fact.mark <= mark:

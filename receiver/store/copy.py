@@ -20,7 +20,6 @@ from receiver.sessions import COLUMNS
 from receiver.store.postgres import PostgresStore
 from receiver.store.sqlite import SQLiteStore
 
-_SESSION_COLUMNS = COLUMNS
 # Table -> columns, in an order both schemas share; tables with an identity id last in
 # their own list so their sequences can be moved past the copied ids.
 TABLES: dict[str, tuple[str, ...]] = {
@@ -45,7 +44,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "state": ("name", "value"),
     "replays": ("id", "event_id", "requested_at", "respect_lifecycle", "routed_at"),
     # The read API's (the per-minute request counts are not worth moving).
-    "sessions": (*_SESSION_COLUMNS, "status", "started_at"),
+    "sessions": (*COLUMNS, "status", "started_at"),
     "session_scores": ("session_id", "ts", "event_id", "score"),
     "api_keys": (
         "id", "name", "hash", "prefix", "plan", "role", "created_at", "revoked_at",
