@@ -25,7 +25,7 @@ from receiver.store.sqlite import SQLiteStore
 TABLES: dict[str, tuple[str, ...]] = {
     "events": (
         "id", "type", "session_id", "user_id", "score", "threshold", "event_ts",
-        "received_at", "body", "routed_at", "replay",
+        "received_at", "body", "routed_at", "replay", "duplicates",
     ),
     "quarantine": ("id", "received_at", "reason", "client", "event_id", "body"),
     "outbox": (
@@ -50,8 +50,15 @@ TABLES: dict[str, tuple[str, ...]] = {
         "id", "name", "hash", "prefix", "plan", "role", "created_at", "revoked_at",
         "last_used_at",
     ),
+    # Webhook subscribers (their deliveries are outbox rows) and alert acknowledgements.
+    "webhooks": (
+        "id", "public_id", "url", "events", "threshold", "format", "secret", "status",
+        "created_at", "updated_at", "status_reason",
+    ),
+    "webhook_sides": ("webhook_id", "session_id", "below", "mark"),
+    "acks": ("alert", "episode", "acked_by", "acked_at"),
 }  # fmt: skip
-_IDENTITY = ("quarantine", "outbox", "groups", "silences", "replays", "api_keys")
+_IDENTITY = ("quarantine", "outbox", "groups", "silences", "replays", "api_keys", "webhooks")
 _BOOLEAN = {("replays", "respect_lifecycle")}
 CHUNK = 5000
 
