@@ -180,7 +180,8 @@ def run(tmp: Path, *, faults: Faults, load: Load) -> Outcome:
         for i in range(faults.replicas):
             folder = tmp / f"replica{i}"
             folder.mkdir()
-            env = {**ENV, "RECEIVER_NOTIFY_TIMEOUT": f"{faults.notify_timeout:g}"}
+            timeout = f"{faults.notify_timeout:g}"
+            env = {**ENV, "RECEIVER_NOTIFY_TIMEOUT": timeout, "RECEIVER_WEBHOOK_TIMEOUT": timeout}
             servers.append(Receiver(folder, rules=rules, env=env, db=url))
         for server in servers:
             server.start()

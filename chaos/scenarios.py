@@ -75,7 +75,9 @@ ENV = {
     "RECEIVER_RETRY_INITIAL": "0.2",
     "RECEIVER_RETRY_MAX": "1",
     "RECEIVER_RETRY_FOR": "1h",
-    "RECEIVER_NOTIFY_TIMEOUT": "1",  # leases (2 x timeout + 10s) expire 12s after a claim
+    # Leases (2 x the longer of the two send timeouts + 10s) expire 12s after a claim.
+    "RECEIVER_NOTIFY_TIMEOUT": "1",
+    "RECEIVER_WEBHOOK_TIMEOUT": "1",
     "RECEIVER_LOG_LEVEL": "info",
 }
 
