@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint clean bench audit chaos postgres screenshots chromium
+.PHONY: run demo test lint clean bench bench-check audit chaos postgres screenshots chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,12 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 
 run: $(VENV)/.installed
 	$(BIN)/receiver serve
+
+# The whole chain for a minute on free loopback ports: a fake upstream service, a receiver
+# registered there with enrichment, a Slack/email stand-in; a summary at the end. Stops by
+# itself and leaves nothing running. DEMO_ARGS="--seconds 20" for a shorter run.
+demo: $(VENV)/.installed
+	$(BIN)/python -m receiver.simulator.demo $(DEMO_ARGS)
 
 # Three workers, a test file each at a time (module fixtures such as the browser tests'
 # one server stay in one worker): most tests wait on servers, not on the CPU.
@@ -57,6 +63,13 @@ clean:
 bench: $(VENV)/.installed-dev
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk webhook)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# A quick throughput run against the last committed bench/figures.json (written by the
+# throughput part of `make bench`); fails on a drop of more than 15% in the ratio to the
+# ceiling. Not part of `make test`: machines are noisy.
+bench-check: $(VENV)/.installed-dev
+	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk webhook)
+	$(BIN)/python bench/check.py
 
 # Known vulnerabilities in the installed dependencies (pip-audit); says plainly when the
 # vulnerability database cannot be reached instead of passing silently. .ci/run calls it.

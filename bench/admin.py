@@ -183,9 +183,10 @@ def _wait(base: str) -> None:
 
 
 def write_section(lines: list[str], output: Path) -> None:
-    """Replace this section of the results file (or append it), keeping the rest."""
+    """Replace the section that lines[0] heads in the results file (or append it), keeping
+    the rest."""
     text = output.read_text() if output.exists() else ""
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(lines[0])}\n.*?(?=^## |\Z)", re.S | re.M)
     block = "\n".join(lines) + "\n"
     text = pattern.sub(block, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + block
     output.write_text(text)

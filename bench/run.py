@@ -56,9 +56,11 @@ sys.path.insert(0, str(BENCH))
 
 import admin  # noqa: E402  (bench/admin.py: the admin page on a big store)
 import api  # noqa: E402  (bench/api.py: the /v1 read API on 1,000,000 sessions)
+import backtest  # noqa: E402  (bench/backtest.py: `receiver backtest` over a week)
 import extra  # noqa: E402  (bench/extra.py, beside this file)
 import fanout  # noqa: E402  (bench/fanout.py: webhook subscribers)
 import pg  # noqa: E402  (bench/pg.py: the postgres part)
+import statements  # noqa: E402  (bench/statements.py: SQL statements per event)
 
 from receiver import rules, signature  # noqa: E402
 from receiver.simulate import event_stream, timestamp  # noqa: E402
@@ -492,6 +494,8 @@ PARTS = (
     "admin",
     "fanout",
     "api",
+    "backtest",
+    "statements",
 )
 
 
@@ -885,6 +889,42 @@ def merge(old: str, new: str, *, head: bool) -> str:
 # -- main -----------------------------------------------------------------------------------
 
 
+def write_figures(path: Path, results: list[Result], args: argparse.Namespace) -> None:
+    """The throughput part's figures as JSON, per round: the ceiling's and the receiver's
+    requests/s, the receiver's stored+routed/s and its ratio to the ceiling of the same
+    round (what `make bench-check` compares)."""
+    by_round: dict[int, dict[str, Result]] = {}
+    for r in results:
+        by_round.setdefault(r.round, {})[r.target] = r
+    rounds = []
+    for number, targets in sorted(by_round.items()):
+        ceiling, receiver = targets.get("ceiling"), targets.get("receiver")
+        if ceiling is None or receiver is None or receiver.routing is None or not ceiling.rps:
+            continue
+        rounds.append(
+            {
+                "round": number,
+                "ceiling_rps": round(ceiling.rps),
+                "accepted_rps": round(receiver.rps),
+                "sustained_rps": round(receiver.routing.sustained),
+                "ratio": round(receiver.routing.sustained / ceiling.rps, 3),
+                "p99_ms": round(receiver.p99_ms, 2),
+                "lag_max_s": round(receiver.routing.lag_max, 2),
+                "load": receiver.load,
+            }
+        )
+    ratios = [r["ratio"] for r in rounds]
+    figures = {
+        "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "duration_s": args.duration,
+        "events": args.events,
+        "connections": args.connections,
+        "ratio": round(sum(ratios) / len(ratios), 3) if ratios else None,
+        "rounds": rounds,
+    }
+    path.write_text(json.dumps(figures, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=int, default=15, help="seconds per measured run")
@@ -896,6 +936,12 @@ def main() -> None:
     )
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--output", type=Path, default=BENCH / "RESULTS.md")
+    parser.add_argument(
+        "--figures",
+        type=Path,
+        default=BENCH / "figures.json",
+        help="where the throughput part writes its figures for `make bench-check`",
+    )
     parser.add_argument(
         "--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}"
     )
@@ -997,7 +1043,9 @@ def main() -> None:
                 ),
                 ("admin", lambda: admin.measure(1_000_000, 20)),
                 ("fanout", lambda: fanout.measure(1000, 10, 50)),
+                ("statements", lambda: statements.measure(20_000, BENCH / "rules.yaml")),
                 ("api", lambda: api.run_part(args, work, pin)),
+                ("backtest", lambda: backtest.measure()),
             ):
                 if part in parts:
                     sections += fn()
@@ -1011,6 +1059,7 @@ def main() -> None:
         text = merge(args.output.read_text(), text, head="throughput" in parts)
     args.output.write_text(text)
     if results:
+        write_figures(args.figures, results, args)
         print("\n".join(table(results)))
     if paced:
         print("\n" + "\n".join(lag_table(results, paced)))

@@ -9,7 +9,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from receiver.notify.webhook import WebhookChannel
 from receiver.notify.worker import Worker
 from receiver.retention import Pruner
 from receiver.settings import Settings
-from receiver.store import open_store
+from receiver.store import OutboxRow, Store, open_store
 
 log = logging.getLogger("receiver")
 
@@ -134,8 +134,10 @@ def create_app(
         delays=settings.webhook_delays,
         allow_private=settings.webhook_allow_private,
         allow_http=settings.webhook_allow_http,
+        connections=settings.notify_concurrency,
         clock=clock,
     )
+    enrich, upstream = _enricher(settings, store, holder)
     worker = Worker(
         store,
         targets,
@@ -148,6 +150,7 @@ def create_app(
         lease=max(settings.notify_timeout, settings.webhook_timeout) * 2 + 10,
         clock=clock,
         webhooks=webhooks,
+        enrich=enrich,
     )
     router = Router(store, holder, metrics=metrics, on_routed=worker.wake, clock=clock)
     pruner = Pruner(store, retention=settings.retention, metrics=metrics, clock=clock)
@@ -247,6 +250,8 @@ def create_app(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             targets.close()
+            if upstream is not None:
+                await upstream.aclose()
             await webhooks.close()
             await store.close()
             log.info("stopped in %.1fs; store closed", time.monotonic() - started)
@@ -283,6 +288,25 @@ def create_app(
 
     app.state.wake = wake
     return app
+
+
+def _enricher(
+    settings: Settings, store: Store, holder: RulesHolder
+) -> tuple[Callable[[OutboxRow], Awaitable[tuple[str, str] | None]] | None, Any]:
+    """The worker's enrichment (receiver.upstream.enrich) and its upstream client, when
+    the upstream is configured; (None, None) otherwise."""
+    from receiver.upstream import client_for
+    from receiver.upstream.enrich import Enricher
+
+    client = client_for(settings, store, timeout=settings.upstream_timeout)
+    if client is None:
+        return None, None
+    enricher = Enricher(client, timeout=settings.upstream_timeout)
+
+    async def enrich(row: OutboxRow) -> tuple[str, str] | None:
+        return await enricher.texts(row, holder.current, store)
+
+    return enrich, client
 
 
 def _initial_rules(settings: Settings) -> rules.Ruleset:

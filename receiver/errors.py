@@ -25,6 +25,7 @@
     │       ├── InvalidWebhookError       400 invalid_webhook
     │       └── WebhookNotFoundError      404 webhook_not_found
     ├── StoreError                    the store failed outside a request
+    ├── UpstreamError                 the upstream service refused, failed or was not reached
     └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
 
 A duplicate delivery is a result, not an error.
@@ -163,6 +164,16 @@ class WebhookNotFoundError(ApiError):
 
 class StoreError(ReceiverError):
     """The store could not do what was asked (outside the ingest path)."""
+
+
+class UpstreamError(ReceiverError):
+    """A request to the upstream service (receiver.upstream) failed: .status is its HTTP
+    status (None when it was not reached), .code its error code when it sent one."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
 
 
 class ConfigError(ReceiverError):

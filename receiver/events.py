@@ -175,7 +175,12 @@ def iso(ts: datetime, *, digits: int = 6) -> str:
     >>> iso(datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC), digits=3)
     '2026-05-01T12:00:00.123Z'
     """
-    text = to_utc(ts).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    u = to_utc(ts)
+    # Not strftime: its %Y writes year 497 as "497", which sorts after "2026".
+    text = (
+        f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
+        f".{u.microsecond:06d}"
+    )
     return text[: len(text) - 6 + digits] + "Z"
 
 

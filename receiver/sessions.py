@@ -185,6 +185,49 @@ class Summary:
         }
 
 
+UPSTREAM_MARK = "~upstream"  # the "event id" of what a session's upstream record says
+
+
+def merge_remote(summary: Summary, remote: dict[str, Any]) -> None:
+    """Merge a session as the upstream service describes it (part 2's single-session form)
+    into summary, the way fold() takes an event: each field set by the record is marked
+    with its updatedAt, so newer events received here win over an older record and the
+    other way round; counts take the larger; a stop is for good. Merging the same record
+    twice changes nothing.
+    """
+    ts = _instant(remote.get("updatedAt")) or _instant(remote.get("startedAt"))
+    if ts is None:
+        return
+    mark = f"{ts} {UPSTREAM_MARK}"
+    user, score = _text(remote.get("userId")), _number(remote.get("score"))
+    context, status = _text(remote.get("context")), remote.get("status")
+    if user is not None and mark > summary.user_mark:
+        summary.user_id, summary.user_mark = user, mark
+    if score is not None and mark > summary.score_mark:
+        summary.score, summary.score_mark = score, mark
+    if context is not None and mark > summary.context_mark:
+        summary.context, summary.context_mark = context, mark
+    if status == "stopped":
+        summary.stopped = True
+    elif status in ("dropped", "active") and mark > summary.trend_mark:
+        summary.trend, summary.trend_mark = status, mark
+    signals, interventions = remote.get("signals"), remote.get("interventions")
+    if isinstance(signals, int) and not isinstance(signals, bool) and mark > summary.signals_mark:
+        summary.signals_sent, summary.signals_mark = signals, mark
+    if isinstance(interventions, int) and not isinstance(interventions, bool):
+        summary.interventions = max(summary.interventions, interventions)
+    started = _instant(remote.get("startedAt"))
+    if started is not None and (summary.started_sent is None or started < summary.started_sent):
+        summary.started_sent = started
+    for instant in (started, ts):
+        if instant is None:
+            continue
+        if summary.first_ts is None or instant < summary.first_ts:
+            summary.first_ts = instant
+        if summary.last_ts is None or instant > summary.last_ts:
+            summary.last_ts = instant
+
+
 # The columns of the sessions table, in Summary's field order.
 COLUMNS = tuple(f.name for f in fields(Summary))
 

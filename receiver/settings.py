@@ -99,6 +99,14 @@ class Settings(BaseSettings):
     webhook_allow_http: bool = False
     # The admin page (/admin): "off" removes it entirely.
     admin: Literal["on", "off"] = "on"
+    # The upstream service (receiver.upstream): its base URL (ending in /v1), our API key
+    # there and its plan (60, 600 or unlimited requests a minute), and how long a
+    # notification waits for enrichment before it goes out without. All optional: without
+    # the URL and the key, nothing talks to the upstream.
+    upstream_url: str | None = None
+    upstream_key: str | None = Field(default=None, repr=False)
+    upstream_plan: Literal["free", "pro", "enterprise"] = "free"
+    upstream_timeout: float = Field(default=2.0, gt=0)
 
     @field_validator(
         "notify_timeout",
@@ -112,6 +120,7 @@ class Settings(BaseSettings):
         "body_timeout",
         "retention",
         "webhook_timeout",
+        "upstream_timeout",
         mode="before",
     )
     @classmethod
@@ -145,6 +154,25 @@ class Settings(BaseSettings):
     def _schedule(cls, value: str) -> str:
         webhook_delays(value)  # raises ValueError saying what is wrong
         return value
+
+    @field_validator("upstream_url")
+    @classmethod
+    def _upstream_url(cls, value: str | None) -> str | None:
+        """Blank means unset; otherwise an http(s) URL ending in /v1, as the document's
+        {base_url} does."""
+        if value is None or not value.strip():
+            return None
+        url = value.strip().rstrip("/")
+        if not url.startswith(("http://", "https://")) or not url.endswith("/v1"):
+            raise ValueError(
+                f"must be the service's base URL, http(s)://... ending in /v1; got {url[:80]!r}"
+            )
+        return url
+
+    @property
+    def upstream_configured(self) -> bool:
+        """Whether RECEIVER_UPSTREAM_URL and RECEIVER_UPSTREAM_KEY are both set."""
+        return bool(self.upstream_url and self.upstream_key)
 
     @property
     def webhook_delays(self) -> tuple[float, ...]:

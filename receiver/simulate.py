@@ -712,7 +712,47 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option(
+    "--serve-api",
+    is_flag=True,
+    help="Be the whole service instead: serve its API (sessions, scores, webhook"
+    " registration) on --listen and deliver events to the webhooks registered there.",
+)
+@click.option(
+    "--listen",
+    default="127.0.0.1:4100",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="With --serve-api: where to serve.",
+)
+@click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    envvar="RECEIVER_SIMULATE_KEYS",
+    metavar="KEY[:PLAN]",
+    help="With --serve-api: a Bearer key it accepts, on --plan unless :free, :pro or"
+    " :enterprise follows; repeatable [RECEIVER_SIMULATE_KEYS, space-separated; else one"
+    " made up and printed].",
+)
+@click.option(
+    "--plan",
+    type=click.Choice(["free", "pro", "enterprise"]),
+    default="free",
+    show_default=True,
+    help="With --serve-api: the plan of keys given without one.",
+)
+@click.option(
+    "--population",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="With --serve-api: sessions in all, --sessions of them live, the rest finished"
+    " over the past day.",
+)
+@click.pass_context
 def simulate(
+    ctx: click.Context,
     url: str,
     secret: str | None,
     sessions: int,
@@ -729,6 +769,11 @@ def simulate(
     record: Path | None,
     as_json: bool,
     no_progress: bool,
+    serve_api: bool,
+    listen: str,
+    api_keys: tuple[str, ...],
+    plan: str,
+    population: int,
 ) -> None:
     """Behave like the Attention Scoring Service towards a receiver: signed events, retries.
 
@@ -743,8 +788,31 @@ def simulate(
     \b
         receiver simulate --sessions 20 --duration 30s
         receiver simulate --duplicates 0.1 --speed 600 --record outcomes.tsv --json
+        receiver simulate --serve-api --api-key ar_test:pro --speed 60
+
+    With --serve-api it serves the service's API from a generated population
+    until stopped (or for --duration when given): `receiver upstream register`
+    points it at a receiver, and the live sessions' events are delivered there.
     """
     from rich.console import Console
+
+    if serve_api:
+        from receiver.simulator.serve import serve_fake
+
+        given = ctx.get_parameter_source("duration") is not click.core.ParameterSource.DEFAULT
+        serve_fake(
+            listen=listen,
+            keys=api_keys,
+            plan=plan,
+            live=sessions,
+            population=population,
+            tick=tick,
+            speed=speed,
+            threshold=threshold,
+            seed=seed,
+            duration=duration if given else None,
+        )
+        return
 
     options = Options(
         sessions=sessions,

@@ -77,7 +77,9 @@ class Receiver:
             "RECEIVER_SECRETS": secret,
             "RECEIVER_LOG_LEVEL": "debug",
             "RECEIVER_RETRY_INITIAL": "0.3",
+            # Leases (2 x the longer send timeout + 10 s) run out 16 s after a claim.
             "RECEIVER_NOTIFY_TIMEOUT": "3",
+            "RECEIVER_WEBHOOK_TIMEOUT": "3",
             "RECEIVER_SHUTDOWN_GRACE": str(SHUTDOWN_GRACE),
             **(env or {}),
         }

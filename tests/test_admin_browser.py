@@ -525,6 +525,37 @@ def test_the_rules_page_explains_a_pasted_event(tab: Tab) -> None:
     assert "not valid JSON" in tab.page.get_by_role("alert").inner_text()
 
 
+def test_the_report_shows_a_periods_notifications_with_a_chart(
+    tab: Tab, server: Receiver, sink: HTTPSink
+) -> None:
+    session, user = uid("sess_noisy"), uid("user_noisy")
+    sent = [drop(sessionId=session, userId=user) for _ in range(7)]  # more than any other
+    for event in sent:
+        assert server.send(event).status_code == 202
+    for event in sent:
+        until(lambda i=event["id"]: at_sink(sink, i), "the noisy session's notifications")
+    tab.go("/admin/report?since=1d")
+    assert tab.page.get_by_role("heading", level=1).inner_text() == "Noise report"
+    first = tab.page.locator("#top-sessions tbody tr").first
+    assert first.locator("td").nth(0).inner_text() == session
+    assert first.locator("td").nth(1).inner_text() == "7"
+    assert tab.page.locator("#top-users tbody tr").first.locator("td").first.inner_text() == user
+    delivered = server.query(
+        "SELECT count(*) FROM outbox WHERE rule = 'page-oncall' AND state = 'delivered'"
+    )[0][0]
+    row = tab.page.locator("#per-rule tbody tr").filter(has_text="page-oncall")
+    assert int(row.locator("td").nth(1).inner_text().replace(",", "")) >= delivered >= 7
+    today = tab.page.locator("svg.chart.bars rect.bar").last
+    assert today.locator("title").text_content().endswith(row.locator("td").nth(1).inner_text())
+    assert "p50" in tab.page.locator("main p").first.inner_text()
+    tab.page.get_by_label("since").fill("2h")
+    tab.page.get_by_role("button", name="Show").click()
+    tab.page.wait_for_url("**/admin/report?since=2h")
+    assert (
+        tab.page.locator("#top-sessions tbody tr").first.locator("td").first.inner_text() == session
+    )
+
+
 def test_bulk_retry_shows_the_count_first_then_its_progress_to_done(
     tab: Tab, server: Receiver, sink: HTTPSink
 ) -> None:
@@ -654,7 +685,7 @@ def test_screenshots_of_every_page(
     assert page.locator("svg.chart circle").count() == 6
     assert page.locator("svg.chart line.threshold").count() == 1
     shot(page, "session", folder)
-    for name in ("notifications", "alerts", "silences", "rules", "webhooks", "keys"):
+    for name in ("notifications", "alerts", "report", "silences", "rules", "webhooks", "keys"):
         tab.go(f"/admin/{name}")
         assert page.get_by_role("heading", level=1).is_visible()
         shot(page, name, folder)

@@ -24,9 +24,9 @@ from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-# Variables that are not `receiver serve` settings: its secrets (never a flag), and what
-# `receiver send` / `sign` read.
-NOT_SERVE = {"RECEIVER_SECRETS", "RECEIVER_URL", "RECEIVER_SIGN_SECRET"}
+# Variables that are not `receiver serve` settings: its secrets (never a flag: the signing
+# secrets and the upstream API key), and what `receiver send` / `sign` read.
+NOT_SERVE = {"RECEIVER_SECRETS", "RECEIVER_UPSTREAM_KEY", "RECEIVER_URL", "RECEIVER_SIGN_SECRET"}
 
 
 def _flag(variable: str) -> str:

@@ -1,10 +1,12 @@
 import json
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from receiver import events
 from receiver.errors import InvalidEventError, InvalidJSONError
+from receiver.events import iso
 
 DROP = {
     "id": "evt_1",
@@ -123,3 +125,12 @@ def test_a_nul_in_an_id_is_an_invalid_event_not_a_storage_error(field: str) -> N
     body = json.dumps(events.sample("score.drop", **{field: "a\x00b"})).encode()
     with pytest.raises(InvalidEventError, match=f"{field}: must not contain a NUL"):
         events.parse(body)
+
+
+def test_iso_pads_the_year_so_text_order_stays_time_order() -> None:
+    early = iso(datetime(497, 10, 30, 3, 10, tzinfo=timezone(timedelta(hours=-9, minutes=-10))))
+    assert early == "0497-10-30T12:20:00.000000Z"
+    assert early < iso(datetime(2026, 1, 1, tzinfo=UTC)) < iso(datetime(9999, 1, 1, tzinfo=UTC))
+    assert iso(datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC), digits=3) == (
+        "2026-05-01T12:00:00.123Z"
+    )

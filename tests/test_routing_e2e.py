@@ -267,7 +267,9 @@ def test_killed_before_delivery_delivers_after_restart(
     server.kill()
     http_sink.start()
     server.start()
-    [request] = http_sink.wait_for(1)
+    # A kill that lands mid-send (claimed, outcome not written) leaves the row to its
+    # lease, which runs out 16 s after the claim (tests/harness.py).
+    [request] = http_sink.wait_for(1, timeout=25)
     assert request.json["title"] == "Attention dropped: user_42"
     until(lambda: outbox(server) == [("evt_crash", "deep-drop", "delivered")], what="delivered")
 

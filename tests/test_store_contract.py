@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -15,14 +16,28 @@ from receiver import events
 from receiver.errors import StoreError
 from receiver.store import Notification, Store, open_store
 from receiver.store.base import Tx
+from receiver.store.memory import MemoryStore
 from receiver.store.records import Alert, Replay
 
 T = TypeVar("T")
+MEMORY = "memory:"  # the backtest's scratch store (receiver.store.memory): routing tests only
+
+
+@pytest.fixture(params=["sqlite", "postgres", "memory"])
+def tx_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store of each kind for the routing-transaction tests: the scratch store in memory
+    is held to the same contract as SQLite and PostgreSQL."""
+    if request.param == "memory":
+        return MEMORY
+    if request.param == "sqlite":
+        return str(tmp_path / "receiver.db")
+    return str(request.getfixturevalue("pg_url"))
 
 
 def run(url: str, fn: Callable[[Store], Awaitable[T]], clock: float = 1000.0) -> T:
     async def main() -> T:
-        store = open_store(url, clock=lambda: clock)
+        store: Any = MemoryStore(clock=lambda: clock) if url == MEMORY else None
+        store = store or open_store(url, clock=lambda: clock)
         await store.open()
         try:
             return await fn(store)
@@ -142,7 +157,7 @@ def test_check_writable_passes_on_a_healthy_store(store_url: str) -> None:
 # -- routing transactions -------------------------------------------------------------------
 
 
-def test_route_writes_the_outbox_once_and_marks_routed(store_url: str) -> None:
+def test_route_writes_the_outbox_once_and_marks_routed(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         await store.accept(*event(1))
         [pending] = await store.transact(lambda tx: tx.unrouted(10))
@@ -155,21 +170,21 @@ def test_route_writes_the_outbox_once_and_marks_routed(store_url: str) -> None:
             await store.deliveries(),
         )
 
-    first, again, unrouted, rows = run(store_url, go)
+    first, again, unrouted, rows = run(tx_url, go)
     assert first == 2 and again == 0 and unrouted == []
     assert [(r.rule, r.state) for r in rows] == [("s", "pending"), ("r", "pending")]
 
 
-def test_unrouted_skips_the_ids_it_is_told_to(store_url: str) -> None:
+def test_unrouted_skips_the_ids_it_is_told_to(tx_url: str) -> None:
     async def go(store: Store) -> list[str]:
         for i in range(3):
             await store.accept(*event(i))
         return [e.id for e in await store.transact(lambda tx: tx.unrouted(10, {"evt_1"}))]
 
-    assert sorted(run(store_url, go)) == ["evt_0", "evt_2"]
+    assert sorted(run(tx_url, go)) == ["evt_0", "evt_2"]
 
 
-def test_a_failing_transaction_writes_nothing(store_url: str) -> None:
+def test_a_failing_transaction_writes_nothing(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         await store.accept(*event(1))
 
@@ -182,11 +197,11 @@ def test_a_failing_transaction_writes_nothing(store_url: str) -> None:
             await store.transact(fail)
         return await store.transact(lambda tx: tx.unrouted(5)), await store.deliveries()
 
-    unrouted, rows = run(store_url, go)
+    unrouted, rows = run(tx_url, go)
     assert [e.id for e in unrouted] == ["evt_1"] and rows == []
 
 
-def test_a_savepoint_rolls_back_its_own_writes_only(store_url: str) -> None:
+def test_a_savepoint_rolls_back_its_own_writes_only(tx_url: str) -> None:
     async def go(store: Store) -> list[str]:
         await store.accept(*event(1))
 
@@ -201,10 +216,30 @@ def test_a_savepoint_rolls_back_its_own_writes_only(store_url: str) -> None:
         await store.transact(work)
         return [row.rule for row in await store.deliveries()]
 
-    assert run(store_url, go) == ["also kept", "kept"]
+    assert run(tx_url, go) == ["also kept", "kept"]
 
 
-def test_throttle_opens_a_window_and_holds_within_it(store_url: str) -> None:
+def test_add_many_queues_each_row_as_add_would(tx_url: str) -> None:
+    async def go(store: Store) -> list[tuple[str, str, int, str, str, str, float, str]]:
+        await store.accept(*event(1))
+        await store.accept(*event(2))
+        items = [("evt_1", note("w", "@subscriber", 7)), ("evt_2", note("w", "@subscriber", 8))]
+        await store.transact(
+            lambda tx: tx.add_many(items, state="pending", now=5.0, kind="webhook")
+        )
+        await store.transact(lambda tx: tx.add_many([], state="pending", now=6.0, kind="webhook"))
+        return sorted(
+            (r.event_id, r.notifier, r.target, r.title, r.body, r.state, r.next_at, r.kind)
+            for r in await store.deliveries()
+        )
+
+    assert run(tx_url, go) == [
+        ("evt_1", "@subscriber", 7, "t", "b", "pending", 5.0, "webhook"),
+        ("evt_2", "@subscriber", 8, "t", "b", "pending", 5.0, "webhook"),
+    ]
+
+
+def test_throttle_opens_a_window_and_holds_within_it(tx_url: str) -> None:
     async def go(store: Store) -> list[bool]:
         def check(now: float) -> Callable[[Tx], bool]:
             return lambda tx: tx.throttled("r", "user_1", now, 60.0)
@@ -217,10 +252,10 @@ def test_throttle_opens_a_window_and_holds_within_it(store_url: str) -> None:
             await store.transact(check(200.0)),
         ]
 
-    assert run(store_url, go) == [False, True, False, False, True]
+    assert run(tx_url, go) == [False, True, False, False, True]
 
 
-def test_alerts_read_ahead_written_once_and_listed_open(store_url: str) -> None:
+def test_alerts_read_ahead_written_once_and_listed_open(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         def batch(tx: Tx) -> None:
             tx.read_alerts(["a", "b"])
@@ -242,12 +277,12 @@ def test_alerts_read_ahead_written_once_and_listed_open(store_url: str) -> None:
         await store.transact(reopen)
         return await store.transact(lambda tx: (tx.open_alerts(), tx.alert("b"), tx.alert("x")))
 
-    open_alerts, b, missing = run(store_url, go)
+    open_alerts, b, missing = run(tx_url, go)
     assert [(a.id, a.episode, a.opened_event) for a in open_alerts] == [("c", 2, "evt_3")]
     assert b == Alert("b", "resolved", 1, "2026-01-01T00:00:02Z") and missing is None
 
 
-def test_notices_repeat_and_end(store_url: str) -> None:
+def test_notices_repeat_and_end(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         def work(tx: Tx) -> Any:
             tx.add_notice("a", 1, "r", 100.0, 60.0)
@@ -262,7 +297,7 @@ def test_notices_repeat_and_end(store_url: str) -> None:
 
         return await store.transact(work)
 
-    early, notices, after = run(store_url, go)
+    early, notices, after = run(tx_url, go)
     assert early == [] and after == []
     assert [(n.rule, n.next_repeat_at, n.repeats) for n in notices] == [
         ("q", None, 0),
@@ -270,7 +305,7 @@ def test_notices_repeat_and_end(store_url: str) -> None:
     ]
 
 
-def test_held_rows_are_cancelled_and_sent_is_known(store_url: str) -> None:
+def test_held_rows_are_cancelled_and_sent_is_known(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         def work(tx: Tx) -> Any:
             tx.add("e1", note("hold"), state="held", now=1.0, next_at=60.0, alert="a", episode=1)
@@ -282,7 +317,7 @@ def test_held_rows_are_cancelled_and_sent_is_known(store_url: str) -> None:
         before, cancelled = await store.transact(work)
         return before, cancelled, await store.deliveries()
 
-    before, cancelled, rows = run(store_url, go)
+    before, cancelled, rows = run(tx_url, go)
     assert before == (False, True, False) and cancelled == 1
     assert {(r.rule, r.state, r.reason) for r in rows} == {
         ("hold", "cancelled", "resolved before it was sent"),
@@ -290,7 +325,7 @@ def test_held_rows_are_cancelled_and_sent_is_known(store_url: str) -> None:
     }
 
 
-def test_digest_groups_open_fill_and_release(store_url: str) -> None:
+def test_digest_groups_open_fill_and_release(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         def first(tx: Tx) -> int:
             assert tx.open_group("r", "k", 100.0) is None
@@ -312,12 +347,12 @@ def test_digest_groups_open_fill_and_release(store_url: str) -> None:
         closed = await store.transact(second)
         return closed, await store.deliveries()
 
-    closed, [row] = run(store_url, go)
+    closed, [row] = run(tx_url, go)
     assert closed is None
     assert (row.title, row.body, row.next_at, row.kind) == ("2 events", "e1 e2", 130.0, "digest")
 
 
-def test_silences_added_listed_and_expired(store_url: str) -> None:
+def test_silences_added_listed_and_expired(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         sid = await store.transact(
             lambda tx: tx.add_silence({"userId": "u1"}, "maintenance", 100.0, 200.0)
@@ -327,22 +362,22 @@ def test_silences_added_listed_and_expired(store_url: str) -> None:
         again = await store.transact(lambda tx: tx.expire_silence(sid, 161.0))
         return sid, active, expired, again, await store.transact(lambda tx: tx.silences(170.0))
 
-    sid, [active], expired, again, after = run(store_url, go)
+    sid, [active], expired, again, after = run(tx_url, go)
     assert (active.id, active.matchers, active.reason) == (sid, {"userId": "u1"}, "maintenance")
     assert expired is True and again is False and after == []
 
 
-def test_named_state_round_trips_json(store_url: str) -> None:
+def test_named_state_round_trips_json(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         await store.transact(lambda tx: tx.set_state("heartbeat", {"firing": True}))
         await store.transact(lambda tx: tx.set_state("heartbeat", {"firing": False, "n": 2}))
         return await store.transact(lambda tx: (tx.get_state("heartbeat"), tx.get_state("x")))
 
-    assert run(store_url, go) == ({"firing": False, "n": 2}, None)
+    assert run(tx_url, go) == ({"firing": False, "n": 2}, None)
 
 
-def test_timers_lock_is_held_with_one_process(store_url: str) -> None:
-    assert run(store_url, lambda s: s.transact(lambda tx: tx.try_lock("timers"))) is True
+def test_timers_lock_is_held_with_one_process(tx_url: str) -> None:
+    assert run(tx_url, lambda s: s.transact(lambda tx: tx.try_lock("timers"))) is True
 
 
 # -- delivery -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from typing import Any, TypeVar
 
 import pytest
@@ -114,6 +115,11 @@ def test_pages_walk_every_session_once_while_new_ones_arrive(store_url: str) -> 
         await accept(store, *(ev(i, sessionId=f"s{i:03d}", ts=start(i)) for i in range(25)))
         await route(store)
         await accept(store, *(ev(i, sessionId=f"s{i:03d}", ts=start(i)) for i in range(25, 30)))
+        # Lists show routed events only; a single session's read folds the rest in.
+        unrouted = await store.list_sessions(SessionQuery(limit=100))
+        assert unrouted.total == 25 and len(unrouted.sessions) == 25
+        assert await store.session("s029") is not None
+        await route(store)
         seen: list[str] = []
         totals: list[int] = []
         cursor = None
@@ -133,6 +139,55 @@ def test_pages_walk_every_session_once_while_new_ones_arrive(store_url: str) -> 
     seen, totals = run(store_url, go)
     assert seen == [f"s{i:03d}" for i in range(29, -1, -1)]
     assert totals[0] == 30
+
+
+def test_totals_add_up_hours_and_count_the_ends_exactly(store_url: str) -> None:
+    """`total` from session_hours and the two end hours matches a plain count, for ranges
+    inside one hour, across hours and days, open on either side, and after sessions stop
+    (they move to another status's count)."""
+    rng = random.Random(11)
+    starts = [
+        f"2026-01-0{1 + rng.randrange(3)}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:"
+        f"{rng.randrange(60):02d}.000Z"
+        for _ in range(120)
+    ]
+    ends = sorted({s[:14] + "30:00.000Z" for s in starts[:12]} | {s for s in starts[12:20]})
+    # Bounds as the API hands them over (iso(): microseconds), some on a session's start.
+    ends = [e.replace(".000Z", ".000000Z") for e in ends]
+
+    async def go(store: Store) -> list[tuple[Any, ...]]:
+        await accept(store, *(ev(i, sessionId=f"s{i:03d}", ts=t) for i, t in enumerate(starts)))
+        await route(store)
+        stopped = [
+            ev(500 + i, "session.stopped", sessionId=f"s{i:03d}", ts="2026-01-05T00:00:00.000Z")
+            for i in range(0, 120, 3)
+        ]
+        await accept(store, *stopped)
+        await route(store)
+        status_of = {}
+        for i in range(len(starts)):
+            found = await store.session(f"s{i:03d}")
+            assert found is not None
+            status_of[i] = found.status
+        assert set(status_of.values()) == {"dropped", "stopped"}
+        wrong = []
+        for status in (None, "dropped", "stopped", "active"):
+            for low in (None, *ends[::3]):
+                for high in (None, *ends[1::3]):
+                    query = SessionQuery(limit=1, status=status, start_from=low, start_to=high)
+                    got = (await store.list_sessions(query)).total
+                    want = sum(
+                        1
+                        for i, t in enumerate(starts)
+                        if (status is None or status == status_of[i])
+                        and (low is None or t.replace(".000Z", ".000000Z") >= low)
+                        and (high is None or t.replace(".000Z", ".000000Z") <= high)
+                    )
+                    if got != want:
+                        wrong.append((status, low, high, got, want))
+        return wrong
+
+    assert run(store_url, go) == []
 
 
 def test_filters_total_and_unknown_cursor(store_url: str) -> None:
@@ -185,6 +240,9 @@ def test_score_groups_count_each_session_once_with_its_latest_score(store_url: s
         await accept(
             store, ev(7, sessionId="d", page="/y", score=40, ts="2026-01-01T11:40:00.000Z")
         )
+        unrouted = await store.score_groups("page", "2026-01-01T00:00:00.000000Z")
+        assert {g.key: g.histogram for g in unrouted} == {"/x": {50.0: 1, 20.0: 1}, "/y": {30.0: 1}}
+        await route(store)
         groups = await store.score_groups("page", "2026-01-01T00:00:00.000000Z")
         return {g.key: g.histogram for g in groups}
 
@@ -219,11 +277,13 @@ def test_an_upgrade_projects_the_events_routed_before(tmp_path: Any) -> None:
             )
 
     async def after(store: Store) -> Any:
-        return await store.session("sess_1"), await store.score_history("sess_1")
+        listed = await store.list_sessions(SessionQuery(status="active"))
+        return await store.session("sess_1"), await store.score_history("sess_1"), listed
 
-    summary, history = run(db, after)
+    summary, history, listed = run(db, after)
     assert summary.score == 60 and summary.status == "active" and summary.signals == 2
     assert [s for s, _ in history] == [33.0, 60.0]
+    assert listed.total == 1 and [s.id for s in listed.sessions] == ["sess_1"]  # hours counted
 
 
 # -- API keys and plan limits -----------------------------------------------------------------

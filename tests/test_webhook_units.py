@@ -19,7 +19,7 @@ from receiver import signature
 from receiver.api import webhooks as api
 from receiver.dispatch.fanout import derived_id, fan_out
 from receiver.errors import InvalidWebhookError
-from receiver.notify import webhook
+from receiver.notify import webhook, worker
 from receiver.notify.webhook import Outcome, UnsafeURLError, WebhookChannel
 from receiver.settings import Settings, webhook_delays
 from receiver.store import OutboxRow
@@ -242,7 +242,7 @@ Handler = Callable[[httpx.Request], Coroutine[None, None, httpx.Response]]
 def send_with(handler: Handler, sub: Webhook, **kwargs: Any) -> Outcome:
     async def main() -> Outcome:
         ch = channel(allow_http=False, clock=lambda: 1000.0, **kwargs)
-        ch._client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+        ch._clients[sub.id] = httpx.AsyncClient(transport=httpx.MockTransport(handler))
         try:
             return await ch.send(sub, row(b'{"id":"evt_1"}'))
         finally:
@@ -612,3 +612,40 @@ def test_a_deleted_subscriptions_delivery_fails_for_good() -> None:
     fake = _Recorded(before={}, after={})
     deliver(fake)
     assert fake.sent == [] and fake.outcomes == [("subscription deleted or disabled", 7, None)]
+
+
+# -- connections and the share of the event loop ---------------------------------------------
+
+
+def test_each_subscriber_has_its_own_small_pool_closed_when_it_leaves() -> None:
+    class Subscriptions:
+        active = [hook(1), hook(2)]
+
+        async def webhooks(self, *, active_only: bool) -> list[Webhook]:
+            return list(self.active)
+
+    async def main() -> tuple[bool, bool, bool, bool]:
+        store = Subscriptions()
+        ch = WebhookChannel(store, connections=3)  # type: ignore[arg-type]
+        subs = await ch.subscriptions()
+        one, two = ch._http(subs[1]), ch._http(subs[2])
+        same = ch._http(subs[1]) is one and one is not two
+        store.active = [hook(2)]
+        ch.forget()
+        await ch.subscriptions()
+        closed = one.is_closed and not two.is_closed
+        await ch.close()
+        return same, closed, two.is_closed, 1 in ch._clients
+
+    assert asyncio.run(main()) == (True, True, True, False)
+
+
+def test_share_cuts_the_room_to_the_budget_a_lane_at_a_time() -> None:
+    lanes = {("a", 0): 8, ("b", 0): 8, ("c", 0): 0, ("d", 0): 2}
+    for _ in range(20):  # the order is random; the shape is not
+        cut = worker.share(lanes, 5)
+        assert cut.keys() == lanes.keys() and sum(cut.values()) == 5
+        assert cut[("c", 0)] == 0 and all(cut[k] <= lanes[k] for k in lanes)
+        assert all(cut[k] >= 1 for k in lanes if lanes[k])  # every open lane gets a turn
+    assert worker.share(lanes, 100) == lanes
+    assert worker.share(lanes, 0) == dict.fromkeys(lanes, 0)

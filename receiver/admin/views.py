@@ -26,6 +26,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from receiver import __version__, events
+from receiver import report as noise
 from receiver.admin.auth import COOKIE, MAX_AGE, AdminAuth, Session, csrf_ok
 from receiver.api.auth import PREFIX, hash_key, new_key
 from receiver.api.webhooks import delivery, describe, register
@@ -63,6 +64,7 @@ BULK_BATCH = 200
 # The events table has no index by session or user (it would slow ingest): filtering on
 # them looks at this much of the newest history, unless "since" says otherwise.
 FILTER_WINDOW = 86400.0
+REPORT_FLAPPING = 3  # the Report lists alerts opened more times than this
 
 
 def _when(ts: float | None) -> str:
@@ -114,6 +116,28 @@ def chart(history: list[tuple[float, str]], threshold: float | None) -> dict[str
         "threshold": threshold,
         "low": low,
         "high": high,
+    }
+
+
+def report_chart(bars: list[noise.Bar]) -> dict[str, Any]:
+    """An inline SVG bar chart's geometry: one bar a day, scaled into 600 x 160."""
+    width, height, pad, label = 600, 160, 4, 18
+    step = (width - 2 * pad) / max(1, len(bars))
+    return {
+        "width": width,
+        "height": height,
+        "bars": [
+            {
+                "x": round(pad + i * step + step * 0.1, 1),
+                "width": round(step * 0.8, 1),
+                "y": round(height - label - bar.share * (height - label - pad), 1),
+                "height": round(bar.share * (height - label - pad), 1),
+                "mid": round(pad + i * step + step / 2, 1),
+                "bar": bar,
+            }
+            for i, bar in enumerate(bars)
+        ],
+        "baseline": height - label,
     }
 
 
@@ -209,6 +233,7 @@ class AdminPages:
                     Route("/bulk-retry", page(self.bulk_retry), methods=["GET", "POST"]),
                     Route("/jobs/{id}", page(self.job)),
                     Route("/alerts", page(self.alerts)),
+                    Route("/report", page(self.report)),
                     Route("/alerts/{id:path}/ack", page(self.ack), methods=["GET", "POST"]),
                     Route("/silences", page(self.silences), methods=["GET", "POST"]),
                     Route("/silences/{id}/expire", page(self.expire), methods=["GET", "POST"]),
@@ -583,6 +608,24 @@ class AdminPages:
         return await self._view(request, session, "job.html", {"job": job})
 
     # -- alerts and silences ----------------------------------------------------------------
+
+    async def report(self, request: Request, session: Session) -> Response:
+        """The noise report (receiver.report), as `receiver report` prints it."""
+        since = request.query_params.get("since") or "7d"
+        try:
+            back = parse_duration(since)
+        except ValueError:
+            since, back = "7d", parse_duration("7d")
+        now = self.clock()
+        found = await self.store.noise(now - back, now, flapping=REPORT_FLAPPING)
+        return await self._view(
+            request,
+            session,
+            "report.html",
+            {"found": found, "since": since, "flapping": REPORT_FLAPPING,
+             "rules": noise.lines(found, 0), "notifiers": noise.lines(found, 1),
+             "chart": report_chart(noise.days(found)), "seconds": noise.seconds},
+        )  # fmt: skip
 
     async def alerts(self, request: Request, session: Session) -> Response:
         alerts = await self.store.transact(lambda tx: tx.open_alerts())

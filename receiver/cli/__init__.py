@@ -1,6 +1,6 @@
 """The `receiver` command: serve, init, sign, send, check, explain, deliveries, retry, replay,
-alerts, silence, db, keys, webhooks, simulate. One module per group of commands; this one
-gathers them."""
+alerts, silence, db, keys, webhooks, upstream, simulate, backtest, report. One module per
+group of commands; this one gathers them."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import click
 from receiver import __version__
 from receiver.cli.alerts import alerts, silence
 from receiver.cli.db import db
+from receiver.cli.history import backtest, report
 from receiver.cli.keys import keys
 from receiver.cli.outbox import deliveries, replay, retry
 from receiver.cli.rules import check, explain, init
 from receiver.cli.send import send, sign
 from receiver.cli.serve import serve, server_config
+from receiver.cli.upstream import upstream
 from receiver.cli.webhooks import webhooks
 from receiver.simulate import simulate
 
@@ -35,6 +37,6 @@ def cli() -> None:
 
 for command in (
     serve, init, sign, send, check, explain, deliveries, retry, replay, alerts, silence, db,
-    keys, webhooks, simulate,
+    keys, webhooks, upstream, simulate, backtest, report,
 ):  # fmt: skip
     cli.add_command(command)

@@ -128,7 +128,8 @@ def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -
     except ReceiverError as exc:
         raise click.ClickException(f"not a valid event: {exc}") from exc
     payload = event.payload()
-    click.echo(ruleset.explain(payload).format())
+    enrichment = _enrichment(ruleset, payload, db)
+    click.echo(ruleset.explain(payload, enrichment).format())
     for note in env_notes(ruleset, no_env=no_env):
         click.echo(note)
     lines = _lifecycle_now(ruleset, payload, db)
@@ -136,6 +137,17 @@ def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -
         click.echo("now:")
         for line in lines:
             click.echo(f"  {line}")
+
+
+def _enrichment(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> Any:
+    """What the upstream says of the event's session, printed and returned, when a rule's
+    templates use it and RECEIVER_UPSTREAM_URL and _KEY are set (else None)."""
+    from receiver.upstream.explain import fetch_for_explain
+
+    enrichment, lines = fetch_for_explain(ruleset, payload, db)
+    for line in lines:
+        click.echo(line)
+    return enrichment
 
 
 def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> list[str]:

@@ -106,6 +106,21 @@ from receiver.settings import Settings
     type=click.Choice(["on", "off"]),
     help="The admin page at /admin; off removes it [RECEIVER_ADMIN, on].",
 )
+@click.option(
+    "--upstream-url",
+    help="The upstream service's base URL, ending in /v1 [RECEIVER_UPSTREAM_URL]."
+    " The key comes only from RECEIVER_UPSTREAM_KEY.",
+)
+@click.option(
+    "--upstream-plan",
+    type=click.Choice(["free", "pro", "enterprise"]),
+    help="Our plan upstream: 60, 600 or unlimited requests a minute"
+    " [RECEIVER_UPSTREAM_PLAN, free].",
+)
+@click.option(
+    "--upstream-timeout",
+    help="Longest a notification waits for enrichment [RECEIVER_UPSTREAM_TIMEOUT, 2s].",
+)
 def serve(rules_path: Path | None, **flags: Any) -> None:
     """Serve POST /v1/events, /healthz, /readyz and /metrics.
 

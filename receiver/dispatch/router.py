@@ -302,15 +302,11 @@ def _fan_out(
     sessions = {p["sessionId"] for _, _, p in items if isinstance(p.get("sessionId"), str)}
     sides = tx.sides(with_threshold, sessions) if with_threshold and sessions else {}
     deliveries, changed = fan_out(hooks, items, sides)
-    for d in deliveries:
-        note = Notification(
-            rule="webhook",
-            notifier=WEBHOOK_NOTIFIER,
-            target=d.webhook.id,
-            title=d.delivery_id,
-            body=d.body,
-        )
-        tx.add(d.event_id, note, state="pending", now=now, kind="webhook")
+    notes = [
+        (d.event_id, Notification("webhook", WEBHOOK_NOTIFIER, d.webhook.id, d.delivery_id, d.body))
+        for d in deliveries
+    ]
+    tx.add_many(notes, state="pending", now=now, kind="webhook")
     tx.save_sides(changed)
     return len(deliveries)
 

@@ -122,7 +122,10 @@ class Explanation:
 
 
 def explain(
-    rules: Sequence[Rule], notifiers: Mapping[str, Notifier], payload: Mapping[str, Any]
+    rules: Sequence[Rule],
+    notifiers: Mapping[str, Notifier],
+    payload: Mapping[str, Any],
+    enrichment: Mapping[str, Any] | None = None,
 ) -> Explanation:
     """Evaluate every rule in order exactly as routing does, keeping the reasons."""
     outcomes: list[RuleOutcome] = []
@@ -139,7 +142,7 @@ def explain(
         if not all(c.ok for c in conditions):
             outcomes.append(RuleOutcome(rule.name, "not matched", conditions))
             continue
-        rendered = rule.render(payload)
+        rendered = rule.render(payload, enrichment)
         decisions.extend(rule.decisions(rendered, notifiers))
         outcomes.append(
             RuleOutcome(

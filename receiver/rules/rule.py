@@ -125,14 +125,23 @@ class Rule:
                 return False
         return True
 
-    def render(self, payload: Mapping[str, Any]) -> Rendered:
+    @cached_property
+    def enriches(self) -> bool:
+        """Whether the title or body names session or history (receiver.upstream.enrich):
+        then they are rendered again, with the upstream's data, just before sending."""
+        return templates.uses_enrichment(self.title) or templates.uses_enrichment(self.body)
+
+    def render(
+        self, payload: Mapping[str, Any], enrichment: Mapping[str, Any] | None = None
+    ) -> Rendered:
         """Title, body and throttle key for payload; a failing template yields the fallback.
 
         A failing key template throttles under the rule-wide key "*" rather than
-        not at all, so a broken template cannot flood a channel.
+        not at all, so a broken template cannot flood a channel. enrichment: the
+        session and history the upstream service gave (templates see them empty without).
         """
         title_t, body_t, key_t = self._templates()
-        ctx = templates.context(payload, self.name)
+        ctx = templates.context(payload, self.name, enrichment)
         budget = Budget()  # the caps hold for the three templates together
         seconds = self.throttle_every
         key: str | None = None if seconds is None else RULE_WIDE_KEY

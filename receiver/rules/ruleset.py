@@ -53,9 +53,12 @@ class Ruleset:
                 break
         return decisions
 
-    def explain(self, payload: Mapping[str, Any]) -> Explanation:
-        """Each rule's verdict on payload with reasons; ``.format()`` for humans."""
-        return explain(self.rules, self.notifiers, payload)
+    def explain(
+        self, payload: Mapping[str, Any], enrichment: Mapping[str, Any] | None = None
+    ) -> Explanation:
+        """Each rule's verdict on payload with reasons; ``.format()`` for humans.
+        enrichment: what the upstream says of the session (receiver.upstream.enrich)."""
+        return explain(self.rules, self.notifiers, payload, enrichment)
 
     @property
     def unresolved_env(self) -> dict[str, list[str]]:

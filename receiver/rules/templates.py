@@ -19,7 +19,7 @@ from collections.abc import Generator, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from jinja2 import StrictUndefined, Template, TemplateSyntaxError
+from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from receiver.durations import format_duration
@@ -122,14 +122,36 @@ def compile_template(source: str) -> Template:
         raise ValueError(f"template syntax error at line {exc.lineno}: {message}") from None
 
 
-def context(payload: Mapping[str, Any], rule: str) -> dict[str, Any]:
-    """What a template sees: payload fields, then event, rule and delta (these names win).
+# What the upstream service adds (receiver.upstream.enrich), when a notification is sent:
+# the session's fields (context, status, signals, interventions, startedAt...) and its
+# recent score points. Without it, session is empty, history too, and enriched false.
+ENRICHED_NAMES = frozenset({"session", "history"})
 
-    delta is set only when score and threshold are both numbers.
+
+def uses_enrichment(source: str) -> bool:
+    """Whether a template names session or history, so it is worth rendering again with
+    what the upstream service knows just before it is sent."""
+    try:
+        return bool(meta.find_undeclared_variables(ENV.parse(source)) & ENRICHED_NAMES)
+    except TemplateSyntaxError:
+        return False
+
+
+def context(
+    payload: Mapping[str, Any], rule: str, enrichment: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a template sees: payload fields, then event, rule, delta, session, history and
+    enriched (these names win).
+
+    delta is set only when score and threshold are both numbers; session and history are
+    the enrichment's when given, else empty.
     """
     ctx = dict(payload)
     ctx["event"] = payload
     ctx["rule"] = rule
+    ctx["session"] = (enrichment or {}).get("session", {})
+    ctx["history"] = (enrichment or {}).get("history", [])
+    ctx["enriched"] = enrichment is not None
     score, threshold = payload.get("score"), payload.get("threshold")
     if (
         isinstance(score, int | float)

@@ -6,9 +6,21 @@ from __future__ import annotations
 from typing import Any
 
 from receiver.store.base import Notification, OutboxRow, Store, StoredEvent
+from receiver.store.memory import MemoryTx
+from receiver.store.memory import Row as ScratchRow
 from receiver.store.sqlite import SQLiteStore
 
-__all__ = ["Notification", "OutboxRow", "SQLiteStore", "Store", "StoredEvent", "open_store"]
+__all__ = [
+    "MemoryTx",
+    "Notification",
+    "OutboxRow",
+    "SQLiteStore",
+    "ScratchRow",
+    "Store",
+    "StoredEvent",
+    "open_store",
+    "scratch",
+]
 
 
 def open_store(url: str, **options: Any) -> Store:
@@ -21,3 +33,9 @@ def open_store(url: str, **options: Any) -> Store:
     if url.startswith("sqlite:///"):
         url = url.removeprefix("sqlite:///")
     return SQLiteStore(url, **options)
+
+
+def scratch() -> MemoryTx:
+    """An empty routing transaction in memory that nothing else sees (`receiver backtest`):
+    the Tx contract, kept lean (rows that can no longer change leave memory)."""
+    return MemoryTx(lean=True)

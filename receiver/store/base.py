@@ -16,6 +16,7 @@ from receiver.store.records import (
     EventQuery,
     EventRow,
     Group,
+    Noise,
     Notice,
     Notification,
     OutboxQuery,
@@ -110,6 +111,11 @@ class Tx(Protocol):
         group_id: int | None = None,
         replay: int | None = None,
     ) -> int: ...
+    def add_many(
+        self, items: Sequence[tuple[str, Notification]], *, state: str, now: float, kind: str
+    ) -> None:
+        """Queue many notifications, each (event id, notification), alike otherwise."""
+
     def throttled(self, rule: str, key: str, now: float, every: float) -> bool:
         """True if (rule, key) notified within the last `every` seconds; else open a window."""
 
@@ -259,6 +265,17 @@ class Store(Protocol):
     async def outbox_counts(self) -> dict[str, int]:
         """Notifications waiting ("pending": pending, held, sending) and "dead"."""
 
+    # -- history: backtests and the noise report (receiver.store.history) -------------------
+
+    async def events_between(
+        self, start: float, end: float, *, after: tuple[float, str] | None, limit: int
+    ) -> list[StoredEvent]:
+        """Events received in [start, end), oldest first, after (received_at, id)."""
+
+    async def count_between(self, start: float, end: float) -> int: ...
+    async def noise(self, since: float, until: float, *, flapping: int = 3) -> Noise:
+        """The noise report of the notifications created in [since, until)."""
+
     # -- webhook subscriptions (receiver.store.webhooks) ------------------------------------
 
     async def add_webhook(
@@ -292,3 +309,18 @@ class Store(Protocol):
     async def retry_delivery(
         self, webhook_id: int, delivery_id: int, *, now: float
     ) -> OutboxRow | None: ...
+
+    # -- the upstream service (receiver.store.upstream) -------------------------------------
+
+    async def take_upstream(self, name: str, *, per_minute: int, now: float) -> float:
+        """Draw one request from the shared bucket: 0.0 when drawn, else seconds to wait."""
+
+    async def hold_upstream(self, name: str, *, until: float) -> None:
+        """No request from the bucket before `until` (a 429's Retry-After), on any replica."""
+
+    async def sync_cursor(self) -> dict[str, Any] | None: ...
+    async def set_sync_cursor(self, value: dict[str, Any] | None) -> None: ...
+    async def import_sessions(
+        self, items: Sequence[tuple[dict[str, Any], Sequence[tuple[float, str]]]]
+    ) -> int:
+        """Merge upstream sessions and their score points into the projection (idempotent)."""

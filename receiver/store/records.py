@@ -266,3 +266,29 @@ class Ack:
     episode: int
     acked_by: str
     acked_at: float
+
+
+# -- the noise report (receiver.store.history) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Noise:
+    """What the notifications of a period were (`receiver report`): all counts, no texts.
+
+    outbox: (rule, notifier, kind, state, count); per_day: (UTC day start, rows sent);
+    top_sessions / top_users: (id, notifications sent); flapping: (alert, episodes, state);
+    dead: (notifier, target, count); latency: seconds from an event's arrival to the
+    delivery of its notifications, sorted percentiles {"p50": s, "p99": s} (absent: none).
+    """
+
+    since: float
+    until: float
+    events: int
+    outbox: list[tuple[str, str, str, str, int]]
+    per_day: list[tuple[float, int]]
+    top_sessions: list[tuple[str, int]]
+    top_users: list[tuple[str, int]]
+    flapping: list[tuple[str, int, str]]
+    dead: list[tuple[str, int, int]]
+    latency: dict[str, float]
+    delivered: int  # notifications of events delivered (the latency's sample)

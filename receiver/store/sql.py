@@ -84,6 +84,11 @@ class SQLTx:
         """Run one statement (`?` placeholders); its cursor."""
         raise NotImplementedError
 
+    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement (`?` placeholders) for each of rows."""
+        for row in rows:
+            self._q(sql, row)
+
     def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
         """A condition "column is one of values", and its one parameter."""
         return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(values))
@@ -212,6 +217,21 @@ class SQLTx:
             ),
         ).fetchone()
         return int(row[0])
+
+    def add_many(
+        self, items: Sequence[tuple[str, Notification]], *, state: str, now: float, kind: str
+    ) -> None:
+        """Queue many notifications alike but for their event and content (a fan-out),
+        in one statement run for each: no ids come back."""
+        self._many(
+            "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state,"
+            " next_at, created_at, updated_at, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (event_id, n.rule, n.notifier, n.target, n.title, n.body, state, now, now, now,
+                 kind)
+                for event_id, n in items
+            ],
+        )  # fmt: skip
 
     def throttled(self, rule: str, key: str, now: float, every: float) -> bool:
         """True if (rule, key) notified within the last `every` seconds; else open a window.

@@ -10,7 +10,8 @@ from typing import Any
 
 from receiver.errors import StoreError
 from receiver.store.admin import ADMIN_SCHEMA
-from receiver.store.views import VIEWS_SCHEMA, backfill
+from receiver.store.upstream import UPSTREAM_SCHEMA
+from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOKS_SCHEMA
 
 # Advisory lock key for migrations; timers lock by name (lock_key).
@@ -143,6 +144,10 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     ),
     # 6: the admin page: duplicate counts, event pages by time and user, acknowledgements.
     ADMIN_SCHEMA,
+    # 7: the shared request budget towards the upstream service (receiver.upstream).
+    UPSTREAM_SCHEMA,
+    # 8: the read API's totals and aggregates without a scan.
+    AGGREGATES_SCHEMA,
 ]
 
 

@@ -38,9 +38,11 @@ from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.store.admin import SQLAdmin
 from receiver.store.base import Accepted, OnAccepted, Tx
+from receiver.store.history import SQLHistory
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
 from receiver.store.sql import Query, SQLOutbox, event_row
+from receiver.store.upstream import SQLUpstream
 from receiver.store.views import SQLViews
 from receiver.store.webhooks import SQLWebhooks
 
@@ -60,7 +62,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin):
+class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHistory):
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -262,6 +264,7 @@ class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin):
     # -- the read API (shared: receiver.store.views.SQLViews) ------------------------------
 
     _lock_key = " FOR UPDATE"  # replicas count one key's requests in turn
+    _floor = "floor({})::bigint"  # the history's day buckets (SQLHistory)
 
     async def _read(self, fn: Callable[[Query], T]) -> T:
         return await self._statements(fn, write=False)

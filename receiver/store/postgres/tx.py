@@ -47,6 +47,11 @@ class PostgresTx(SQLTx):
     def _q(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return query(self.conn, sql, params)
 
+    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            with self.conn.cursor() as cursor:  # psycopg pipelines the rows
+                cursor.executemany(_placeholders(sql), rows)
+
     def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
         return f"{column} = ANY(?)", list(values)
 

@@ -10,7 +10,8 @@ from typing import Any
 import sqlite_utils
 
 from receiver.store.admin import ADMIN_SCHEMA
-from receiver.store.views import VIEWS_SCHEMA, backfill
+from receiver.store.upstream import UPSTREAM_SCHEMA
+from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOKS_SCHEMA
 
 
@@ -162,6 +163,10 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     WEBHOOKS_SCHEMA.format(id="INTEGER PRIMARY KEY", without_rowid=" WITHOUT ROWID"),
     # 9: the admin page: duplicate counts, event pages by time and user, acknowledgements.
     ADMIN_SCHEMA,
+    # 10: the shared request budget towards the upstream service (receiver.upstream).
+    UPSTREAM_SCHEMA,
+    # 11: the read API's totals and aggregates without a scan.
+    AGGREGATES_SCHEMA,
 ]
 
 

@@ -25,9 +25,11 @@ from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.store.admin import SQLAdmin
 from receiver.store.base import Accepted, OnAccepted
+from receiver.store.history import SQLHistory
 from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
+from receiver.store.upstream import SQLUpstream
 from receiver.store.views import SQLViews
 from receiver.store.webhooks import SQLWebhooks
 
@@ -133,7 +135,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin):
+class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHistory):
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(

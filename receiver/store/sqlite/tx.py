@@ -58,6 +58,9 @@ class SQLiteTx(SQLTx):
     def _q(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
 
+    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
     def _may_have_held(self, alert: str) -> bool:
         return self._alerts is None or alert not in self._alerts or alert in self._held
 

@@ -1,0 +1,195 @@
+"""`receiver backtest` over a week at 10 events/s: how long the replay takes, on one core.
+
+    python bench/backtest.py [--rate 10] [--days 7] [--output bench/RESULTS.md]
+
+Builds (once, cached in bench/.cache) a SQLite store of rate x days events (6,048,000 for
+a week at 10/s) by direct bulk insert: 2,000 sessions at a time, each with a hundred events
+(drops and recoveries, interventions fired and resolved, then session.stopped), so alerts
+open and resolve all week. Then runs `receiver backtest` as an operator does, pinned to
+one core, with bench/backtest-rules.yaml (hold, resolve, repeat, a digest, an active
+window with defer, a throttle, a heartbeat) against bench/rules.yaml, and reads the
+events/s it prints. Writes the "## Backtest" section of bench/RESULTS.md (the rest is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import extra  # noqa: E402
+from receiver.store.sqlite.schema import migrate  # noqa: E402
+
+SECTION = "## Backtest"
+TARGET = 60.0  # seconds for a week at 10 events/s, on one core
+CONCURRENT = 2000  # sessions interleaved at any time
+PER_SESSION = 100  # events each
+START = 1_795_000_000.0  # 2026-11-18 (a Wednesday), whole hours: the period's start
+
+
+def kind(position: int) -> str:
+    """A session's event at this position: its attention drops and recovers, now and then
+    an intervention, and it ends."""
+    if position == PER_SESSION - 1:
+        return "session.stopped"
+    step = position % 25
+    if step in (2, 14):
+        return "score.drop"
+    if step in (6, 20):
+        return "score.recover"
+    if step == 9:
+        return "intervention.fired"
+    if step == 11:
+        return "intervention.resolved"
+    return "score.drop" if step % 3 == 0 else "score.recover"
+
+
+def row(i: int, received: float) -> tuple[Any, ...]:
+    wave, slot = divmod(i, CONCURRENT)
+    session = (wave // PER_SESSION) * CONCURRENT + slot
+    position = wave % PER_SESSION
+    what = kind(position)
+    ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(received)) + f".{i % 1000:03d}Z"
+    event: dict[str, Any] = {
+        "id": f"evt_bt_{i:09d}",
+        "type": what,
+        "timestamp": ts,
+        "sessionId": f"sess_{session:07d}",
+        "userId": f"user_{session % 5000}",
+    }
+    if what.startswith("score."):
+        event["score"] = (5 + (i * 7) % 35) if what == "score.drop" else 60 + i % 30
+        event["threshold"] = 40
+        event["context"] = ("checkout", "browse", "search")[session % 3]
+    if what.startswith("intervention."):
+        event["interventionId"] = f"int_{session}_{position // 25}"
+    score = event.get("score")
+    return (
+        event["id"], what, event["sessionId"], event["userId"], score,
+        event.get("threshold"), ts, received, json.dumps(event, separators=(",", ":")),
+        received + 0.01,
+    )  # fmt: skip
+
+
+def build(path: Path, count: int, rate: float) -> None:
+    tmp = path.with_suffix(".building")
+    tmp.unlink(missing_ok=True)
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    migrate(conn)
+    conn.execute("PRAGMA synchronous=OFF")
+    chunk = 200_000
+
+    def rows(start: int) -> Iterator[tuple[Any, ...]]:
+        for i in range(start, min(start + chunk, count)):
+            yield row(i, START + i / rate)
+
+    for start in range(0, count, chunk):
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO events (id, type, session_id, user_id, score, threshold, event_ts,"
+            " received_at, body, routed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows(start),
+        )
+        conn.execute("COMMIT")
+        if start and start % 1_000_000 == 0:
+            print(f"  {start:,} rows", file=sys.stderr, flush=True)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    tmp.rename(path)
+
+
+def store(count: int, rate: float) -> Path:
+    path = extra.CACHE / f"backtest-{count}-{rate:g}.db"
+    if not path.exists():
+        extra.CACHE.mkdir(exist_ok=True)
+        started = time.monotonic()
+        print(f"building {path} ({count:,} events; once) ...", file=sys.stderr, flush=True)
+        build(path, count, rate)
+        print(f"  built in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    return path
+
+
+def measure(rate: float = 10.0, days: float = 7.0) -> list[str]:
+    count = int(rate * days * extra.DAY)
+    db = store(count, rate)
+    end = START + days * extra.DAY
+    command = [
+        sys.executable, "-m", "receiver", "backtest", str(BENCH / "backtest-rules.yaml"),
+        "--against", str(BENCH / "rules.yaml"), "--from", str(START), "--to", str(end),
+        "--db", str(db), "--json",
+    ]  # fmt: skip
+    pin = ["taskset", "-c", "0"] if _has("taskset") else []
+    if Path("/usr/bin/time").exists():  # GNU time: the command's peak resident size
+        pin = ["/usr/bin/time", "-f", "peak memory: %M KiB", *pin]
+    env = {**os.environ, "BENCH_SINK_PORT": "9"}
+    started = time.monotonic()
+    done = subprocess.run(pin + command, capture_output=True, text=True, env=env, timeout=3600)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"receiver backtest failed:\n{done.stderr[-3000:]}")
+    report = json.loads(done.stdout)
+    took = float(report["seconds"])
+    cand, cur = report["candidate"], report["current"]
+    verdict = "met" if wall <= TARGET else "missed"
+    return [
+        SECTION,
+        "",
+        f"`receiver backtest` of a week at {rate:g} events/s ({count:,} events, stored in"
+        f" SQLite) with bench/backtest-rules.yaml against bench/rules.yaml, both in one pass,"
+        f" pinned to one core ({extra.uptime()}):",
+        "",
+        f"- replay: {took:.1f} s, {count / took:,.0f} events/s; the whole command"
+        f" (start, rules, report): {wall:.1f} s. Target: a week in under {TARGET:.0f} s:"
+        f" **{verdict}**.",
+        f"- candidate: {cand['sent']:,} notifications sent, {cand['alerts_opened']:,} alerts"
+        f" opened; current: {cur['sent']:,} sent; alerts missed {report['missed_count']:,},"
+        f" added {report['added_count']:,}.",
+        f"- peak memory (VmHWM of the command): {_peak(done.stderr)}.",
+        "",
+    ]
+
+
+def _peak(stderr: str) -> str:
+    found = re.search(r"peak memory: (\d+) KiB", stderr)
+    return f"{int(found.group(1)) // 1024:,} MiB" if found else "not measured (no GNU time)"
+
+
+def _has(name: str) -> bool:
+    return subprocess.run(["which", name], capture_output=True).returncode == 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=10.0)
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--output", type=Path, default=BENCH / "RESULTS.md")
+    args = parser.parse_args()
+    lines = measure(args.rate, args.days)
+    print("\n".join(lines))
+    extra_write(lines, args.output)
+
+
+def extra_write(lines: list[str], output: Path) -> None:
+    """Replace this section of the results file (or append it), keeping the rest."""
+    text = output.read_text() if output.exists() else ""
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    block = "\n".join(lines) + "\n"
+    text = pattern.sub(block, text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + block
+    output.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,342 @@
+"""`receiver backtest` and `receiver report`: what a rules file would have done with last
+week's events, and what the notifications of last week were."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from receiver import backtest as bt
+from receiver import report as noise
+from receiver.cli._common import db_option, env_notes, load_rules, no_env_option, with_store
+from receiver.durations import parse_duration
+from receiver.store import Store
+
+SHOWN = 20  # alerts listed as missed or added
+
+
+def parse_time(text: str) -> float:
+    """Epoch seconds from ISO 8601 ("2026-11-17", "2026-11-17T09:00Z"; UTC unless it says
+    otherwise) or a number of epoch seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a time; give ISO 8601 (2026-11-17T09:00Z) or epoch seconds"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def period(since: str, start: str | None, end: str | None) -> tuple[float, float]:
+    """[start, end) from --from/--to, else the last --since up to now."""
+    now = time.time()
+    try:
+        back = parse_duration(since)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--since") from None
+    until = parse_time(end) if end else now
+    begin = parse_time(start) if start else until - back
+    if begin >= until:
+        raise click.BadParameter("the period is empty: --from must be before --to")
+    return begin, until
+
+
+def utc(ts: float, fmt: str = "%Y-%m-%d %H:%M UTC") -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime(fmt)
+
+
+period_options = [
+    click.option(
+        "--since",
+        default="7d",
+        show_default=True,
+        help="How far back from now (or from --to): 90m, 24h, 7d.",
+    ),
+    click.option("--from", "start", help="Start of the period (ISO 8601 or epoch seconds)."),
+    click.option("--to", "end", help="End of the period (default: now)."),
+]
+
+
+def with_period(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(period_options):
+        fn = option(fn)
+    return fn
+
+
+# -- receiver backtest ----------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("new_rules", type=click.Path(path_type=Path, dir_okay=False))
+@with_period
+@click.option(
+    "--against",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="RECEIVER_RULES",
+    help="The rules to compare with [RECEIVER_RULES, else ./rules.yaml if it exists, else the"
+    " built-in rules: what `receiver serve` runs].",
+)
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of tables.")
+@click.option(
+    "--render",
+    is_flag=True,
+    help="Render every title and body too, and count the templates that fail (slower; the"
+    " counts are the same without: a failed template still sends its fallback).",
+)
+@no_env_option
+def backtest(
+    new_rules: Path,
+    since: str,
+    start: str | None,
+    end: str | None,
+    against: Path | None,
+    db: str,
+    as_json: bool,
+    render: bool,
+    no_env: bool,
+) -> None:
+    """Replay the stored events of a period through NEW_RULES, sending nothing.
+
+    Each event goes through the whole pipeline (matching, throttles, silences,
+    hold, digests, repeats, active windows, resolved messages, the heartbeat) at
+    the time it arrived, on a scratch copy in memory with a virtual clock; the
+    database is only read. Prints, per rule and per notifier, the notifications
+    that would have been sent, those suppressed and why, the busiest hour and
+    the alerts notified about, beside the same for the rules the server runs now
+    (--against), and the alerts one would have notified about and the other not.
+
+    Example:
+
+    \b
+        receiver backtest rules.new.yaml                 # the last 7 days
+        receiver backtest rules.new.yaml --from 2026-11-16 --to 2026-11-23
+        receiver backtest rules.new.yaml --since 24h --against rules.yaml --json
+    """
+    start_at, end_at = period(since, start, end)
+    candidate = load_rules(new_rules, no_env=no_env)
+    current = load_rules(against, no_env=no_env)
+    notes = env_notes(candidate, no_env=no_env) + env_notes(current, no_env=no_env)
+
+    async def go(store: Store) -> tuple[list[bt.Result], float]:
+        total = await store.count_between(start_at, end_at)
+        with _Progress(total, quiet=as_json) as advance:
+            return await bt.run(
+                store,
+                [candidate, current],
+                start=start_at,
+                end=end_at,
+                progress=advance,
+                texts=render,
+            )
+
+    (cand, cur), took = with_store(db, go)
+    diff = bt.compare(cand, cur, shown=SHOWN)
+    if as_json:
+        click.echo(json.dumps(_backtest_json(diff, took), indent=2))
+    else:
+        click.echo("\n".join(_backtest_text(diff, took)))
+    for note in dict.fromkeys(notes):
+        click.echo(note, err=True)
+
+
+class _Progress:
+    """A progress bar on stderr while events are replayed (a terminal only)."""
+
+    def __init__(self, total: int, *, quiet: bool) -> None:
+        self.total = total
+        self.bar: Any = None
+        if not quiet and sys.stderr.isatty():
+            from rich.progress import Progress
+
+            self.bar = Progress(transient=True)
+
+    def __enter__(self) -> Callable[[int], None]:
+        if self.bar is None:
+            return lambda n: None
+        self.bar.start()
+        task = self.bar.add_task("replaying events", total=self.total)
+        return lambda n: self.bar.advance(task, n)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _busiest(tally: bt.Tally | None) -> str:
+    found = tally.busiest() if tally is not None else None
+    return "-" if found is None else f"{utc(found[0], '%m-%d %H:00')} ({found[1]:,})"
+
+
+def _suppressed(tally: bt.Tally | None) -> str:
+    if tally is None or not tally.suppressed:
+        return "-"
+    return ", ".join(f"{reason} {n:,}" for reason, n in sorted(tally.suppressed.items()))
+
+
+def _count(tally: bt.Tally | None, what: Callable[[bt.Tally], int]) -> str:
+    return "-" if tally is None else f"{what(tally):,}"
+
+
+def _side_by_side(title: str, cand: dict[str, bt.Tally], cur: dict[str, bt.Tally]) -> list[str]:
+    """One row per name: sent by each ruleset and the difference, then the candidate's
+    suppressions, notifications still held at the end, alerts and busiest hour."""
+    header = [title, "sent new", "sent now", "diff", "alerts new", "alerts now", "held new"]
+    header += ["busiest hour (new)", "suppressed (new)"]
+    rows = []
+    for name in sorted(set(cand) | set(cur)):
+        c, n = cand.get(name), cur.get(name)
+        change = (c.sent if c else 0) - (n.sent if n else 0)
+        rows.append(
+            [
+                name,
+                _count(c, lambda t: t.sent),
+                _count(n, lambda t: t.sent),
+                f"{change:+,}",
+                _count(c, lambda t: t.alerts),
+                _count(n, lambda t: t.alerts),
+                _count(c, lambda t: t.held),
+                _busiest(c),
+                _suppressed(c),
+            ]
+        )
+    return noise.table(header, rows)
+
+
+def _paged_lines(title: str, paged: list[bt.Paged], total: int) -> list[str]:
+    if not paged:
+        return [f"{title}: none"]
+    more = f" (first {SHOWN})" if total > SHOWN else ""
+    lines = [f"{title}: {total:,}{more}"]
+    rows = [
+        [utc(p.at, "%Y-%m-%d %H:%M:%S"), p.alert, f"#{p.episode}", p.session or "-", p.user or "-"]
+        for p in paged[:SHOWN]
+    ]
+    return lines + noise.table(["first notified", "alert", "episode", "session", "user"], rows)
+
+
+def _backtest_text(diff: bt.Comparison, took: float) -> list[str]:
+    cand, cur = diff.candidate, diff.current
+    rate = f", {cand.events / took:,.0f} events/s" if took > 0 and cand.events else ""
+    lines = [
+        f"backtest of {cand.source} (new) against {cur.source} (now)",
+        f"period {utc(cand.start)} .. {utc(cand.end)}: {cand.events:,} events, replayed in"
+        f" {took:.1f} s{rate}",
+        f"alerts opened: {cand.alerts_opened:,}; notifications sent: new {cand.sent:,},"
+        f" now {cur.sent:,} ({cand.sent - cur.sent:+,})",
+        "",
+        *_side_by_side("rule", cand.rules, cur.rules),
+        "",
+        *_side_by_side("notifier", cand.notifiers, cur.notifiers),
+        "",
+        *_paged_lines("alerts the new rules would have missed", diff.missed, diff.missed_count),
+        "",
+        *_paged_lines("alerts only the new rules notify about", diff.added, diff.added_count),
+    ]
+    if cand.template_failures:
+        lines.append(f"template failures (fallback sent): {cand.template_failures:,}")
+    return lines
+
+
+def _result_json(result: bt.Result) -> dict[str, Any]:
+    def tallies(found: dict[str, bt.Tally]) -> dict[str, Any]:
+        return {
+            name: {
+                "sent": t.sent,
+                "suppressed": dict(sorted(t.suppressed.items())),
+                "held_at_end": t.held,
+                "alerts": t.alerts,
+                "busiest_hour": None
+                if (b := t.busiest()) is None
+                else {"start": utc(b[0], "%Y-%m-%dT%H:00:00Z"), "sent": b[1]},
+            }
+            for name, t in sorted(found.items())
+        }
+
+    return {
+        "rules_file": result.source,
+        "sent": result.sent,
+        "alerts_opened": result.alerts_opened,
+        "alerts_notified": len(result.paged),
+        "template_failures": result.template_failures,
+        "rules": tallies(result.rules),
+        "notifiers": tallies(result.notifiers),
+    }
+
+
+def _paged_json(paged: list[bt.Paged]) -> list[dict[str, Any]]:
+    return [
+        {
+            "alert": p.alert,
+            "episode": p.episode,
+            "first_notified": utc(p.at, "%Y-%m-%dT%H:%M:%SZ"),
+            "session": p.session,
+            "user": p.user,
+        }
+        for p in paged[:SHOWN]
+    ]
+
+
+def _backtest_json(diff: bt.Comparison, took: float) -> dict[str, Any]:
+    cand = diff.candidate
+    return {
+        "from": utc(cand.start, "%Y-%m-%dT%H:%M:%SZ"),
+        "to": utc(cand.end, "%Y-%m-%dT%H:%M:%SZ"),
+        "events": cand.events,
+        "seconds": round(took, 3),
+        "candidate": _result_json(cand),
+        "current": _result_json(diff.current),
+        "missed_count": diff.missed_count,
+        "added_count": diff.added_count,
+        "missed": _paged_json(diff.missed),
+        "added": _paged_json(diff.added),
+    }
+
+
+# -- receiver report ------------------------------------------------------------------------
+
+
+@click.command()
+@with_period
+@click.option(
+    "--flapping",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="An alert opened more times than this is flapping.",
+)
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of tables.")
+def report(
+    since: str, start: str | None, end: str | None, flapping: int, db: str, as_json: bool
+) -> None:
+    """The noise report: what the notifications of a period were.
+
+    Notifications per rule, per notifier and per day (sent and suppressed), the
+    sessions and users that caused most, flapping alerts, dead notifications per
+    target, and the time from an event's arrival to its notification's delivery
+    (p50, p99). The same report is the admin page's Report tab.
+
+    Example:
+
+    \b
+        receiver report                  # the last 7 days
+        receiver report --since 24h --json
+    """
+    start_at, end_at = period(since, start, end)
+    found = with_store(db, lambda store: store.noise(start_at, end_at, flapping=flapping))
+    if as_json:
+        click.echo(json.dumps(noise.as_json(found, flapping), indent=2))
+    else:
+        click.echo("\n".join(noise.text(found, flapping)))

@@ -1,0 +1,285 @@
+"""Pure parts of the upstream client: merging a remote session, the client's handling of
+answers (httpx.MockTransport), the enricher's cache, templates that ask for enrichment,
+the fake's population."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from receiver.errors import UpstreamError
+from receiver.rules import templates
+from receiver.rules.load import load_text
+from receiver.rules.rule import Rule
+from receiver.sessions import Fact, Summary, merge_remote
+from receiver.simulator.population import Population
+from receiver.simulator.serve import parse_keys
+from receiver.store import OutboxRow
+from receiver.upstream.client import LocalBudget, UpstreamClient
+from receiver.upstream.enrich import Enricher
+
+REMOTE = {
+    "id": "s1",
+    "userId": "u1",
+    "score": 35,
+    "status": "dropped",
+    "context": "/checkout",
+    "signals": 12,
+    "interventions": 2,
+    "startedAt": "2026-01-01T00:00:00.000Z",
+    "updatedAt": "2026-01-01T00:10:00.000Z",
+}
+
+
+def test_merging_a_remote_session_twice_is_merging_it_once() -> None:
+    once, twice = Summary(id="s1"), Summary(id="s1")
+    merge_remote(once, REMOTE)
+    merge_remote(twice, REMOTE)
+    merge_remote(twice, REMOTE)
+    assert once == twice
+    assert once.as_dict()["status"] == "dropped" and once.signals == 12
+
+
+def test_an_older_remote_record_does_not_undo_a_newer_event() -> None:
+    summary = Summary(id="s1")
+    summary.fold(
+        Fact("e1", "score.recover", "s1", "2026-01-01T00:20:00.000000Z", score=80.0, context="/x")
+    )
+    merge_remote(summary, REMOTE)
+    assert (summary.score, summary.status, summary.context) == (80.0, "active", "/x")
+    assert summary.interventions == 2  # counts take the larger
+
+
+def test_a_remote_stop_is_for_good() -> None:
+    summary = Summary(id="s1")
+    merge_remote(summary, {**REMOTE, "status": "stopped"})
+    merge_remote(summary, {**REMOTE, "status": "active", "updatedAt": "2026-01-02T00:00:00Z"})
+    assert summary.status == "stopped"
+
+
+def _client(handler: Any, **kwargs: Any) -> UpstreamClient:
+    return UpstreamClient(
+        "http://upstream.test/v1",
+        "ar_secret_key",
+        budget=LocalBudget("enterprise"),
+        transport=httpx.MockTransport(handler),
+        **kwargs,
+    )
+
+
+def test_the_client_sends_the_bearer_key_and_retries_after_a_429() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if len(seen) == 1:
+            body = {"error": {"code": "rate_limited", "message": "slow down"}}
+            return httpx.Response(429, json=body, headers={"Retry-After": "0"})
+        return httpx.Response(200, json={"id": "s/1", "status": "active"})
+
+    async def go() -> dict[str, Any]:
+        async with _client(handler) as client:
+            return await client.session("s/1")
+
+    assert asyncio.run(go()) == {"id": "s/1", "status": "active"}
+    assert len(seen) == 2
+    assert seen[0].headers["authorization"] == "Bearer ar_secret_key"
+    assert seen[1].url.raw_path == b"/v1/sessions/s%2F1"
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        pytest.param(
+            httpx.Response(404, json={"error": {"code": "session_not_found", "message": "no"}}),
+            "HTTP 404: session_not_found: no",
+            id="error-body",
+        ),
+        pytest.param(httpx.Response(502, text="bad gateway"), "HTTP 502", id="not-json"),
+        pytest.param(httpx.Response(200, text="<html>"), "without JSON", id="2xx-not-json"),
+    ],
+)
+def test_the_client_names_what_went_wrong_and_never_the_key(
+    answer: httpx.Response, message: str
+) -> None:
+    async def go() -> str:
+        async with _client(lambda request: answer) as client:
+            with pytest.raises(UpstreamError) as caught:
+                await client.session("s1")
+            return str(caught.value)
+
+    text = asyncio.run(go())
+    assert message in text and "ar_secret_key" not in text
+
+
+def test_the_client_gives_up_after_five_429s() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(429, headers={"Retry-After": "0"})
+
+    async def go() -> tuple[str | None, int]:
+        async with _client(handler) as client:
+            with pytest.raises(UpstreamError) as caught:
+                await client.sessions(limit=1)
+            return caught.value.code, client.requests
+
+    assert asyncio.run(go()) == ("rate_limited", 5)
+
+
+def test_the_enricher_caches_a_session_and_shares_one_fetch_between_waiters() -> None:
+    calls: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        await asyncio.sleep(0.01)
+        if request.url.path.endswith("/scores"):
+            points = [{"score": i, "timestamp": f"2026-01-01T00:00:{i:02d}Z"} for i in range(30)]
+            return httpx.Response(200, json={"sessionId": "s1", "history": points})
+        return httpx.Response(200, json=REMOTE)
+
+    async def go() -> list[Any]:
+        async with _client(handler) as client:
+            enricher = Enricher(client, timeout=5)
+            found = await asyncio.gather(*(enricher.enrichment("s1") for _ in range(5)))
+            found.append(await enricher.enrichment("s1"))
+            return found
+
+    found = asyncio.run(go())
+    assert calls == ["/v1/sessions/s1", "/v1/sessions/s1/scores"]
+    enrichment, reason = found[0]
+    assert reason is None and enrichment["session"]["context"] == "/checkout"
+    assert [p["score"] for p in enrichment["history"]] == list(range(10, 30))  # the last 20
+    assert all(f == found[0] for f in found)
+
+
+def test_the_enricher_rests_after_the_upstream_times_out() -> None:
+    calls: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request.url.path)
+        await asyncio.sleep(5)
+        return httpx.Response(200, json=REMOTE)
+
+    async def go() -> list[tuple[Any, str | None]]:
+        async with _client(handler) as client:
+            enricher = Enricher(client, timeout=0.05)
+            return [await enricher.enrichment("s1"), await enricher.enrichment("s2")]
+
+    (first, why), (second, why_not) = asyncio.run(go())
+    assert first is None and why == "the upstream did not answer within 0.05s"
+    assert second is None and why_not is not None and "not asking again yet" in why_not
+    assert calls == ["/v1/sessions/s1"]
+
+
+@pytest.mark.parametrize(
+    ("title", "body", "enriches"),
+    [
+        pytest.param("{{ userId }}", "{{ score }}", False, id="plain"),
+        pytest.param("{{ session.context }}", "x", True, id="session-in-title"),
+        pytest.param("x", "{% for p in history %}{{ p.score }}{% endfor %}", True, id="history"),
+        pytest.param("x", "{{ event.session }}", False, id="event-field-named-session"),
+    ],
+)
+def test_a_rule_enriches_only_when_its_texts_name_session_or_history(
+    title: str, body: str, enriches: bool
+) -> None:
+    rule = Rule(name="r", conditions=(), notify=("n",), title=title, body=body)
+    assert rule.enriches is enriches
+
+
+def test_templates_see_session_and_history_empty_without_enrichment() -> None:
+    ctx = templates.context({"sessionId": "s1"}, "r")
+    assert (ctx["session"], ctx["history"], ctx["enriched"]) == ({}, [], False)
+    enriched = templates.context({}, "r", {"session": {"context": "/x"}, "history": [1]})
+    assert enriched["session"] == {"context": "/x"} and enriched["enriched"] is True
+
+
+def test_the_population_is_repeatable_and_its_live_sessions_make_events() -> None:
+    now = datetime(2026, 5, 1, tzinfo=UTC)
+    one = Population.generate(seed=3, sessions=20, live=5, threshold=40, now=now)
+    two = Population.generate(seed=3, sessions=20, live=5, threshold=40, now=now)
+    assert [s.as_dict() for s in one.newest_first()] == [s.as_dict() for s in two.newest_first()]
+    finished = [s for s in one.sessions.values() if s.id not in one.live]
+    assert len(finished) == 15 and all(s.status == "stopped" for s in finished)
+    assert all(len(s.history) >= 5 for s in finished)
+    kinds: set[str] = set()
+    for n in range(1, 400):
+        for event in one.tick(datetime.fromtimestamp(now.timestamp() + n, UTC)):
+            kinds.add(event["type"])
+            assert event["sessionId"] in one.sessions
+    assert {"score.drop", "score.recover"} <= kinds
+    assert len(one.live) == 5  # a stopped session is replaced
+
+
+def test_keys_take_a_plan_after_a_colon() -> None:
+    assert parse_keys(("a b:pro", "c:enterprise"), "free") == {
+        "a": "free",
+        "b": "pro",
+        "c": "enterprise",
+    }
+
+
+class _Events:
+    """The one store method texts() reads: a stored event's body by id."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.payload = payload
+
+    async def event(self, event_id: str) -> tuple[None, str] | None:
+        return (None, json.dumps(self.payload)) if event_id == self.payload["id"] else None
+
+
+def _row(title: str, **fields: Any) -> OutboxRow:
+    base = dict(
+        id=1, event_id="evt_1", rule="drop", notifier="slack", target=0, title=title,
+        body="b", state="sending", attempts=1, next_at=0.0, created_at=0.0, updated_at=0.0,
+    )  # fmt: skip
+    return OutboxRow(**{**base, **fields})
+
+
+RULES_TEXT = """
+notifiers:
+  slack: "json://127.0.0.1:9/x"
+rules:
+  - name: drop
+    match: {type: score.drop}
+    notify: slack
+    title: "{{ userId }} on {{ session.context | default('?') }}"
+    body: "{{ history | length }} points"
+  - name: plain
+    notify: slack
+    title: "{{ userId }}"
+    body: "plain"
+"""
+
+
+def test_texts_are_rendered_again_with_the_enrichment_keeping_a_replay_mark() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/scores"):
+            return httpx.Response(200, json={"history": [{"score": 1, "timestamp": "x"}]})
+        return httpx.Response(200, json=REMOTE)
+
+    payload = {"id": "evt_1", "type": "score.drop", "sessionId": "s1", "userId": "u1"}
+    ruleset = load_text(RULES_TEXT)
+
+    async def go() -> list[Any]:
+        async with _client(handler) as client:
+            enricher = Enricher(client, timeout=5)
+            store: Any = _Events(payload)
+            return [
+                await enricher.texts(_row("u1 on ?"), ruleset, store),
+                await enricher.texts(_row("[replay] u1 on ?"), ruleset, store),
+                await enricher.texts(_row("u1", rule="plain"), ruleset, store),
+                await enricher.texts(_row("u1 on ?", kind="resolved"), ruleset, store),
+                await enricher.texts(_row("u1 on ?", event_id="evt_gone"), ruleset, store),
+            ]
+
+    fresh, replay, plain, resolved, gone = asyncio.run(go())
+    assert fresh == ("u1 on /checkout", "1 points")
+    assert replay == ("[replay] u1 on /checkout", "1 points")
+    assert plain is None and resolved is None  # nothing to enrich: the stored texts go
+    assert gone is None  # the event was pruned: the stored texts go, with a log line
