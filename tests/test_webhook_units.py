@@ -649,3 +649,55 @@ def test_share_cuts_the_room_to_the_budget_a_lane_at_a_time() -> None:
         assert all(cut[k] >= 1 for k in lanes if lanes[k])  # every open lane gets a turn
     assert worker.share(lanes, 100) == lanes
     assert worker.share(lanes, 0) == dict.fromkeys(lanes, 0)
+
+
+def test_a_stop_during_a_claim_waits_for_it_and_gives_its_rows_back() -> None:
+    """A claim commits whatever happens to the task awaiting it: cancelled mid-claim, its
+    rows stayed 'sending' until their lease ran out, 30 s into the next start."""
+    from receiver.metrics import Metrics
+    from receiver.notify.backoff import Backoff
+    from receiver.notify.worker import Worker
+    from receiver.rules import Ruleset
+
+    class Claiming:
+        def __init__(self) -> None:
+            self.claimed = asyncio.Event()
+            self.finish = asyncio.Event()
+            self.released: list[int] = []
+
+        def under_pressure(self) -> bool:
+            return False
+
+        async def next_due(self) -> float | None:
+            return None
+
+        async def claim_due(self, **kwargs: Any) -> list[OutboxRow]:
+            self.claimed.set()
+            await self.finish.wait()  # the statement is running
+            return [row()]
+
+        async def release(self, row_ids: list[int], *, now: float) -> int:
+            self.released += row_ids
+            return len(row_ids)
+
+    async def main() -> tuple[list[int], bool, int]:
+        store = Claiming()
+        worker = Worker(
+            store,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            lambda: Ruleset(rules=[], notifiers={}, digest=""),
+            metrics=Metrics(),
+            backoff=Backoff(),
+        )
+        running = asyncio.create_task(worker.run())
+        await asyncio.wait_for(store.claimed.wait(), 5)
+        stopping = asyncio.create_task(worker.stop(5.0))
+        await asyncio.sleep(0.05)
+        waited = not stopping.done()  # stop() waits for the claim under way
+        store.finish.set()
+        await asyncio.wait_for(stopping, 5)
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        return store.released, waited, len(worker._in_flight)
+
+    assert asyncio.run(main()) == ([7], True, 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -75,6 +76,7 @@ class Worker:
         # there frees room, not work, so only new rows (a wake) or a due time look again.
         self._drained: set[tuple[str, int]] = set()
         self._fresh = True  # woken for new rows or a due time, not only by sends ending
+        self._claiming = asyncio.Lock()  # held while a claim runs (stop() waits for it)
 
     def wake(self) -> None:
         """New rows may be due (routed, retried by hand, a subscriber added)."""
@@ -99,9 +101,17 @@ class Worker:
         so the next start sends it; the target may have seen it (at least once)."""
         self._stopping = True
         self._wake.set()
+        # A claim under way commits whatever happens to this task: wait for it, so it sees
+        # _stopping and gives its rows back (cancelled mid-claim, they stayed 'sending'
+        # until their lease ran out, 30 s into the next start).
+        deadline = time.monotonic() + grace
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, grace)), self._claiming:
+                pass
         if not self._in_flight:
             return
-        _, late = await asyncio.wait(list(self._in_flight), timeout=max(0.0, grace))
+        left = max(0.0, deadline - time.monotonic())
+        _, late = await asyncio.wait(list(self._in_flight), timeout=left)
         if not late:
             return
         rows = [self._in_flight[task] for task in late]
@@ -157,6 +167,11 @@ class Worker:
             await asyncio.sleep(PRESSED_PAUSE)
         elif not self._fresh:
             await asyncio.sleep(COALESCE)
+        async with self._claiming:
+            if not self._stopping:
+                await self._claim(pressed)
+
+    async def _claim(self, pressed: bool) -> None:
         if self._fresh:
             self._drained.clear()
         self._fresh = False
