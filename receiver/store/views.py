@@ -253,24 +253,22 @@ class SQLViews:
 
     # -- sessions
 
-    def _pending(self, q: Query, session_id: str | None = None) -> dict[str, Summary]:
-        """The summaries of the sessions that events not routed yet touch, with those
-        events folded in. (A replayed event is folded already: it is left out.)"""
-        where = "routed_at IS NULL AND replay IS NULL"
-        params: list[Any] = []
-        if session_id is not None:
-            where += " AND session_id = ?"
-            params.append(session_id)
+    def _unrouted(self, q: Query, session_id: str) -> list[Fact]:
+        """The facts of a session's events not routed yet. (A replayed event is folded
+        already: it is left out.)"""
         rows = q(
-            f"SELECT body FROM events WHERE {where} ORDER BY received_at LIMIT ?",
-            (*params, UNROUTED_FOLD_LIMIT),
+            "SELECT body FROM events WHERE routed_at IS NULL AND replay IS NULL"
+            " AND session_id = ? ORDER BY received_at LIMIT ?",
+            (session_id, UNROUTED_FOLD_LIMIT),
         ).fetchall()
-        facts = facts_of(body for (body,) in rows)
+        return facts_of(body for (body,) in rows)
+
+    def _pending(self, q: Query, session_id: str) -> dict[str, Summary]:
+        """The session's summary with its events not routed yet folded in, if it has any."""
+        facts = self._unrouted(q, session_id)
         if not facts:
             return {}
-        ids = {f.session_id for f in facts}
-        cond, param = self._in("id", ids)
-        stored = {row[0]: _summary(row) for row in q(f"{_SELECT} WHERE {cond}", (param,))}
+        stored = {row[0]: _summary(row) for row in q(f"{_SELECT} WHERE id = ?", (session_id,))}
         return fold_all(stored, facts)
 
     async def session(self, session_id: str) -> Summary | None:
@@ -287,11 +285,8 @@ class SQLViews:
         """(score, timestamp) ascending by timestamp; None if no such session."""
 
         def read(q: Query) -> list[tuple[float, str]] | None:
-            pending = self._pending(q, session_id)
-            known = (
-                session_id in pending
-                or q("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            )
+            unrouted = self._unrouted(q, session_id)
+            known = unrouted or q("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
             if not known:
                 return None
             points = {
@@ -301,12 +296,7 @@ class SQLViews:
                     (session_id,),
                 )
             }
-            rows = q(
-                "SELECT body FROM events WHERE routed_at IS NULL AND replay IS NULL"
-                " AND session_id = ?",
-                (session_id,),
-            ).fetchall()
-            for fact in facts_of(body for (body,) in rows):
+            for fact in unrouted:
                 if fact.score is not None:
                     points[(fact.ts, fact.event_id)] = fact.score
             return [(points[k], k[0]) for k in sorted(points)]
