@@ -23,7 +23,6 @@ import ipaddress
 import logging
 import random
 import secrets
-import select
 import socket
 import ssl
 import time
@@ -35,6 +34,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpcore
 import httpx
+from httpcore._utils import is_socket_readable
 
 from receiver import __version__
 from receiver.signature import SIGNATURE_HEADER
@@ -168,19 +168,9 @@ class _Stream(httpcore.AsyncNetworkStream):
     def get_extra_info(self, info: str) -> Any:
         if info == "socket":
             return self.sock
-        if info == "is_readable" and self.sock is not None:
-            return _readable(self.sock)
+        if info == "is_readable":
+            return is_socket_readable(self.sock)  # what httpcore's own stream does
         return self.inner.get_extra_info(info)
-
-
-def _readable(sock: socket.socket) -> bool:
-    """Whether a read would not block: data, or the peer closed (as httpcore checks)."""
-    fd = sock.fileno()
-    if fd == -1:
-        return True
-    poll = select.poll()  # not select(): it cannot watch descriptors past 1023
-    poll.register(fd, select.POLLIN)
-    return bool(poll.poll(0))
 
 
 class _CheckedBackend(httpcore.AsyncNetworkBackend):
