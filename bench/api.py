@@ -28,6 +28,7 @@ What it measures, the server pinned to core 0 and every load generator to core 1
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -112,52 +113,23 @@ def _session_facts(i: int, rng: random.Random, now: float) -> list[Fact]:
     started = _iso(start) if rng.random() < 0.5 else None  # half the payloads send startedAt
     scores = 1 + (rng.random() < 0.6) + (rng.random() < 0.4) + (rng.random() < 0.2)
     last_drop = rng.random() < 0.2
+    # What every event of the session says alike.
+    fact = functools.partial(
+        Fact, session_id=session_id, user_id=user, context=page, cohort=cohort, started=started
+    )
     facts = []
     t = start
     for n in range(scores):
         drop = last_drop if (scores - 1 - n) % 2 == 0 else not last_drop
         score = rng.randrange(0, THRESHOLD) if drop else rng.randrange(THRESHOLD, 101)
-        facts.append(
-            Fact(
-                event_id=f"evt_s{i:07d}_{n}",
-                type="score.drop" if drop else "score.recover",
-                session_id=session_id,
-                ts=_iso(t),
-                user_id=user,
-                score=float(score),
-                context=page,
-                cohort=cohort,
-                started=started,
-            )
-        )
+        kind = "score.drop" if drop else "score.recover"
+        facts.append(fact(event_id=f"evt_s{i:07d}_{n}", type=kind, ts=_iso(t), score=float(score)))
         if drop and rng.random() < 0.3:
             t += rng.uniform(1, 30)
-            facts.append(
-                Fact(
-                    event_id=f"evt_s{i:07d}_{n}i",
-                    type="intervention.fired",
-                    session_id=session_id,
-                    ts=_iso(t),
-                    user_id=user,
-                    context=page,
-                    cohort=cohort,
-                    started=started,
-                )
-            )
+            facts.append(fact(event_id=f"evt_s{i:07d}_{n}i", type="intervention.fired", ts=_iso(t)))
         t = min(t + rng.expovariate(1 / 300), now - 60)
     if rng.random() < 0.08:
-        facts.append(
-            Fact(
-                event_id=f"evt_s{i:07d}_stop",
-                type="session.stopped",
-                session_id=session_id,
-                ts=_iso(t),
-                user_id=user,
-                context=page,
-                cohort=cohort,
-                started=started,
-            )
-        )
+        facts.append(fact(event_id=f"evt_s{i:07d}_stop", type="session.stopped", ts=_iso(t)))
     return facts
 
 
