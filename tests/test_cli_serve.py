@@ -25,8 +25,15 @@ from tests.servers import free_port
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # Variables that are not `receiver serve` settings: its secrets (never a flag: the signing
-# secrets and the upstream API key), and what `receiver send` / `sign` read.
-NOT_SERVE = {"RECEIVER_SECRETS", "RECEIVER_UPSTREAM_KEY", "RECEIVER_URL", "RECEIVER_SIGN_SECRET"}
+# secrets and the upstream API key), what `receiver send` / `sign` read, and the keys of
+# `receiver simulate --serve-api` (the fake upstream).
+NOT_SERVE = {
+    "RECEIVER_SECRETS",
+    "RECEIVER_UPSTREAM_KEY",
+    "RECEIVER_URL",
+    "RECEIVER_SIGN_SECRET",
+    "RECEIVER_SIMULATE_KEYS",
+}
 
 
 def _flag(variable: str) -> str:
