@@ -271,9 +271,15 @@ class InProcessReceiver:
         )
 
     def wait_sent(self, timeout: float = 10) -> None:
-        """Wait until no notification is being sent (every claim's outcome recorded)."""
+        """Wait until no notification is being sent or due (every claim's outcome recorded).
+        A due row may be in a claim that read the clock before the move and commits after
+        it, with a lease the move has already expired."""
+        sql = (
+            "SELECT 1 FROM outbox WHERE state = 'sending'"
+            " OR (state IN ('pending', 'held') AND next_at <= ?) LIMIT 1"
+        )
         deadline = time.monotonic() + timeout
-        while dbview.query(str(self.db), "SELECT 1 FROM outbox WHERE state = 'sending' LIMIT 1"):
+        while dbview.query(str(self.db), sql, (self.clock.now,)):
             assert time.monotonic() < deadline, "a send in flight did not finish"
             time.sleep(0.02)
 
