@@ -11,6 +11,7 @@ import pytest
 
 from chaos import replicas, scenarios
 from chaos.scenarios import Load
+from receiver.notify.worker import RECORD_RETRY
 from tests import pg
 
 pytestmark = pytest.mark.e2e
@@ -78,4 +79,14 @@ def test_replicas_lose_nothing_through_kills_and_a_postgres_crash(tmp_path: Path
     assert outcome.figures["pg_503_probes"] > 0
     assert outcome.figures["pg_recovery_s"] < faults.recover_within
     assert outcome.figures["burst_users_notified_once"].startswith("4/4")
-    assert outcome.figures["extra_after_pg_crash"] == 0  # the replicas recorded what they sent
+    # A send in flight when PostgreSQL went down is recorded once it is back, if that is
+    # within the window the worker keeps trying (its lease, less a margin, from the claim,
+    # which came up to a send timeout before the crash). Past it (a loaded machine once
+    # took 7.6 s to restart PostgreSQL and 6.8 s more to reconnect), the row's lease runs
+    # out and it goes again, at least once: then what _duplicates() bounds by the sends in
+    # flight (checked in _assert_held).
+    lease = 2 * faults.notify_timeout + 10  # receiver.app: both timeouts are notify_timeout
+    window = lease - 2 * RECORD_RETRY - faults.notify_timeout
+    outage = outcome.figures["pg_down_s"] + outcome.figures["pg_recovery_s"]
+    if outage < window:
+        assert outcome.figures["extra_after_pg_crash"] == 0  # the replicas recorded them

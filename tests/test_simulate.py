@@ -369,9 +369,11 @@ def test_simulation_against_the_real_receiver_matches_what_it_stored(tmp_path: P
                 "--sessions",
                 "20",
                 "--duration",
-                "3s",
+                "4s",
                 "--tick",
                 "0.05",
+                "--seed",
+                "20261124",
                 "--duplicates",
                 "0.2",
                 "--concurrency",
@@ -388,7 +390,9 @@ def test_simulation_against_the_real_receiver_matches_what_it_stored(tmp_path: P
     summary = json.loads(result.output)
     record = _record(tmp_path / "record.tsv")
     acknowledged = {i for i, outcome in record.items() if outcome in ("accepted", "duplicate")}
-    assert summary["events"] == len(record) > 100
+    # How many events the walks make depends on how many ticks the machine gave them (a
+    # loaded machine gives fewer: 99 in 3 s once); enough to hold some duplicates.
+    assert summary["events"] == len(record) > 60
     assert acknowledged == _stored_ids(receiver.db)
     assert summary["acknowledged"] == len(acknowledged)
     assert summary["accepted"] == len(acknowledged)  # nothing timed out: every first try a 202
