@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from receiver.dispatch.pipeline import Pipeline, active_silences, alert_id
-from receiver.rules import RULE_WIDE_KEY, Decision, Ruleset
-from receiver.rules.rule import Rendered, Rule
+from receiver.rules import Decision, Ruleset
+from receiver.rules.rule import Rendered
 from receiver.store import ScratchRow, Store, scratch
 from receiver.store.records import Silence, StoredEvent
 
@@ -277,21 +277,12 @@ def decide(ruleset: Ruleset, payload: Mapping[str, Any]) -> list[Decision]:
     (it decides what is throttled). A template that fails goes unnoticed (texts=True
     renders everything, and counts the fallbacks)."""
     decisions: list[Decision] = []
-    for rule in ruleset.rules:
-        if not rule.matches(payload):
-            continue
-        decisions.extend(rule.decisions(_untitled(rule, payload), ruleset.notifiers))
+    for rule in ruleset.matching(payload):
+        rendered = _NO_KEY if rule.throttle_every is None else rule.render_key(payload)
+        decisions.extend(rule.decisions(rendered, ruleset.notifiers))
         if not rule.continue_:
             break
     return decisions
-
-
-def _untitled(rule: Rule, payload: Mapping[str, Any]) -> Rendered:
-    if rule.throttle_key is not None:
-        return rule.render(payload)  # the key is a template: render it as route() does
-    if rule.throttle_every is not None:
-        return Rendered("", "", RULE_WIDE_KEY, rule.throttle_every, fallback=False)
-    return _NO_KEY
 
 
 # -- the period, read from the real store ------------------------------------------------------

@@ -7,9 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from receiver import rules
 from receiver.errors import ConfigError
+from receiver.rules import ruleset
 
 ROOT = Path(__file__).parent.parent
 TESTDATA = Path(__file__).parent / "testdata"
@@ -362,3 +365,46 @@ def test_environment_defaults_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setenv(name, value)
     rs = rules.load_file(ISSUE_EXAMPLE)
     assert rs.notifiers["oncall"].urls == (f"slack://{SLACK_BOT_TOKEN}/#oncall",)
+
+
+INDEXED = """
+rules:
+  - {name: any, match: {userId: user_1}, notify: console}
+  - {name: drops, match: {type: score.drop, score: {lt: 30}}, notify: console}
+  - {name: scores, match: {type: "score.*"}, notify: console}
+  - {name: by-regex, match: {type: "~^intervention\\\\."}, notify: console}
+  - {name: either, match: {type: [session.stopped, score.recover]}, notify: console}
+  - {name: not-a-type, match: {type: 3}, notify: console}
+  - {name: nested-type, match: {meta.type: x}, notify: console}
+"""
+
+
+@given(
+    kind=st.one_of(
+        st.sampled_from(["score.drop", "score.recover", "session.stopped", "intervention.fired"]),
+        st.text(max_size=12),
+        st.integers(),
+        st.none(),
+        st.lists(st.sampled_from(["score.drop", "x"]), max_size=2),
+    ),
+    user=st.sampled_from(["user_1", "user_2"]),
+    score=st.integers(0, 60),
+    meta=st.sampled_from([{}, {"type": "x"}]),
+)
+@settings(max_examples=300, deadline=None)
+def test_the_index_by_type_matches_exactly_the_rules_tried_in_turn(
+    kind: Any, user: str, score: int, meta: dict[str, str]
+) -> None:
+    rs = rules.load_text(INDEXED, env={})
+    payload = event(type=kind, userId=user, score=score, meta=meta)
+    indexed = [rule.name for rule in rs.matching(payload)]
+    assert indexed == [rule.name for rule in rs.rules if rule.matches(payload)]
+    # Asked again, the index answers from what it remembered, the same.
+    assert [rule.name for rule in rs.matching(payload)] == indexed
+
+
+def test_the_index_remembers_a_bounded_number_of_types() -> None:
+    rs = rules.load_text(INDEXED, env={})
+    for n in range(ruleset.MAX_INDEXED_TYPES + 50):
+        assert [r.name for r in rs.matching(event(type=f"t{n}", userId="user_1"))] == ["any"]
+    assert len(rs._by_type) == ruleset.MAX_INDEXED_TYPES

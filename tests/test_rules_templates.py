@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jinja2 import UndefinedError
 
 from receiver import rules
+from receiver.rules import templates
 
 EVENT = {
     "id": "evt_1",
@@ -175,3 +179,38 @@ def test_failing_throttle_key_throttles_rule_wide_and_says_so() -> None:
 def test_unthrottled_rule_has_no_key_and_no_period() -> None:
     [decision] = rules.load_text("rules:\n  - name: r\n    notify: console\n", env={}).route(EVENT)
     assert (decision.throttle_key, decision.throttle_seconds) == (None, None)
+
+
+JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)
+
+
+@given(value=JSONISH | st.text(alphabet=" \n\tx", max_size=6), present=st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_a_one_name_template_prints_what_jinja_prints(value: Any, present: bool) -> None:
+    """`{{ userId }}` is rendered without Jinja (templates.ONE_NAME): the same text, and
+    the same error for a missing name."""
+    fast = templates.compile_template("{{ userId }}")
+    assert getattr(fast, templates.ONE_NAME) == "userId"
+    slow = templates.compile_template("{{ userId }}{{ '' }}")  # the same, through Jinja
+    assert not hasattr(slow, templates.ONE_NAME)
+    ctx = templates.context({"userId": value} if present else {}, "r")
+    if present:
+        assert templates.render(fast, ctx) == templates.render(slow, ctx)
+    else:
+        with pytest.raises(UndefinedError) as fast_error:
+            templates.render(fast, ctx)
+        with pytest.raises(UndefinedError) as slow_error:
+            templates.render(slow, ctx)
+        assert str(fast_error.value) == str(slow_error.value)
+
+
+def test_a_one_name_template_is_cut_as_any_other() -> None:
+    fast = templates.compile_template("{{ userId }}")
+    text = templates.render(fast, {"userId": "x" * (templates.MAX_OUTPUT + 10)})
+    assert text == "x" * templates.MAX_OUTPUT + templates.TRUNCATED.format(
+        limit=f"{templates.MAX_OUTPUT:,}"
+    )

@@ -19,6 +19,7 @@ import functools
 import itertools
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,10 +50,18 @@ def alert_id(payload: Mapping[str, Any]) -> str | None:
     return None
 
 
+# A timestamp already in UTC with a Z, as the service writes them: event_time() pads its
+# fraction instead of parsing it (about 2 µs an event less). Years from 1000 only, which
+# strftime writes with four digits too.
+_UTC_Z = re.compile(r"([1-9]\d{3}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,6}))?Z")
+
+
 def event_time(payload: Mapping[str, Any]) -> str:
     """The event's timestamp normalised so that text order is time order."""
-    ts = datetime.fromisoformat(str(payload["timestamp"]))
-    return to_utc(ts).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    text = str(payload["timestamp"])
+    if (utc := _UTC_Z.fullmatch(text)) is not None:
+        return f"{utc[1]}.{(utc[2] or '').ljust(6, '0')}Z"
+    return to_utc(datetime.fromisoformat(text)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True)

@@ -116,14 +116,28 @@ class Rule:
         return [c.test(payload) for c in self.conditions]
 
     def matches(self, payload: Mapping[str, Any]) -> bool:
-        """Whether every condition holds: test()'s verdict without building any reason.
-
-        This is route()'s hot path, run for every rule on every event.
-        """
+        """Whether every condition holds: test()'s verdict without building any reason."""
         for condition in self.conditions:
             if not condition.holds(payload):
                 return False
         return True
+
+    def may_match_type(self, kind: str) -> bool:
+        """Whether an event whose type is the string kind can match: its `type` conditions
+        hold (Ruleset's index by type, built from this once per type)."""
+        return all(c.matcher.ok(kind) for c in self.conditions if c.field == "type")
+
+    def matches_besides_type(self, payload: Mapping[str, Any]) -> bool:
+        """matches(), for a payload whose type may_match_type() has already passed: the
+        route()'s hot path, run for every rule that can match an event's type."""
+        for condition in self._besides_type:
+            if not condition.holds(payload):
+                return False
+        return True
+
+    @cached_property
+    def _besides_type(self) -> tuple[Condition, ...]:
+        return tuple(c for c in self.conditions if c.field != "type")
 
     @cached_property
     def enriches(self) -> bool:
@@ -172,6 +186,21 @@ class Rule:
             fallback=True,
             error=f"{what}: {str(error).strip()[:200] or type(error).__name__}",
         )
+
+    def render_key(self, payload: Mapping[str, Any]) -> Rendered:
+        """render() without the title and body, for `receiver backtest`, which decides
+        throttles and never reads texts: the same throttle key. (The key's template has a
+        budget of its own here, where render() shares one with the title and body; only
+        a title and body that spend nearly all of it would make the two keys differ.)"""
+        key_t = self._templates()[2]
+        seconds = self.throttle_every
+        key: str | None = None if seconds is None else RULE_WIDE_KEY
+        if key_t is not None:
+            try:
+                key = templates.render(key_t, templates.context(payload, self.name))
+            except Exception:  # render()'s fallback key
+                key = RULE_WIDE_KEY
+        return Rendered("", "", key, seconds, fallback=False)
 
     def decisions(self, rendered: Rendered, notifiers: Mapping[str, Notifier]) -> list[Decision]:
         return [

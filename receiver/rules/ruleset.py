@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from receiver.durations import format_duration
@@ -10,6 +10,8 @@ from receiver.rules.explain import Explanation, explain
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import Heartbeat
 from receiver.rules.rule import Decision, Rule
+
+MAX_INDEXED_TYPES = 256  # event types remembered by the index; others are worked out each time
 
 
 class Ruleset:
@@ -40,18 +42,34 @@ class Ruleset:
         self.digest = digest
         self.source = source
         self._builtin = builtin
+        self._by_type: dict[str, tuple[Rule, ...]] = {}
 
     def route(self, payload: Mapping[str, Any]) -> list[Decision]:
         """The notifications payload produces: rules in order, the first match wins
         unless it has ``continue: true``. Never raises for a template failure."""
         decisions: list[Decision] = []
-        for rule in self.rules:
-            if not rule.matches(payload):
-                continue
+        for rule in self.matching(payload):
             decisions.extend(rule.decisions(rule.render(payload), self.notifiers))
             if not rule.continue_:
                 break
         return decisions
+
+    def matching(self, payload: Mapping[str, Any]) -> Iterator[Rule]:
+        """The rules payload matches, in file order. Only the rules that can match the
+        event's type are tried (an index built once per type); a payload without a string
+        type meets every rule."""
+        kind = payload.get("type")
+        if type(kind) is not str:
+            yield from (rule for rule in self.rules if rule.matches(payload))
+            return
+        rules = self._by_type.get(kind)
+        if rules is None:
+            rules = tuple(rule for rule in self.rules if rule.may_match_type(kind))
+            if len(self._by_type) < MAX_INDEXED_TYPES:  # types are the sender's to make up
+                self._by_type[kind] = rules
+        for rule in rules:
+            if rule.matches_besides_type(payload):
+                yield rule
 
     def explain(
         self, payload: Mapping[str, Any], enrichment: Mapping[str, Any] | None = None

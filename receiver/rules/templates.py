@@ -15,11 +15,12 @@ MAX_OUTPUT characters.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Generator, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from jinja2 import StrictUndefined, Template, TemplateSyntaxError, meta
+from jinja2 import StrictUndefined, Template, TemplateSyntaxError, UndefinedError, meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from receiver.durations import format_duration
@@ -109,13 +110,23 @@ def _environment() -> ImmutableSandboxedEnvironment:
 ENV = _environment()
 
 
+# A template that only prints one name, `{{ userId }}` (most throttle keys): render() looks
+# the name up itself, as Jinja would print it, without Jinja's context and generator (about
+# 12 µs an event less).
+_ONE_NAME = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+ONE_NAME = "receiver_one_name"  # the attribute of such a Template naming it
+
+
 def compile_template(source: str) -> Template:
     """Compile one template; raises ValueError describing a syntax error or unknown filter,
     or a loop over a constant range() that could never finish within the caps."""
     try:
         ast = ENV.parse(source)
         sandbox.check_ranges(ast)
-        return ENV.from_string(ast)
+        template = ENV.from_string(ast)
+        if (one := _ONE_NAME.fullmatch(source)) is not None:
+            setattr(template, ONE_NAME, one.group(1))
+        return template
     except TemplateSyntaxError as exc:
         message = (exc.message or "invalid syntax").rstrip(".")
         message = message[:1].lower() + message[1:]
@@ -170,6 +181,14 @@ def render(template: Template, ctx: Mapping[str, Any], budget: Budget | None = N
     templates of one rule and event. Output past MAX_OUTPUT characters is cut, with a
     line saying so; a cap on steps, time or value size raises TemplateLimitError.
     """
+    name = getattr(template, ONE_NAME, None)
+    if name is not None:
+        if name not in ctx:
+            raise UndefinedError(f"{name!r} is undefined")  # StrictUndefined's own words
+        text = str(_finalize(ctx[name]))
+        if len(text) > MAX_OUTPUT:
+            return text[:MAX_OUTPUT].strip() + TRUNCATED.format(limit=f"{MAX_OUTPUT:,}")
+        return text.strip()
     # Template.render() without its join, so that a template can be cut short: closing
     # the generator stops it where it is.
     chunks = template.root_render_func(template.new_context(cast(dict[str, Any], ctx)))

@@ -1,0 +1,42 @@
+"""event_time(): the order key of an event's timestamp, with a fast path for UTC Z times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from receiver.dispatch.pipeline import event_time
+
+
+def parsed(text: str) -> str:
+    """The slow path: parse, to UTC, format."""
+    ts = datetime.fromisoformat(text)
+    ts = ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@given(
+    moment=st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    digits=st.integers(0, 6),
+    offset=st.sampled_from([None, "Z", "+00:00", "+05:30", "-08:00"]),
+)
+@settings(max_examples=500)
+def test_every_written_form_gives_the_parsed_order_key(
+    moment: datetime, digits: int, offset: str | None
+) -> None:
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if moment.year < 1000:
+        text = f"{moment.year:04d}{text[text.index('-') :]}"
+    if digits:
+        text += "." + f"{moment.microsecond:06d}"[:digits]
+    text += offset or ""
+    assert event_time({"timestamp": text}) == parsed(text)
+
+
+def test_the_service_s_milliseconds_are_padded() -> None:
+    assert event_time({"timestamp": "2026-11-24T10:00:00.123Z"}) == "2026-11-24T10:00:00.123000Z"
+    assert event_time({"timestamp": "2026-11-24T10:00:00Z"}) == "2026-11-24T10:00:00.000000Z"
+    later = datetime(2026, 11, 24, 12, tzinfo=timezone(timedelta(hours=2)))
+    assert event_time({"timestamp": later.isoformat()}) == "2026-11-24T10:00:00.000000Z"
