@@ -32,14 +32,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from receiver.dispatch.pipeline import Pipeline, active_silences, alert_id
+from receiver.dispatch.pipeline import UNTITLED, Pipeline, Transition, active_silences, apply
 from receiver.rules import Decision, Ruleset
-from receiver.rules.rule import Rendered
 from receiver.store import ScratchRow, Store, scratch
 from receiver.store.records import Silence, StoredEvent
 
 HOUR = 3600
-_NO_KEY = Rendered("", "", None, None, fallback=False)
 # What happened to a notification, from its outbox row's final state: sent, or why not.
 SUPPRESSED = ("throttled", "muted", "silenced", "grouped", "stale", "cancelled")
 
@@ -139,6 +137,7 @@ class Backtest:
         # Rows not sent yet (pending, held) -> the alert episode of the event that made them.
         self._waiting: dict[int, tuple[str, int] | None] = {}
         self._current: tuple[str, int] | None = None  # the alert episode of the event routed
+        self._leader: Backtest | None = None  # whose store keeps the events and alerts
 
     def _copy_silences(self, silences: Sequence[Silence]) -> list[float]:
         """The real store's silences, each active over the same span; the times at which
@@ -166,44 +165,56 @@ class Backtest:
 
     def route(self, event: StoredEvent, payload: Mapping[str, Any] | None = None) -> None:
         """Route one event at the time it arrived, after the timers due by then."""
-        now = event.received_at
-        self.timers(now)
-        self._at(now)
-        if payload is None:
-            payload = json.loads(event.body)
-        self.result.events += 1
-        aid = alert_id(payload)
-        self.tx.put(event)
+        route_all([self], event, json.loads(event.body) if payload is None else payload)
+
+    def follow(self, leader: Backtest) -> None:
+        """Replay the leader's events beside it (route_all): its store keeps the events
+        and alerts, and applies each event to its alert once for both."""
+        self.tx.follow(leader.tx)
+        self.result.people = leader.result.people
+        self._leader = leader
+
+    def _place(
+        self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition
+    ) -> None:
+        """The event's notifications by this rules file, its alert already moved on. An
+        event no rule matches does nothing here unless it resolves an alert (which cancels
+        held rows and sends resolved messages)."""
         decisions = self.ruleset.route(payload) if self.texts else decide(self.ruleset, payload)
-        self.pipeline.event(event.id, payload, decisions)
-        self.tx.mark_routed([event.id], now)
-        self._current = None
-        if aid is not None:
-            self._follow(aid, event.id, payload)
-        self._collect()
-        if aid is None or self._openers.get(aid) != event.id:
-            self.tx.forget_event(event.id)  # no alert episode needs its body
+        alert = transition.alert
+        if self._leader is not None and alert is not None and transition.what != "stale":
+            self.tx.episode_over(alert)  # the leader's store did it as it saved the alert
+        if decisions or transition.what == "resolve":
+            self.pipeline.event(event.id, payload, decisions, transition=transition)
+        self._current = None if alert is None else (alert.id, alert.episode)
+        if self.tx.changed:
+            self._collect()
         if self.ruleset.heartbeat is not None:
-            self._last_event = now
-            self.pipeline.heartbeat(now, arrived=True)
+            self._last_event = event.received_at
+            self.pipeline.heartbeat(event.received_at, arrived=True)
             self._collect()
 
-    def _follow(self, aid: str, event_id: str, payload: Mapping[str, Any]) -> None:
-        """Keep what later notifications about the alert need: whose it is, and the body of
-        the event that opened its episode (repeats and resolved messages quote it)."""
-        alert = self.tx.alert(aid)
-        if alert is None:
-            return
-        self._current = (alert.id, alert.episode)  # the kept id: one string an alert
-        if alert.opened_event == event_id and self._openers.get(aid) != event_id:
+    def _kept(self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition) -> None:
+        """The leader, once every rules file has placed the event: it is routed, and its
+        body is kept only while it opened its alert's episode (repeats and resolved messages
+        quote the opener)."""
+        self.tx.mark_routed([event.id], event.received_at)
+        alert = transition.alert
+        if (
+            alert is not None
+            and alert.opened_event == event.id
+            and self._openers.get(alert.id) != event.id
+        ):
             self.result.alerts_opened += 1
-            previous = self._openers.get(aid)
-            self._openers[aid] = event_id
+            previous = self._openers.get(alert.id)
+            self._openers[alert.id] = event.id
             if previous is not None:
                 self.tx.forget_event(previous)
             user = payload.get("userId")
             session = payload.get("sessionId")
-            self.result.people[aid] = (session, user if isinstance(user, str) else None)
+            self.result.people[alert.id] = (session, user if isinstance(user, str) else None)
+        else:
+            self.tx.forget_event(event.id)  # no alert episode needs its body
 
     def timers(self, until: float) -> None:
         """Run what falls due up to until, each at its own time: held rows and digests are
@@ -237,6 +248,8 @@ class Backtest:
                 for tally in self.result.tallies(row.rule, row.notifier):
                     tally.held += 1
         self.result.template_failures = sum(n for n, _ in self.pipeline.failed.values())
+        if self._leader is not None:
+            self.result.alerts_opened = self._leader.result.alerts_opened
         return self.result
 
     # -- counting ---------------------------------------------------------------------------
@@ -278,11 +291,30 @@ def decide(ruleset: Ruleset, payload: Mapping[str, Any]) -> list[Decision]:
     renders everything, and counts the fallbacks)."""
     decisions: list[Decision] = []
     for rule in ruleset.matching(payload):
-        rendered = _NO_KEY if rule.throttle_every is None else rule.render_key(payload)
+        rendered = UNTITLED if rule.throttle_every is None else rule.render_key(payload)
         decisions.extend(rule.decisions(rendered, ruleset.notifiers))
         if not rule.continue_:
             break
     return decisions
+
+
+def route_all(
+    backtests: Sequence[Backtest], event: StoredEvent, payload: Mapping[str, Any]
+) -> None:
+    """Route one event through every backtest of a period at the time it arrived: first
+    each one's timers due by then, then the event applied to its alert once (by the first,
+    the leader, whose store the others follow), then each rules file's notifications."""
+    now = event.received_at
+    for backtest in backtests:
+        backtest.timers(now)
+        backtest._at(now)
+        backtest.result.events += 1
+    leader = backtests[0]
+    leader.tx.put(event)
+    transition = apply(leader.tx, payload, event.id, now)
+    for backtest in backtests:
+        backtest._place(event, payload, transition)
+    leader._kept(event, payload, transition)
 
 
 # -- the period, read from the real store ------------------------------------------------------
@@ -308,9 +340,7 @@ async def replay_period(
             store.events_between(start, end, after=(last.received_at, last.id), limit=page)
         )
         for event in events:
-            payload = json.loads(event.body)
-            for backtest in backtests:
-                backtest.route(event, payload)
+            route_all(backtests, event, json.loads(event.body))
         if progress is not None:
             progress(len(events))
     return time.perf_counter() - started
@@ -331,6 +361,8 @@ async def run(
     backtests = [
         Backtest(r, start=start, end=end, silences=silences, texts=texts) for r in rulesets
     ]
+    for follower in backtests[1:]:
+        follower.follow(backtests[0])
     with fewer_collections():
         took = await replay_period(store, backtests, progress=progress)
         return [b.finish() for b in backtests], took

@@ -30,6 +30,7 @@ from receiver.events import to_utc
 from receiver.rules import Decision, Rule, Ruleset, format_duration
 from receiver.rules.match import Condition, compile_match
 from receiver.rules.options import CLOSES, OPENS
+from receiver.rules.rule import Rendered
 from receiver.store.base import Tx
 from receiver.store.records import Alert, Group, Notification, Replay, Silence
 
@@ -98,11 +99,15 @@ def apply(tx: Tx, payload: Mapping[str, Any], event_id: str, now: float) -> Tran
     return Transition(what, alert)
 
 
+UNTITLED = Rendered("", "", None, None, fallback=False)  # a notification whose texts nobody reads
+
+
 class Pipeline:
     """Routes one batch: each event's decisions placed through the lifecycle into the outbox."""
 
     # False for `receiver backtest`, which counts notifications and never reads their texts:
-    # a digest's text is then not written again for each member (most of a digest's cost).
+    # a digest's text is then not written again for each member (most of a digest's cost),
+    # and resolved messages are not rendered.
     texts = True
 
     def __init__(self, tx: Tx, ruleset: Ruleset, now: float) -> None:
@@ -122,16 +127,20 @@ class Pipeline:
         decisions: Sequence[Decision],
         *,
         replay: int | None = None,
+        transition: Transition | None = None,
     ) -> None:
         """Route one event; replay names the operator's request when it is routed again
         (`receiver replay`): then it is sent whatever the lifecycle says, unless the
-        request asks to respect it, and every row it produces is marked as a replay."""
+        request asks to respect it, and every row it produces is marked as a replay.
+        transition: what the event did to its alert, when apply() has been run already
+        (`receiver backtest` applies each event once for all the rules files it replays)."""
         self._replay = self.tx.replay_request(replay) if replay is not None else None
         try:
             if self._replay is not None and not self._replay.respect_lifecycle:
                 self._send_again(event_id, payload, decisions)
             else:
-                transition = apply(self.tx, payload, event_id, self.now)
+                if transition is None:
+                    transition = apply(self.tx, payload, event_id, self.now)
                 if transition.what == "resolve":
                     self._resolve(event_id, payload, transition.alert)
                 for name, group in itertools.groupby(decisions, key=lambda d: d.rule):
@@ -286,12 +295,13 @@ class Pipeline:
         notices = self.tx.notices(alert.id, alert.episode)
         if not notices:
             return False
-        opener = _json(self.tx.event_body(alert.opened_event or ""))
-        extra = {
-            "opener": opener,
-            "opened_at": alert.opened_ts,
-            "duration": _seconds(alert.opened_ts, alert.resolved_ts),
-        }
+        extra: dict[str, Any] = {}
+        if self.texts:
+            extra = {
+                "opener": _json(self.tx.event_body(alert.opened_event or "")),
+                "opened_at": alert.opened_ts,
+                "duration": _seconds(alert.opened_ts, alert.resolved_ts),
+            }
         for notice in notices:
             rule = self.ruleset.by_name.get(notice.rule)
             if (
@@ -300,7 +310,7 @@ class Pipeline:
                 or not self.tx.sent(alert.id, alert.episode, rule.name)
             ):
                 continue  # never a resolved message for an alert that was never sent
-            rendered = rule.render_resolved(payload, extra)
+            rendered = rule.render_resolved(payload, extra) if self.texts else UNTITLED
             for d in rule.decisions(rendered, self.ruleset.notifiers):
                 self._add(
                     event_id,

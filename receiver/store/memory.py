@@ -100,6 +100,24 @@ class MemoryTx:
 
     # -- what a backtest needs besides the Tx ------------------------------------------------
 
+    def follow(self, leader: MemoryTx) -> None:
+        """Share leader's events and alerts: leader keeps them (put, mark_routed, apply()),
+        and this store only reads them. A backtest replays one period through several
+        rules files, and what an event does to its alert does not depend on the rules."""
+        self._events, self._unrouted, self._alerts = (
+            leader._events,
+            leader._unrouted,
+            leader._alerts,
+        )
+
+    def episode_over(self, alert: Alert) -> None:
+        """The alert has opened a new episode: lean, forget what the lifecycle kept of the
+        one before (nothing asks about it again). save_alert() does this for the leader."""
+        if self.lean:
+            ended = (alert.id, alert.episode - 1)
+            self._sent.pop(ended, None)
+            self._notices.pop(ended, None)
+
     def put(self, event: StoredEvent) -> bool:
         """Keep an event, unrouted; False if its id is kept already."""
         if event.id in self._events:
@@ -112,6 +130,11 @@ class MemoryTx:
         """Drop a routed event's body (a backtest keeps only those alerts still need)."""
         if event_id not in self._unrouted:
             self._events.pop(event_id, None)
+
+    @property
+    def changed(self) -> bool:
+        """Whether changes() has anything to say."""
+        return bool(self._journal)
 
     def changes(self) -> list[tuple[Row, str]]:
         """The rows written or changed since the last call, in order, each with the state it
@@ -296,10 +319,7 @@ class MemoryTx:
 
     def save_alert(self, alert: Alert, now: float) -> None:
         self._alerts[alert.id] = alert
-        if self.lean:  # the episode before this one is over: nothing asks about it again
-            ended = (alert.id, alert.episode - 1)
-            self._sent.pop(ended, None)
-            self._notices.pop(ended, None)
+        self.episode_over(alert)
 
     def read_alerts(self, alert_ids: Iterable[str]) -> None:
         pass  # every alert is in memory already
