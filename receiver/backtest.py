@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import heapq
 import json
 import time
 from collections import Counter
@@ -399,7 +400,7 @@ def compare(candidate: Result, current: Result, *, shown: int = 20) -> Compariso
     added = candidate.paged.keys() - current.paged.keys()
 
     def first(result: Result, keys: set[tuple[str, int]]) -> list[Paged]:
-        earliest = sorted(keys, key=lambda k: (result.paged[k], k))[:shown]
+        earliest = heapq.nsmallest(shown, keys, key=lambda k: (result.paged[k], k))
         return [result.page(k) for k in earliest]
 
     return Comparison(

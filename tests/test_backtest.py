@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -335,6 +339,41 @@ def test_receiver_backtest_prints_both_files_side_by_side(tmp_path: Path) -> Non
     report = json.loads(as_json.output)
     assert report["candidate"]["rules"]["drop"]["sent"] == 1
     assert [m["session"] for m in report["missed"]] == ["s2"] and report["added"] == []
+
+
+def test_receiver_backtest_shows_a_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    """On a terminal the bar runs on stderr (its length counted beside the replay) and
+    ends at 100%; the report still goes to stdout."""
+    db = stored(tmp_path, [ev("score.drop", f"e{i}", i, f"s{i}") for i in range(5)])
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(HEADER + rule())
+    command = [sys.executable, "-m", "receiver", "backtest", str(rules_file)]
+    command += ["--against", str(rules_file), "--db", db, "--from", "2026-11-23T10:00Z"]
+    command += ["--to", "2026-11-23T11:00Z"]
+    primary, secondary = pty.openpty()
+    try:
+        done = subprocess.run(
+            command, stdout=subprocess.PIPE, stderr=secondary, timeout=60, text=True
+        )
+        os.close(secondary)
+        secondary = -1
+        shown = b""
+        while chunk := _read_pty(primary):
+            shown += chunk
+    finally:
+        os.close(primary)
+        if secondary != -1:
+            os.close(secondary)
+    assert done.returncode == 0, shown.decode(errors="replace")
+    assert "5 events" in done.stdout and "replaying" not in done.stdout
+    assert b"replaying events" in shown and b"100%" in shown
+
+
+def _read_pty(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: the other end is closed and all was read
+        return b""
 
 
 def test_receiver_backtest_refuses_a_bad_period_or_a_missing_database(tmp_path: Path) -> None:

@@ -151,18 +151,24 @@ def with_store(db: str, fn: Callable[[Store], Awaitable[T]], *, create: bool = F
     if missing and not create:
         raise click.ClickException(f"no database at {db}; start `receiver serve` first")
 
-    async def run() -> T:
+    # fn's result is handed over here, not as the main task's: Python 3.11's asyncio.run
+    # formats that task, result and all, when it puts the Ctrl-C handler back (in
+    # signal._int_to_enum), and a week's backtest result took 4 s to format.
+    result: list[T] = []
+
+    async def run() -> None:
         store = open_store(db)
         await store.open()
         try:
-            return await fn(store)
+            result.append(await fn(store))
         finally:
             await store.close()
 
     try:
-        return asyncio.run(run())
+        asyncio.run(run())
     except ReceiverError as exc:
         raise click.ClickException(str(exc)) from exc
+    return result[0]
 
 
 def when(ts: float) -> str:

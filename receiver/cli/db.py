@@ -57,6 +57,7 @@ def copy(db: str, target: str) -> None:
 
         receiver db copy --db ./data/receiver.db --to postgresql://receiver:...@db/receiver
     """
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
     from receiver.store.copy import copy_to_postgres, count_rows
@@ -73,6 +74,7 @@ def copy(db: str, target: str) -> None:
             BarColumn(),
             MofNCompleteColumn(),
             TimeRemainingColumn(),
+            console=Console(stderr=True),  # stdout keeps only the summary
         ) as bar:
             task = bar.add_task("copying", total=sum(counts.values()))
 

@@ -3,6 +3,7 @@ week's events, and what the notifications of last week were."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -130,16 +131,23 @@ def backtest(
     notes = env_notes(candidate, no_env=no_env) + env_notes(current, no_env=no_env)
 
     async def go(store: Store) -> tuple[list[bt.Result], float]:
-        total = await store.count_between(start_at, end_at)
-        with _Progress(total, quiet=as_json) as advance:
-            return await bt.run(
-                store,
-                [candidate, current],
-                start=start_at,
-                end=end_at,
-                progress=advance,
-                texts=render,
-            )
+        with _Progress(quiet=as_json) as progress:
+            counting = None
+            if progress.shown:  # the bar's length, counted beside the replay (a week: 5 s)
+                counting = asyncio.ensure_future(store.count_between(start_at, end_at))
+                counting.add_done_callback(progress.total_from)
+            try:
+                return await bt.run(
+                    store,
+                    [candidate, current],
+                    start=start_at,
+                    end=end_at,
+                    progress=progress.advance,
+                    texts=render,
+                )
+            finally:
+                if counting is not None:
+                    await asyncio.wait([counting])  # not left running as the store closes
 
     (cand, cur), took = with_store(db, go)
     diff = bt.compare(cand, cur, shown=SHOWN)
@@ -152,22 +160,35 @@ def backtest(
 
 
 class _Progress:
-    """A progress bar on stderr while events are replayed (a terminal only)."""
+    """A progress bar on stderr while events are replayed (a terminal only); its length
+    is set when the count of the period's events arrives."""
 
-    def __init__(self, total: int, *, quiet: bool) -> None:
-        self.total = total
+    def __init__(self, *, quiet: bool) -> None:
         self.bar: Any = None
+        self._task: Any = None
         if not quiet and sys.stderr.isatty():
+            from rich.console import Console
             from rich.progress import Progress
 
-            self.bar = Progress(transient=True)
+            self.bar = Progress(console=Console(stderr=True), transient=True)
 
-    def __enter__(self) -> Callable[[int], None]:
-        if self.bar is None:
-            return lambda n: None
-        self.bar.start()
-        task = self.bar.add_task("replaying events", total=self.total)
-        return lambda n: self.bar.advance(task, n)
+    @property
+    def shown(self) -> bool:
+        return self.bar is not None
+
+    def __enter__(self) -> _Progress:
+        if self.bar is not None:
+            self.bar.start()
+            self._task = self.bar.add_task("replaying events", total=None)
+        return self
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.advance(self._task, n)
+
+    def total_from(self, counted: asyncio.Future[int]) -> None:
+        if self.bar is not None and not counted.cancelled() and counted.exception() is None:
+            self.bar.update(self._task, total=counted.result())
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
