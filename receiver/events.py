@@ -184,6 +184,27 @@ def iso(ts: datetime, *, digits: int = 6) -> str:
     return text[: len(text) - 6 + digits] + "Z"
 
 
+# A timestamp already in UTC with a Z, as the service writes them, and a plainly valid one
+# (days 29 to 31 are left to the parser, which knows the months): utc_z() pads its fraction
+# instead of parsing it, about 2 µs less on each event's way through ingest and routing.
+_UTC_Z = re.compile(
+    r"([1-9]\d{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|1\d|2[0-8])"
+    r"T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d)(?:\.(\d{1,6}))?Z"
+)
+
+
+def utc_z(text: str) -> str | None:
+    """iso(datetime.fromisoformat(text)) for a UTC Z timestamp of years 1000 to 9999,
+    without parsing it; None for any other text (parse that).
+
+    >>> utc_z("2026-11-24T10:00:00.12Z"), utc_z("2026-02-30T10:00:00Z")
+    ('2026-11-24T10:00:00.120000Z', None)
+    """
+    if (utc := _UTC_Z.fullmatch(text)) is None:
+        return None
+    return f"{utc[1]}.{(utc[2] or '').ljust(6, '0')}Z"
+
+
 def iso_epoch(ts: float, *, digits: int = 3) -> str:
     """Epoch seconds as iso() text: what the API shows of the store's times.
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from receiver.events import iso
+from receiver.events import iso, utc_z
 
 STATUSES = ("active", "dropped", "stopped")
 # What score.drop and score.recover make of a session that has not stopped.
@@ -43,6 +43,8 @@ def _instant(value: Any) -> str | None:
     """An ISO 8601 timestamp from a payload, normalised by iso(); None if it is not one."""
     if not isinstance(value, str):
         return None
+    if (utc := utc_z(value)) is not None:
+        return utc
     try:
         return iso(datetime.fromisoformat(value.replace("Z", "+00:00")))
     except ValueError:

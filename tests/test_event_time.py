@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from receiver.dispatch.pipeline import event_time
+from receiver.events import iso, utc_z
 
 
 def parsed(text: str) -> str:
@@ -40,3 +41,29 @@ def test_the_service_s_milliseconds_are_padded() -> None:
     assert event_time({"timestamp": "2026-11-24T10:00:00Z"}) == "2026-11-24T10:00:00.000000Z"
     later = datetime(2026, 11, 24, 12, tzinfo=timezone(timedelta(hours=2)))
     assert event_time({"timestamp": later.isoformat()}) == "2026-11-24T10:00:00.000000Z"
+
+
+@given(
+    year=st.integers(1, 9999),
+    month=st.integers(0, 13),
+    day=st.integers(0, 32),
+    clock=st.tuples(st.integers(0, 24), st.integers(0, 60), st.integers(0, 60)),
+    fraction=st.sampled_from(["", ".1", ".12", ".123", ".123456", ".1234567", "."]),
+    zone=st.sampled_from(["Z", "", "+00:00", "-03:00", "z"]),
+)
+@settings(max_examples=1000)
+def test_utc_z_is_the_parser_or_steps_aside(
+    year: int, month: int, day: int, clock: tuple[int, int, int], fraction: str, zone: str
+) -> None:
+    """For any text, even impossible dates (February 30, hour 24, second 60): utc_z() says
+    what parsing it says, or None and leaves it to the parser."""
+    hour, minute, second = clock
+    text = f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}{fraction}{zone}"
+    fast = utc_z(text)
+    try:
+        slow: str | None = iso(datetime.fromisoformat(text))
+    except ValueError:
+        slow = None
+    assert fast is None or fast == slow, (text, fast, slow)
+    if zone == "Z" and slow is not None and year >= 1000 and day <= 28 and fraction != ".1234567":
+        assert fast == slow  # the service's own form takes the fast path

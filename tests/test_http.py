@@ -241,3 +241,58 @@ def test_a_trailing_slash_is_a_json_404_not_a_redirect_to_the_host_header(
     assert answer.error() == (404, "not_found")
     assert "location" not in answer.headers
     assert b"evil.example.com" not in answer.body
+
+
+# -- pipelining and 100 Continue --------------------------------------------------------------
+
+
+def post_event(event_id: str, *, close: bool = False, expect: bool = False) -> tuple[bytes, bytes]:
+    """A signed POST /v1/events: (its head, its body)."""
+    body = json.dumps(events.sample("score.drop", id=event_id)).encode()
+    (name, value), *_ = signed(body).items()
+    head = "POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += f"{name}: {value}\r\nContent-Length: {len(body)}\r\n"
+    head += "Connection: close\r\n" if close else ""
+    head += "Expect: 100-continue\r\n" if expect else ""
+    return (head + "\r\n").encode(), body
+
+
+def read_many(sock: socket.socket, count: int) -> list[Answer]:
+    """Read count responses, each with a content-length, from a connection left open."""
+    raw, answers = b"", []
+    while len(answers) < count:
+        end = raw.find(b"\r\n\r\n")
+        if end >= 0:
+            size = end + 4 + int(Answer(raw[: end + 4]).headers["content-length"])
+            if len(raw) >= size:
+                answers.append(Answer(raw[:size]))
+                raw = raw[size:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, f"closed after {len(answers)} of {count} responses"
+        raw += chunk
+    return answers
+
+
+def test_pipelined_requests_are_answered_whole_and_in_order(server: Receiver) -> None:
+    """Three requests written at once get three whole answers, in their order."""
+    first, second = post_event("evt_piped_1"), post_event("evt_piped_2")
+    health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"".join(first) + health + b"".join(second))
+        answers = read_many(sock, 3)
+    assert [a.status for a in answers] == [202, 200, 202]
+    assert answers[0].json()["id"] == "evt_piped_1" and answers[2].json()["id"] == "evt_piped_2"
+
+
+def test_100_continue_is_sent_before_the_body_is(server: Receiver) -> None:
+    head, body = post_event("evt_continue", close=True, expect=True)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head)
+        interim = sock.recv(65536)  # the sender waits for it before it sends the body
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim
+        sock.sendall(body)
+        raw = interim.removeprefix(b"HTTP/1.1 100 Continue\r\n\r\n")
+        while chunk := sock.recv(65536):
+            raw += chunk
+    assert Answer(raw).status == 202
