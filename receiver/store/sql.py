@@ -74,11 +74,36 @@ def _real(value: float | None) -> float | None:
         return None
 
 
+def alert_row(alert: Alert, now: float) -> tuple[Any, ...]:
+    """An alert as the alerts table's columns, in order (updated_at: now)."""
+    return (
+        alert.id,
+        alert.state,
+        alert.episode,
+        alert.last_ts,
+        alert.opened_ts,
+        alert.opened_event,
+        alert.resolved_ts,
+        now,
+    )
+
+
 class SQLTx:
     """The statements of a Tx (receiver.store.base) both stores share."""
 
     # Appended to the repeats due: PostgreSQL's replicas take disjoint ones.
     _skip_locked = ""
+
+    def __init__(self) -> None:
+        # A batch's alerts read ahead (read_alerts(); None: known not to exist), and those
+        # changed since: a batch reads and writes each alert once, not once an event.
+        self._alerts: dict[str, Alert | None] | None = None
+        self._changed: dict[str, tuple[Alert, float]] = {}
+        # Of those alerts, the ones with held notifications or notices: a resolve looks for
+        # them only there (most alerts have neither; each look is a statement, and on
+        # PostgreSQL a round trip).
+        self._held: set[str] = set()
+        self._noticed: set[str] = set()
 
     def _q(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one statement (`?` placeholders); its cursor."""
@@ -93,12 +118,34 @@ class SQLTx:
         """A condition "column is one of values", and its one parameter."""
         return f"{column} IN (SELECT value FROM json_each(?))", json.dumps(list(values))
 
-    # Hooks: what a store keeps beside the statements (SQLite's read-ahead).
+    def _read_marks(self, alert_ids: Sequence[str]) -> None:
+        """Which of a batch's alerts have held notifications, and which notices."""
+        among, listed = self._in("alert", alert_ids)
+        self._held = {
+            alert
+            for (alert,) in self._q(
+                f"SELECT DISTINCT alert FROM outbox WHERE {among} AND state = 'held'"
+                " AND kind = 'event'",
+                (listed,),
+            )
+        }
+        self._noticed = {
+            alert
+            for (alert,) in self._q(f"SELECT DISTINCT alert FROM notices WHERE {among}", (listed,))
+        }
+
     def _may_have_held(self, alert: str) -> bool:
-        return True
+        return self._alerts is None or alert not in self._alerts or alert in self._held
 
     def _may_have_notices(self, alert: str) -> bool:
-        return True
+        return self._alerts is None or alert not in self._alerts or alert in self._noticed
+
+    def forget_alerts(self) -> None:
+        """Drop what read_alerts() kept, written or not (after rolling its writes back)."""
+        self._alerts = None
+        self._changed.clear()
+        self._held.clear()
+        self._noticed.clear()
 
     def _lock_group(self, rule: str, key: str) -> None:
         pass
@@ -193,6 +240,8 @@ class SQLTx:
         group_id: int | None = None,
         replay: int | None = None,
     ) -> int:
+        if alert is not None and state == "held":
+            self._held.add(alert)
         row = self._q(
             "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state, reason,"
             " next_at, created_at, updated_at, kind, alert, episode, group_id, replay)"
@@ -273,6 +322,7 @@ class SQLTx:
     def add_notice(
         self, alert: str, episode: int, rule: str, now: float, repeat: float | None
     ) -> None:
+        self._noticed.add(alert)
         self._q(
             "INSERT INTO notices (alert, episode, rule, notified_at, next_repeat_at)"
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",

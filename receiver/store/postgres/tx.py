@@ -10,7 +10,7 @@ from typing import Any
 
 from receiver.store.postgres.schema import lock_key
 from receiver.store.records import Alert, StoredEvent
-from receiver.store.sql import SELECT_ALERTS, SQLTx
+from receiver.store.sql import SELECT_ALERTS, SQLTx, alert_row
 
 
 @lru_cache(maxsize=512)
@@ -39,10 +39,9 @@ class PostgresTx(SQLTx):
     _lock_sessions = True
 
     def __init__(self, conn: Any) -> None:
+        super().__init__()
         self.conn = conn
         self._locked: set[str] = set()  # alerts locked by this transaction
-        self._alerts: dict[str, Alert | None] | None = None
-        self._changed: dict[str, tuple[Alert, float]] = {}
 
     def _q(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return query(self.conn, sql, params)
@@ -119,18 +118,7 @@ class PostgresTx(SQLTx):
             self._changed[alert.id] = (alert, now)
             return
         self._lock_alerts([alert.id])
-        self._save(alert, now)
-
-    def _save(self, a: Alert, now: float) -> None:
-        self._q(
-            "INSERT INTO alerts (id, state, episode, last_ts, opened_ts, opened_event,"
-            " resolved_ts, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (id) DO UPDATE SET state = excluded.state, episode = excluded.episode,"
-            " last_ts = excluded.last_ts, opened_ts = excluded.opened_ts,"
-            " opened_event = excluded.opened_event, resolved_ts = excluded.resolved_ts,"
-            " updated_at = excluded.updated_at",
-            (a.id, a.state, a.episode, a.last_ts, a.opened_ts, a.opened_event, a.resolved_ts, now),
-        )
+        self._q(_SAVE_ALERT, alert_row(alert, now))
 
     def read_alerts(self, alert_ids: Iterable[str]) -> None:
         ids = sorted(set(alert_ids))
@@ -138,14 +126,24 @@ class PostgresTx(SQLTx):
         self._alerts = dict.fromkeys(ids)
         for row in self._q(f"{SELECT_ALERTS} WHERE id = ANY(?)", (ids,)):
             self._alerts[row[0]] = Alert(*row)
+        self._read_marks(ids)
 
     def write_alerts(self) -> None:
-        for alert, now in self._changed.values():
-            self._save(alert, now)
+        # One statement for the batch's alerts, pipelined: not a round trip for each.
+        self._many(_SAVE_ALERT, [alert_row(a, now) for a, now in self._changed.values()])
         self.forget_alerts()
 
     def forget_alerts(self) -> None:
-        self._alerts = None
-        self._changed.clear()
+        super().forget_alerts()
         # After a savepoint's rollback the locks taken inside it are gone too: take again.
         self._locked.clear()
+
+
+_SAVE_ALERT = (
+    "INSERT INTO alerts (id, state, episode, last_ts, opened_ts, opened_event, resolved_ts,"
+    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (id) DO UPDATE SET state = excluded.state, episode = excluded.episode,"
+    " last_ts = excluded.last_ts, opened_ts = excluded.opened_ts,"
+    " opened_event = excluded.opened_event, resolved_ts = excluded.resolved_ts,"
+    " updated_at = excluded.updated_at"
+)

@@ -12,8 +12,8 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from receiver.store.records import Alert, Notification, StoredEvent
-from receiver.store.sql import SELECT_ALERTS, SQLTx
+from receiver.store.records import Alert, StoredEvent
+from receiver.store.sql import SELECT_ALERTS, SQLTx, alert_row
 
 _savepoints = itertools.count(1)
 
@@ -27,45 +27,19 @@ _SAVE_ALERT = (
 )
 
 
-def _alert_row(alert: Alert, now: float) -> tuple[Any, ...]:
-    return (
-        alert.id,
-        alert.state,
-        alert.episode,
-        alert.last_ts,
-        alert.opened_ts,
-        alert.opened_event,
-        alert.resolved_ts,
-        now,
-    )
-
-
 class SQLiteTx(SQLTx):
     """Synchronous helpers over one connection with an open write transaction."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__()
         self.conn = conn
-        # Alerts read ahead for a batch (None: known not to exist), and those changed since:
-        # a batch reads and writes each alert once, not once an event.
-        self._alerts: dict[str, Alert | None] | None = None
-        self._changed: dict[str, tuple[Alert, float]] = {}
-        # Of those alerts, the ones with held notifications or notices: a resolve looks for
-        # them only there (most alerts have neither, and it saves four statements).
-        self._found: set[str] = set()
-        self._held: set[str] = set()
-        self._noticed: set[str] = set()
+        self._found: set[str] = set()  # of a batch's alerts, those stored already
 
     def _q(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, params)
 
     def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn.executemany(sql, rows)
-
-    def _may_have_held(self, alert: str) -> bool:
-        return self._alerts is None or alert not in self._alerts or alert in self._held
-
-    def _may_have_notices(self, alert: str) -> bool:
-        return self._alerts is None or alert not in self._alerts or alert in self._noticed
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
@@ -102,11 +76,6 @@ class SQLiteTx(SQLTx):
 
     # -- the outbox ----------------------------------------------------------------------------
 
-    def add(self, event_id: str, n: Notification, **row: Any) -> int:
-        if row.get("alert") is not None and row.get("state") == "held":
-            self._held.add(row["alert"])
-        return super().add(event_id, n, **row)
-
     # -- alerts and notices ----------------------------------------------------------------------
 
     def alert(self, alert_id: str) -> Alert | None:
@@ -120,7 +89,7 @@ class SQLiteTx(SQLTx):
             self._alerts[alert.id] = alert
             self._changed[alert.id] = (alert, now)
             return
-        self.conn.execute(_SAVE_ALERT, _alert_row(alert, now))
+        self.conn.execute(_SAVE_ALERT, alert_row(alert, now))
 
     def read_alerts(self, alert_ids: Iterable[str]) -> None:
         """Read these alerts ahead; until write_alerts(), alert() and save_alert() keep them
@@ -134,22 +103,7 @@ class SQLiteTx(SQLTx):
         for row in rows:
             self._alerts[row[0]] = Alert(*row)
         self._found = {key for key, alert in self._alerts.items() if alert is not None}
-        self._held = {
-            alert
-            for (alert,) in self.conn.execute(
-                "SELECT DISTINCT alert FROM outbox WHERE alert IN (SELECT value FROM json_each(?))"
-                " AND state = 'held' AND kind = 'event'",
-                (listed,),
-            )
-        }
-        self._noticed = {
-            alert
-            for (alert,) in self.conn.execute(
-                "SELECT DISTINCT alert FROM notices WHERE alert IN"
-                " (SELECT value FROM json_each(?))",
-                (listed,),
-            )
-        }
+        self._read_marks(ids)
 
     def write_alerts(self) -> None:
         """Write the alerts changed since read_alerts(), and stop keeping them."""
@@ -159,22 +113,9 @@ class SQLiteTx(SQLTx):
         # UPDATE in place where the row exists: REPLACE would delete and reinsert it, and
         # its index entries with it.
         self.conn.executemany(
-            _UPDATE_ALERT, [_alert_row(a, now)[1:] + (a.id,) for a, now in changed if a.id in found]
+            _UPDATE_ALERT, [alert_row(a, now)[1:] + (a.id,) for a, now in changed if a.id in found]
         )
         self.conn.executemany(
-            _SAVE_ALERT, [_alert_row(a, now) for a, now in changed if a.id not in found]
+            _SAVE_ALERT, [alert_row(a, now) for a, now in changed if a.id not in found]
         )
         self.forget_alerts()
-
-    def forget_alerts(self) -> None:
-        """Drop what read_alerts() kept, written or not (after rolling its writes back)."""
-        self._alerts = None
-        self._changed.clear()
-        self._held.clear()
-        self._noticed.clear()
-
-    def add_notice(
-        self, alert: str, episode: int, rule: str, now: float, repeat: float | None
-    ) -> None:
-        self._noticed.add(alert)
-        super().add_notice(alert, episode, rule, now, repeat)
