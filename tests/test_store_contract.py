@@ -125,6 +125,22 @@ def test_concurrent_accepts_of_one_id_store_it_once(store_url: str) -> None:
     assert sorted(e.id for e in unrouted) == sorted(f"evt_{i}" for i in range(50))
 
 
+def test_accepts_arriving_while_batches_commit_store_each_id_once(store_url: str) -> None:
+    """Copies of one id in different group commits, some committing at once (PostgreSQL
+    runs two at a time): one is new, every other a duplicate."""
+    copies = [event(f"w{i}") for i in range(20)]
+
+    async def go(store: Store) -> list[str]:
+        async def later(i: int) -> str:
+            await asyncio.sleep(0.002 * (i % 7))  # arrivals spread over several commits
+            return await store.accept(*copies[i % 20])
+
+        return list(await asyncio.gather(*(later(i) for i in range(140))))
+
+    results = run(store_url, go)
+    assert results.count("new") == 20 and results.count("duplicate") == 120
+
+
 def test_ids_stay_duplicates_after_reopening(store_url: str) -> None:
     e, raw = event(1)
     run(store_url, lambda s: s.accept(e, raw))
@@ -323,6 +339,33 @@ def test_held_rows_are_cancelled_and_sent_is_known(tx_url: str) -> None:
         ("hold", "cancelled", "resolved before it was sent"),
         ("now", "pending", None),
     }
+
+
+def test_a_batch_finds_held_rows_and_notices_from_before_it_and_its_own(tx_url: str) -> None:
+    """Read ahead, a batch looks for held rows and notices only on alerts that have some:
+    those stored before the batch and those it adds itself are still found."""
+
+    async def go(store: Store) -> Any:
+        def before(tx: Tx) -> None:
+            tx.add("e1", note("hold"), state="held", now=1.0, next_at=60.0, alert="a", episode=1)
+            tx.add_notice("a", 1, "hold", 1.0, None)
+
+        await store.transact(before)
+
+        def batch(tx: Tx) -> Any:
+            tx.read_alerts(["a", "b", "c"])
+            tx.add("e2", note("hold"), state="held", now=2.0, next_at=60.0, alert="b", episode=1)
+            tx.add_notice("b", 1, "hold", 2.0, None)
+            found = [
+                (tx.cancel_held(alert, 1, 3.0, "resolved"), len(tx.notices(alert, 1)))
+                for alert in ("a", "b", "c")
+            ]
+            tx.write_alerts()
+            return found
+
+        return await store.transact(batch)
+
+    assert run(tx_url, go) == [(1, 1), (1, 1), (0, 0)]
 
 
 def test_digest_groups_open_fill_and_release(tx_url: str) -> None:

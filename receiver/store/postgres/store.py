@@ -54,6 +54,7 @@ CONNECT_TIMEOUT = 3.0  # seconds to get a connection before a request is refused
 CROWD = 4  # accepts in one batch that mean a burst
 PRESSURE_WINDOW = 0.25
 MAX_BATCH = 500  # accepts in one INSERT
+COMMITS = 2  # batches of accepts committing at once
 
 
 def _unavailable(exc: BaseException) -> StorageUnavailableError:
@@ -182,18 +183,29 @@ class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQL
         return self._loop.time() - self._pressed_at < PRESSURE_WINDOW
 
     async def _run(self) -> None:
-        """Batch after batch: the accepts queued while one commits make up the next."""
+        """Batch after batch: the accepts queued while others commit make up the next, with
+        up to COMMITS batches committing at once (each commit waits on the server's disk,
+        and one at a time left this process idle most of the time under load)."""
         assert self._loop is not None
+        committing: set[asyncio.Task[None]] = set()
         while True:
             await self._wake.wait()
             self._wake.clear()
             await asyncio.sleep(0)
             while self._accepts:
+                if len(committing) >= COMMITS:
+                    # The accepts queued meanwhile go in the next batch, whole.
+                    await asyncio.wait(committing, return_when=asyncio.FIRST_COMPLETED)
+                    continue
                 batch, self._accepts = self._accepts[:MAX_BATCH], self._accepts[MAX_BATCH:]
                 if len(batch) >= CROWD:
                     self._pressed_at = self._loop.time()
-                await self._commit(batch)
+                task = asyncio.create_task(self._commit(batch))
+                committing.add(task)
+                task.add_done_callback(committing.discard)
             if self._closing:
+                if committing:
+                    await asyncio.wait(committing)
                 return
 
     async def _commit(self, batch: list[tuple[asyncio.Future[Accepted], tuple[Any, ...]]]) -> None:
