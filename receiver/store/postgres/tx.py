@@ -31,6 +31,17 @@ def try_lock(conn: Any, name: str) -> bool:
     )
 
 
+# An alert written whole: inserted, or updated in place where it exists.
+_SAVE_ALERT = (
+    "INSERT INTO alerts (id, state, episode, last_ts, opened_ts, opened_event, resolved_ts,"
+    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (id) DO UPDATE SET state = excluded.state, episode = excluded.episode,"
+    " last_ts = excluded.last_ts, opened_ts = excluded.opened_ts,"
+    " opened_event = excluded.opened_event, resolved_ts = excluded.resolved_ts,"
+    " updated_at = excluded.updated_at"
+)
+
+
 class PostgresTx(SQLTx):
     """One routing transaction on PostgreSQL."""
 
@@ -137,13 +148,3 @@ class PostgresTx(SQLTx):
         super().forget_alerts()
         # After a savepoint's rollback the locks taken inside it are gone too: take again.
         self._locked.clear()
-
-
-_SAVE_ALERT = (
-    "INSERT INTO alerts (id, state, episode, last_ts, opened_ts, opened_event, resolved_ts,"
-    " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (id) DO UPDATE SET state = excluded.state, episode = excluded.episode,"
-    " last_ts = excluded.last_ts, opened_ts = excluded.opened_ts,"
-    " opened_event = excluded.opened_event, resolved_ts = excluded.resolved_ts,"
-    " updated_at = excluded.updated_at"
-)

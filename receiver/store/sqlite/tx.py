@@ -74,8 +74,6 @@ class SQLiteTx(SQLTx):
         ).fetchone()
         return None if row is None else float(row[0])
 
-    # -- the outbox ----------------------------------------------------------------------------
-
     # -- alerts and notices ----------------------------------------------------------------------
 
     def alert(self, alert_id: str) -> Alert | None:
