@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import gc
 import heapq
-import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from receiver.dispatch.pipeline import UNTITLED, Pipeline, Transition, active_silences, apply
+from receiver.events import load_stored
 from receiver.rules import Decision, Ruleset
 from receiver.store import ScratchRow, Store, scratch
 from receiver.store.records import Silence, StoredEvent
@@ -166,7 +166,7 @@ class Backtest:
 
     def route(self, event: StoredEvent, payload: Mapping[str, Any] | None = None) -> None:
         """Route one event at the time it arrived, after the timers due by then."""
-        route_all([self], event, json.loads(event.body) if payload is None else payload)
+        route_all([self], event, load_stored(event.body) if payload is None else payload)
 
     def follow(self, leader: Backtest) -> None:
         """Replay the leader's events beside it (route_all): its store keeps the events
@@ -341,7 +341,7 @@ async def replay_period(
             store.events_between(start, end, after=(last.received_at, last.id), limit=page)
         )
         for event in events:
-            route_all(backtests, event, json.loads(event.body))
+            route_all(backtests, event, load_stored(event.body))
         if progress is not None:
             progress(len(events))
     return time.perf_counter() - started

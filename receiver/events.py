@@ -12,6 +12,7 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, TypeAdapter
 from pydantic import ValidationError as _ValidationError
 
@@ -99,12 +100,39 @@ def _checked_float(text: str) -> float:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_checked_float)
 
 
+# msgspec's JSON decoder: about an eighth of json.loads' time on an event. It is stricter
+# (UTF-8 only, no lone surrogates, integers within 64 bits, no NaN or Infinity), and what
+# it accepts it reads as json.loads does (tests/test_events.py checks that on generated
+# documents); whatever it refuses goes through the standard library, for the same
+# answer and the same error as ever.
+_FAST = msgspec.json.Decoder()
+
+
+def load_stored(body: str | bytes) -> Any:
+    """json.loads() of a stored body (one that was accepted), faster."""
+    try:
+        return _FAST.decode(body)
+    except (ValueError, RecursionError):  # msgspec.DecodeError is a ValueError
+        return json.loads(body)
+
+
 def loads(body: bytes) -> dict[str, Any]:
     """Parse a body as one JSON object, or raise InvalidJSONError saying why.
 
     Stricter than ``json.loads``: NaN and Infinity are refused, so is a number
     too large for a float.
     """
+    try:
+        data = _FAST.decode(body)
+    except (ValueError, RecursionError):  # msgspec.DecodeError is a ValueError
+        return _loads(body)  # the same answer, or the error saying what is wrong
+    if not isinstance(data, dict) or _SURROGATE_ESCAPE.search(body):
+        return _loads(body)
+    return data
+
+
+def _loads(body: bytes) -> dict[str, Any]:
+    """loads() through the standard library: its errors, in our words."""
     try:
         data = _DECODER.decode(body.decode(json.detect_encoding(body), "surrogatepass"))
     except UnicodeDecodeError as exc:

@@ -51,9 +51,11 @@ def _instant(value: Any) -> str | None:
         return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fact:
-    """What one event says about its session."""
+    """What one event says about its session. Not frozen, though nothing changes one: a
+    frozen dataclass sets each field through object.__setattr__, and the router makes one
+    for every event."""
 
     event_id: str
     type: str

@@ -3,6 +3,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from receiver import events
 from receiver.errors import InvalidEventError, InvalidJSONError
@@ -134,3 +136,85 @@ def test_iso_pads_the_year_so_text_order_stays_time_order() -> None:
     assert iso(datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC), digits=3) == (
         "2026-05-01T12:00:00.123Z"
     )
+
+
+# -- the fast JSON decoder (msgspec) reads what it accepts as the standard library does ------
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, and of the same types all the way down (1 is not 1.0, -0.0 is not 0.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    return bool(a == b)
+
+
+def _both(body: bytes) -> tuple[Any, Any]:
+    """(loads(body), the standard library's reading of it): a value or the error message."""
+    results = []
+    for parse in (events.loads, events._loads):
+        try:
+            results.append(parse(body))
+        except InvalidJSONError as exc:
+            results.append(f"error: {exc.message}")
+    return results[0], results[1]
+
+
+@given(st.dictionaries(st.text(), _json_values, max_size=6), st.booleans())
+def test_loads_reads_documents_as_the_standard_library(doc: dict[str, Any], ascii: bool) -> None:
+    body = json.dumps(doc, ensure_ascii=ascii).encode("utf-8", "surrogatepass")
+    fast, slow = _both(body)
+    assert _same(fast, slow)
+
+
+@given(st.binary(max_size=60), st.integers(min_value=0, max_value=40))
+def test_loads_agrees_on_damaged_bodies(noise: bytes, at: int) -> None:
+    """Bytes spliced into a valid body: both accept with the same value, or both refuse
+    with the same message."""
+    body = b'{"id": "evt_1", "score": 1.5, "tags": ["a", null, true]}'
+    damaged = body[:at] + noise + body[at:]
+    fast, slow = _both(damaged)
+    assert _same(fast, slow)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": 1e400}',
+        b'{"a": NaN}',
+        b'{"a": "\\ud800"}',
+        b'{"a": "\\ud83d\\ude00"}',
+        b'\xef\xbb\xbf{"a": 1}',
+        b'{"a": 123456789012345678901234567890}',
+        b'{"a": "\xed\xa0\x80"}',
+        b'{"a": "\x01"}',
+        b"[1]",
+        b'"text"',
+        b"[" * 3000 + b"]" * 3000,
+        json.dumps({"a": 1}).encode("utf-16"),
+    ],
+)
+def test_loads_answers_as_before_where_the_fast_decoder_refuses(raw: bytes) -> None:
+    fast, slow = _both(raw)
+    assert _same(fast, slow)
+
+
+@given(st.dictionaries(st.text(), _json_values, max_size=6))
+def test_load_stored_reads_a_stored_body_as_json_loads(doc: dict[str, Any]) -> None:
+    text = json.dumps(doc)
+    assert _same(events.load_stored(text), json.loads(text))

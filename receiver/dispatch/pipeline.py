@@ -58,7 +58,7 @@ def event_time(payload: Mapping[str, Any]) -> str:
     return to_utc(datetime.fromisoformat(text)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Transition:
     what: str  # open | update | resolve | close | stale | none
     alert: Alert | None = None

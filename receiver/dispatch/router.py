@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from typing import Any
 from receiver.dispatch.fanout import fan_out
 from receiver.dispatch.pipeline import Pipeline, alert_id
 from receiver.errors import StorageUnavailableError
+from receiver.events import load_stored
 from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.rules import Decision, Ruleset
@@ -73,7 +73,7 @@ def decide(ruleset: Ruleset, events: Sequence[StoredEvent]) -> Decided:
     decided: Decided = {}
     for event in events:
         try:
-            payload = json.loads(event.body)
+            payload = load_stored(event.body)
             decided[event.id] = (event.body, payload, ruleset.route(payload))
         except Exception:  # noqa: BLE001 - a bug: the transaction fails on it, and says so
             decided[event.id] = (event.body, None, [])
@@ -319,5 +319,5 @@ def _decided(
     ahead = decided.get(event.id)
     if ahead is not None and ahead[1] is not None and ahead[0] == event.body:
         return ahead[1], ahead[2]
-    payload = json.loads(event.body)
+    payload = load_stored(event.body)
     return payload, ruleset.route(payload)

@@ -22,7 +22,7 @@ OUTBOX_STATES = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StoredEvent:
     id: str
     type: str

@@ -5,12 +5,12 @@ per-key request counts behind the plan limits. `?` placeholders, as in sql.py.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from receiver.events import load_stored
 from receiver.sessions import COLUMNS, Aggregate, Fact, Summary, fold_all
 from receiver.store.records import PLANS, ApiKey, RateLimit, SessionPage, SessionQuery
 
@@ -128,7 +128,7 @@ def facts_of(bodies: Iterable[str]) -> list[Fact]:
     facts = []
     for body in bodies:
         try:
-            payload = json.loads(body)
+            payload = load_stored(body)
         except ValueError:
             continue
         if isinstance(payload, dict) and (fact := Fact.from_payload(payload)) is not None:
