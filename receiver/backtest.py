@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import gc
 import heapq
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -139,6 +140,10 @@ class Backtest:
         self._waiting: dict[int, tuple[str, int] | None] = {}
         self._current: tuple[str, int] | None = None  # the alert episode of the event routed
         self._leader: Backtest | None = None  # whose store keeps the events and alerts
+        self._untitled: dict[str, list[Decision]] = {}  # decide()'s, by rule
+        # No timer falls due before this (timers() found so): until the pipeline adds or
+        # changes rows, the events before it need no look at the timers.
+        self._quiet_until = -math.inf
 
     def _copy_silences(self, silences: Sequence[Silence]) -> list[float]:
         """The real store's silences, each active over the same span; the times at which
@@ -181,12 +186,16 @@ class Backtest:
         """The event's notifications by this rules file, its alert already moved on. An
         event no rule matches does nothing here unless it resolves an alert (which cancels
         held rows and sends resolved messages)."""
-        decisions = self.ruleset.route(payload) if self.texts else decide(self.ruleset, payload)
+        if self.texts:
+            decisions = self.ruleset.route(payload)
+        else:
+            decisions = decide(self.ruleset, payload, self._untitled)
         alert = transition.alert
         if self._leader is not None and alert is not None and transition.what != "stale":
             self.tx.episode_over(alert)  # the leader's store did it as it saved the alert
         if decisions or transition.what == "resolve":
             self.pipeline.event(event.id, payload, decisions, transition=transition)
+            self._quiet_until = -math.inf
         self._current = None if alert is None else (alert.id, alert.episode)
         if self.tx.changed:
             self._collect()
@@ -220,10 +229,15 @@ class Backtest:
     def timers(self, until: float) -> None:
         """Run what falls due up to until, each at its own time: held rows and digests are
         sent (the notify worker's part), repeats fire, the heartbeat goes off."""
+        if until < self._quiet_until:
+            return
         while True:
             due = [t for t in (self.tx.next_due(), self.tx.next_repeat(), self._silent_at()) if t]
             now = min(due, default=None)
             if now is None or now > until:
+                # The heartbeat's time only moves later as events arrive; rows and repeats
+                # come from the pipeline, which resets this.
+                self._quiet_until = math.inf if now is None else now
                 return
             self._at(now)
             self.tx.deliver_due(now)
@@ -257,7 +271,10 @@ class Backtest:
 
     def _collect(self) -> None:
         """Count the outbox rows written or changed since the last look."""
-        for row, state in self.tx.changes():
+        changes = self.tx.changes()
+        if changes:
+            self._quiet_until = -math.inf
+        for row, state in changes:
             if row.kind == "webhook":
                 continue
             if state in ("pending", "held"):  # sent when deliver_due() gets to it
@@ -285,15 +302,26 @@ class Backtest:
         return self._current
 
 
-def decide(ruleset: Ruleset, payload: Mapping[str, Any]) -> list[Decision]:
+def decide(
+    ruleset: Ruleset,
+    payload: Mapping[str, Any],
+    untitled: dict[str, list[Decision]] | None = None,
+) -> list[Decision]:
     """Ruleset.route() without the titles and bodies, which a backtest never reads: the
     same rules match in the same order, and a throttle key is rendered as route() does
     (it decides what is throttled). A template that fails goes unnoticed (texts=True
-    renders everything, and counts the fallbacks)."""
+    renders everything, and counts the fallbacks). untitled: the decisions of each rule
+    without a throttle by its name, made once (they are the same for every event)."""
     decisions: list[Decision] = []
     for rule in ruleset.matching(payload):
-        rendered = UNTITLED if rule.throttle_every is None else rule.render_key(payload)
-        decisions.extend(rule.decisions(rendered, ruleset.notifiers))
+        if rule.throttle_every is not None:
+            decisions.extend(rule.decisions(rule.render_key(payload), ruleset.notifiers))
+        elif untitled is None:
+            decisions.extend(rule.decisions(UNTITLED, ruleset.notifiers))
+        else:
+            if (made := untitled.get(rule.name)) is None:
+                made = untitled[rule.name] = rule.decisions(UNTITLED, ruleset.notifiers)
+            decisions.extend(made)
         if not rule.continue_:
             break
     return decisions
