@@ -381,7 +381,7 @@ class MemoryTx:
         group, state, _ = self._groups[group_id]
         if state != "open" or group.closes_at <= now:
             return None
-        return replace(group, members=list(group.members))
+        return group  # not copied: the pipeline makes a new members list to update it
 
     def new_group(self, rule: str, key: str, now: float, closes_at: float) -> Group:
         group = Group(next(self._group_ids), rule, key, closes_at, 0, [])
@@ -390,13 +390,15 @@ class MemoryTx:
             del self._groups[previous]
         self._groups[group.id] = (group, "open", now)
         self._open_group[(rule, key)] = group.id
-        return replace(group, members=[])
+        return group
 
     def update_group(
         self, group: Group, *, title: str, body: str, now: float, release: bool
     ) -> None:
         stored, _, opened = self._groups[group.id]
-        kept = replace(stored, count=group.count, members=list(group.members))
+        kept = Group(
+            stored.id, stored.rule, stored.key, stored.closes_at, group.count, group.members
+        )
         self._groups[group.id] = (kept, "sent" if release else "open", opened)
         for row_id in sorted(self._digests.get(group.id, ())):
             row = self._rows[row_id]

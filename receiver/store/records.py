@@ -31,9 +31,11 @@ class StoredEvent:
     replay: int | None = None  # the Replay request it is routed for again, if any
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Notification:
-    """One notification the router wants sent: a future outbox row."""
+    """One notification the router wants sent: a future outbox row. (Not frozen, though
+    nothing changes one, as StoredEvent and Group: a frozen dataclass sets each field
+    through object.__setattr__, and routing makes these for every event.)"""
 
     rule: str
     notifier: str
@@ -98,7 +100,7 @@ class Notice:
     repeats: int
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Group:
     id: int
     rule: str
