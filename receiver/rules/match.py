@@ -249,16 +249,23 @@ class Condition:
     field: str
     matcher: Matcher
     _parts: tuple[str, ...] = dataclass_field(init=False, repr=False, compare=False)
+    # Set for a dotted path only: a plain name missing from the payload is missing.
+    _nested: tuple[str, ...] | None = dataclass_field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_parts", tuple(self.field.split(".")))
+        parts = tuple(self.field.split("."))
+        object.__setattr__(self, "_parts", parts)
+        object.__setattr__(self, "_nested", parts if len(parts) > 1 else None)
 
     def holds(self, payload: Mapping[str, Any]) -> bool:
         """test()'s verdict alone, formatting nothing: the routing hot path."""
-        name = self.field
-        value = payload[name] if name in payload else _walk(payload, self._parts)
+        value = payload.get(self.field, _MISSING)
         if value is _MISSING:
-            return False
+            if self._nested is None:
+                return False
+            value = _walk(payload, self._nested)
+            if value is _MISSING:
+                return False
         ok = self.matcher.ok
         if isinstance(value, list):
             # A list field holds when any of its items does (tags: urgent).

@@ -130,13 +130,13 @@ class Rule:
     def matches_besides_type(self, payload: Mapping[str, Any]) -> bool:
         """matches(), for a payload whose type may_match_type() has already passed: the
         route()'s hot path, run for every rule that can match an event's type."""
-        for condition in self._besides_type:
+        for condition in self.conditions_besides_type:
             if not condition.holds(payload):
                 return False
         return True
 
     @cached_property
-    def _besides_type(self) -> tuple[Condition, ...]:
+    def conditions_besides_type(self) -> tuple[Condition, ...]:
         return tuple(c for c in self.conditions if c.field != "type")
 
     @cached_property
