@@ -232,8 +232,10 @@ class Backtest:
         if until < self._quiet_until:
             return
         while True:
-            due = [t for t in (self.tx.next_due(), self.tx.next_repeat(), self._silent_at()) if t]
-            now = min(due, default=None)
+            now = None
+            for at in (self.tx.next_due(), self.tx.next_repeat(), self._silent_at()):
+                if at and (now is None or at < now):
+                    now = at
             if now is None or now > until:
                 # The heartbeat's time only moves later as events arrive; rows and repeats
                 # come from the pipeline, which resets this.
