@@ -191,7 +191,8 @@ class Backtest:
         else:
             decisions = decide(self.ruleset, payload, self._untitled)
         alert = transition.alert
-        if self._leader is not None and alert is not None and transition.what != "stale":
+        if self._leader is not None and transition.what == "open":
+            assert alert is not None
             self.tx.episode_over(alert)  # the leader's store did it as it saved the alert
         if decisions or transition.what == "resolve":
             self.pipeline.event(event.id, payload, decisions, transition=transition)
@@ -202,7 +203,8 @@ class Backtest:
         if self.ruleset.heartbeat is not None:
             self._last_event = event.received_at
             self.pipeline.heartbeat(event.received_at, arrived=True)
-            self._collect()
+            if self.tx.changed:
+                self._collect()
 
     def _kept(self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition) -> None:
         """The leader, once every rules file has placed the event: it is routed, and its
