@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from receiver import events, signature
+from receiver.ingest import _answer
 from tests.harness import SECRET, Receiver, signed
 
 pytestmark = pytest.mark.e2e
@@ -358,3 +359,11 @@ def test_rejection_lines_are_limited_per_reason_and_client_but_all_counted(
     logs = server.logs()
     assert logs.count("rejected missing_signature from 127.0.0.1") == 5
     assert logs.count("rejected invalid_signature from 127.0.0.1") == 1
+
+
+@pytest.mark.parametrize("event_id", ["evt_1", 'a"b\\c', "é\u2028☃", "\x00\x1f"])
+@pytest.mark.parametrize("status", ["accepted", "duplicate"])
+def test_the_answer_is_written_as_json_dumps_writes_it(event_id: str, status: str) -> None:
+    payload = {"id": event_id, "status": status}
+    assert _answer(payload) == json.dumps(payload).encode()
+    assert json.loads(_answer(payload)) == payload

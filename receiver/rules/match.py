@@ -248,13 +248,11 @@ class Condition:
 
     field: str
     matcher: Matcher
-    _parts: tuple[str, ...] = dataclass_field(init=False, repr=False, compare=False)
-    # Set for a dotted path only: a plain name missing from the payload is missing.
+    # A dotted path's parts; None for a plain name (missing from the payload: missing).
     _nested: tuple[str, ...] | None = dataclass_field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parts = tuple(self.field.split("."))
-        object.__setattr__(self, "_parts", parts)
         object.__setattr__(self, "_nested", parts if len(parts) > 1 else None)
 
     def holds(self, payload: Mapping[str, Any]) -> bool:
