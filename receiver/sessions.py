@@ -80,17 +80,18 @@ class Fact:
         if not isinstance(session_id, str) or ts is None:
             return None
         signals = payload.get("signals")
-        return cls(
-            event_id=str(payload.get("id")),
-            type=str(payload.get("type")),
-            session_id=session_id,
-            ts=ts,
-            user_id=_text(payload.get("userId")),
-            score=_number(payload.get("score")),
-            context=_text(payload.get("context")) or _text(payload.get("page")),
-            cohort=_text(payload.get("cohort")),
-            signals=signals if isinstance(signals, int) and not isinstance(signals, bool) else None,
-            started=_instant(payload.get("startedAt")),
+        started = payload.get("startedAt")
+        return cls(  # by position (the fields' order): the router makes one an event
+            str(payload.get("id")),
+            str(payload.get("type")),
+            session_id,
+            ts,
+            _text(payload.get("userId")),
+            _number(payload.get("score")),
+            _text(payload.get("context")) or _text(payload.get("page")),
+            _text(payload.get("cohort")),
+            signals if isinstance(signals, int) and not isinstance(signals, bool) else None,
+            None if started is None else _instant(started),
         )
 
 
