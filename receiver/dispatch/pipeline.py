@@ -19,6 +19,7 @@ import functools
 import itertools
 import json
 import logging
+import operator
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,9 +41,13 @@ REPLAY_PREFIX = "[replay] "  # before the title of every notification an operato
 DIGEST_MEMBERS = 100  # members kept per digest; the count goes on
 
 
+_RULE = operator.attrgetter("rule")  # a decision's rule, to group decisions by
+
+
 def alert_id(payload: Mapping[str, Any]) -> str | None:
     """The alert an event belongs to: session:<id> or intervention:<session>:<intervention>."""
-    kind = OPENS.get(payload.get("type", "")) or CLOSES.get(payload.get("type", ""))
+    event_type = payload.get("type", "")
+    kind = OPENS.get(event_type) or CLOSES.get(event_type)
     if kind == "session":
         return f"session:{payload.get('sessionId', '')}"
     if kind == "intervention":
@@ -136,7 +141,7 @@ class Pipeline:
                     transition = apply(self.tx, payload, event_id, self.now)
                 if transition.what == "resolve":
                     self._resolve(event_id, payload, transition.alert)
-                for name, group in itertools.groupby(decisions, key=lambda d: d.rule):
+                for name, group in itertools.groupby(decisions, key=_RULE):
                     rule = self.ruleset.by_name[name]
                     self._place(event_id, payload, rule, list(group), transition)
             if self._replay is not None:
@@ -170,7 +175,7 @@ class Pipeline:
             and payload.get("type") in OPENS
             and ts >= (alert.opened_ts or ts)
         )
-        for name, group in itertools.groupby(decisions, key=lambda d: d.rule):
+        for name, group in itertools.groupby(decisions, key=_RULE):
             rule = self.ruleset.by_name[name]
             joins = alert if current and rule.follows_alert else None
             for d in group:
