@@ -127,16 +127,9 @@ class Rule:
         hold (Ruleset's index by type, built from this once per type)."""
         return all(c.matcher.ok(kind) for c in self.conditions if c.field == "type")
 
-    def matches_besides_type(self, payload: Mapping[str, Any]) -> bool:
-        """matches(), for a payload whose type may_match_type() has already passed: the
-        route()'s hot path, run for every rule that can match an event's type."""
-        for condition in self.conditions_besides_type:
-            if not condition.holds(payload):
-                return False
-        return True
-
     @cached_property
     def conditions_besides_type(self) -> tuple[Condition, ...]:
+        """What must still hold once may_match_type() has passed (Ruleset.matching())."""
         return tuple(c for c in self.conditions if c.field != "type")
 
     @cached_property
