@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from receiver import rules
 from receiver.errors import ConfigError
-from receiver.rules import ruleset
+from receiver.rules import Ruleset, ruleset
 
 ROOT = Path(__file__).parent.parent
 TESTDATA = Path(__file__).parent / "testdata"
@@ -379,6 +380,12 @@ rules:
 """
 
 
+@functools.cache
+def _indexed() -> Ruleset:
+    """INDEXED, loaded once (a load takes longer than a hundred examples)."""
+    return rules.load_text(INDEXED, env={})
+
+
 @given(
     kind=st.one_of(
         st.sampled_from(["score.drop", "score.recover", "session.stopped", "intervention.fired"]),
@@ -395,7 +402,8 @@ rules:
 def test_the_index_by_type_matches_exactly_the_rules_tried_in_turn(
     kind: Any, user: str, score: int, meta: dict[str, str]
 ) -> None:
-    rs = rules.load_text(INDEXED, env={})
+    rs = _indexed()
+    rs._by_type.clear()  # each example starts from an index that remembers nothing
     payload = event(type=kind, userId=user, score=score, meta=meta)
     indexed = [rule.name for rule in rs.matching(payload)]
     assert indexed == [rule.name for rule in rs.rules if rule.matches(payload)]
