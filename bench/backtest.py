@@ -8,7 +8,9 @@ a week at 10/s) by direct bulk insert: 2,000 sessions at a time, each with a hun
 open and resolve all week. Then runs `receiver backtest` as an operator does, pinned to
 one core, with bench/backtest-rules.yaml (hold, resolve, repeat, a digest, an active
 window with defer, a throttle, a heartbeat) against bench/rules.yaml, and reads the
-events/s it prints. Writes the "## Backtest" section of bench/RESULTS.md (the rest is kept).
+events/s it prints; then the floor, the same week with bench/no-rules.yaml against itself
+(no rule to place an event: what reading, decoding and moving the alerts cost). Writes
+the "## Backtest" section of bench/RESULTS.md (the rest is kept).
 """
 
 from __future__ import annotations
@@ -126,22 +128,12 @@ def measure(rate: float = 10.0, days: float = 7.0) -> list[str]:
     count = int(rate * days * extra.DAY)
     db = store(count, rate)
     end = START + days * extra.DAY
-    command = [
-        sys.executable, "-m", "receiver", "backtest", str(BENCH / "backtest-rules.yaml"),
-        "--against", str(BENCH / "rules.yaml"), "--from", str(START), "--to", str(end),
-        "--db", str(db), "--json",
-    ]  # fmt: skip
-    pin = ["taskset", "-c", "0"] if _has("taskset") else []
-    if Path("/usr/bin/time").exists():  # GNU time: the command's peak resident size
-        pin = ["/usr/bin/time", "-f", "peak memory: %M KiB", *pin]
-    env = {**os.environ, "BENCH_SINK_PORT": "9"}
-    started = time.monotonic()
-    done = subprocess.run(pin + command, capture_output=True, text=True, env=env, timeout=3600)
-    wall = time.monotonic() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"receiver backtest failed:\n{done.stderr[-3000:]}")
-    report = json.loads(done.stdout)
+    report, wall, peak = backtest(db, BENCH / "backtest-rules.yaml", BENCH / "rules.yaml", end)
     took = float(report["seconds"])
+    # The floor: the same replay with no rule in either file. What is left is reading and
+    # decoding the events, moving each one's alert, and the replay's own bookkeeping.
+    floor, floor_wall, _ = backtest(db, BENCH / "no-rules.yaml", BENCH / "no-rules.yaml", end)
+    bare = float(floor["seconds"])
     cand, cur = report["candidate"], report["current"]
     verdict = "met" if wall <= TARGET else "missed"
     return [
@@ -154,12 +146,36 @@ def measure(rate: float = 10.0, days: float = 7.0) -> list[str]:
         f"- replay: {took:.1f} s, {count / took:,.0f} events/s; the whole command"
         f" (start, rules, report): {wall:.1f} s. Target: a week in under {TARGET:.0f} s:"
         f" **{verdict}**.",
+        f"- the floor, bench/no-rules.yaml against itself (the events read, decoded and each"
+        f" moved through its alert; no rule to place them): replay {bare:.1f} s, the whole"
+        f" command {floor_wall:.1f} s. The two files' own work is the other"
+        f" {max(0.0, took - bare):.1f} s.",
         f"- candidate: {cand['sent']:,} notifications sent, {cand['alerts_opened']:,} alerts"
         f" opened; current: {cur['sent']:,} sent; alerts missed {report['missed_count']:,},"
         f" added {report['added_count']:,}.",
-        f"- peak memory (VmHWM of the command): {_peak(done.stderr)}.",
+        f"- peak memory (VmHWM of the command): {peak}.",
         "",
     ]
+
+
+def backtest(db: Path, candidate: Path, against: Path, end: float) -> tuple[Any, float, str]:
+    """`receiver backtest candidate --against against` over the week, as an operator runs it
+    (pinned to one core): its JSON report, the whole command's seconds, its peak memory."""
+    command = [
+        sys.executable, "-m", "receiver", "backtest", str(candidate),
+        "--against", str(against), "--from", str(START), "--to", str(end),
+        "--db", str(db), "--json",
+    ]  # fmt: skip
+    pin = ["taskset", "-c", "0"] if _has("taskset") else []
+    if Path("/usr/bin/time").exists():  # GNU time: the command's peak resident size
+        pin = ["/usr/bin/time", "-f", "peak memory: %M KiB", *pin]
+    env = {**os.environ, "BENCH_SINK_PORT": "9"}
+    started = time.monotonic()
+    done = subprocess.run(pin + command, capture_output=True, text=True, env=env, timeout=3600)
+    wall = time.monotonic() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"receiver backtest failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout), wall, _peak(done.stderr)
 
 
 def _peak(stderr: str) -> str:
