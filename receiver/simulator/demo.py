@@ -409,17 +409,21 @@ class Demo:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends the demo as Ctrl-C does: through the finally blocks that stop children."""
+def _signals_as_interrupt() -> Iterator[None]:
+    """Ctrl-C and SIGTERM end the demo at once, through the finally blocks that stop the
+    children: KeyboardInterrupt is raised wherever the demo is. Not asyncio.run()'s own
+    Ctrl-C handling, which only asks the demo's task to cancel at its next await: once,
+    in a test run under load, that request was lost and the demo ran on to its end."""
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @click.command()
@@ -445,7 +449,7 @@ def main(seconds: float, keep: Path | None) -> None:
             keep.mkdir(parents=True, exist_ok=True)
             workdir = keep
         demo = Demo(seconds, console, workdir)
-        stack.enter_context(_sigterm_as_interrupt())
+        stack.enter_context(_signals_as_interrupt())
         interrupted = False
         try:
             asyncio.run(demo.run())
