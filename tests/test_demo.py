@@ -3,6 +3,7 @@ delivered, ends with the summary, and leaves no process behind (on SIGINT too)."
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -24,6 +25,19 @@ def _demo(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def _kill_if_running(demo: subprocess.Popen[str]) -> None:
+    """A demo that did not end by itself (the test fails): kill it and what it started, which
+    runs in sessions of its own and would outlive it."""
+    if demo.poll() is not None:
+        return
+    left = _descendants(demo.pid)
+    demo.kill()
+    demo.wait()
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _count(summary: str, what: str) -> int:
     found = re.search(rf"{re.escape(what)}\s*│\s*(\d+)", summary)
     assert found, f"{what!r} not in the summary:\n{summary}"
@@ -35,9 +49,7 @@ def test_a_short_demo_runs_the_whole_chain(tmp_path: Path) -> None:
     try:
         out, _ = demo.communicate(timeout=120)
     finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait()
+        _kill_if_running(demo)
     assert demo.returncode == 0, out
     assert "receiver upstream register -> wh_" in out
     assert "receiver stopped for" in out and "receiver back" in out
@@ -65,9 +77,7 @@ def test_an_interrupted_demo_stops_everything_it_started(tmp_path: Path) -> None
         demo.send_signal(signal.SIGINT)
         out, _ = demo.communicate(timeout=60)
     finally:
-        if demo.poll() is None:
-            demo.kill()
-            demo.wait()
+        _kill_if_running(demo)
     assert demo.returncode == 130, out
     assert "interrupted" in out and "demo summary" in out
     # Orphans would be reparented away from us: look each one up instead.
