@@ -382,7 +382,7 @@ rules:
 
 @functools.cache
 def _indexed() -> Ruleset:
-    """INDEXED, loaded once (a load takes longer than a hundred examples)."""
+    """INDEXED, loaded once: a load takes about 35 ms, thirty examples' worth."""
     return rules.load_text(INDEXED, env={})
 
 
