@@ -315,13 +315,14 @@ def decide(
     same rules match in the same order, and a throttle key is rendered as route() does
     (it decides what is throttled). A template that fails goes unnoticed (texts=True
     renders everything, and counts the fallbacks). untitled: the decisions of each rule
-    without a throttle by its name, made once (they are the same for every event)."""
+    without a throttle by its name, made once (they are the same for every event); pass
+    the same dict for every event of a replay."""
     decisions: list[Decision] = []
+    if untitled is None:
+        untitled = {}
     for rule in ruleset.matching(payload):
         if rule.throttle_every is not None:
             decisions.extend(rule.decisions(rule.render_key(payload), ruleset.notifiers))
-        elif untitled is None:
-            decisions.extend(rule.decisions(UNTITLED, ruleset.notifiers))
         else:
             if (made := untitled.get(rule.name)) is None:
                 made = untitled[rule.name] = rule.decisions(UNTITLED, ruleset.notifiers)

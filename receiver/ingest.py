@@ -219,6 +219,9 @@ class IngestEndpoint:
             ) from store_exc
 
 
+_json_string = json.encoder.encode_basestring_ascii  # json.dumps of a str, in C
+
+
 def _answer(payload: dict[str, Any]) -> bytes:
     """The response body: json.dumps(payload), with the two answers every delivery gets
     written directly (an id is a JSON string either way)."""
@@ -228,9 +231,6 @@ def _answer(payload: dict[str, Any]) -> bytes:
             status.encode(),
         )
     return json.dumps(payload).encode()
-
-
-_json_string = json.encoder.encode_basestring_ascii  # json.dumps of a str, in C
 
 
 def _age(seconds: float) -> str:
