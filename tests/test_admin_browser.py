@@ -190,6 +190,13 @@ class Tab:
         assert response is not None
         return response
 
+    def follow(self, target: Any, url: str | re.Pattern[str] | None = None) -> None:
+        """Click target and wait until the page it leads to has loaded. A click returns once
+        the navigation has started, while the old page can still answer a locator; and
+        wait_for_url returns at once when the new page has the old one's address."""
+        with self.page.expect_navigation(url=url):
+            target.click()
+
     def row(self, text: str) -> Any:
         """The table row holding text (exactly one)."""
         found = self.page.locator("tbody tr").filter(has_text=text)
@@ -312,7 +319,7 @@ def test_a_key_that_is_not_admin_is_refused_with_a_message(
         tab.go("/admin/keys")
         tab.page.get_by_label("Name").fill(name)
         tab.page.get_by_label("Role").select_option(role)
-        tab.page.get_by_role("button", name="Create").click()
+        tab.follow(tab.page.get_by_role("button", name="Create"))
         assert f"Key {name} made" in tab.page.get_by_role("status").inner_text()
         key = tab.page.locator("pre.secret").inner_text().strip()
         assert tab.row(name).locator("td").nth(2).inner_text() == role
@@ -321,7 +328,7 @@ def test_a_key_that_is_not_admin_is_refused_with_a_message(
         page = context.new_page()
         page.goto(f"{server.url}/admin/login")
         page.get_by_label("API key").fill(key)
-        with page.expect_response(f"{server.url}/admin/login") as answer:
+        with page.expect_navigation(), page.expect_response(f"{server.url}/admin/login") as answer:
             page.get_by_role("button", name="Sign in").click()
         assert answer.value.status == 401
         assert message in page.get_by_role("alert").inner_text()
@@ -356,7 +363,11 @@ def test_a_post_without_the_csrf_token_is_refused(
                 f"{origin}/evil", lambda route: route.fulfill(content_type="text/html", body=evil)
             )
             page.goto(f"{origin}/evil")
-            with page.expect_response(f"{server.url}/admin/silences") as answer:
+            # The answer, then the page it leads to (or the page could still be loading).
+            with (
+                page.expect_navigation(),
+                page.expect_response(f"{server.url}/admin/silences") as answer,
+            ):
                 page.get_by_role("button", name="go").click()
             assert answer.value.status == status, host
             assert page.get_by_role("heading", name=heading).is_visible(), host
@@ -433,20 +444,21 @@ def test_a_sent_event_is_listed_and_leads_to_its_notification(
     until(lambda: at_sink(sink, event["id"]), "the notification at the sink")
     until(lambda: outbox(server, event["id"])[0][1] == "delivered", "delivered")
     tab.go("/admin/events")
-    tab.page.get_by_role("link", name=event["id"], exact=True).click()
-    tab.page.wait_for_url(f"**/admin/events/{event['id']}")
+    tab.follow(
+        tab.page.get_by_role("link", name=event["id"], exact=True), f"**/admin/events/{event['id']}"
+    )
     assert tab.page.get_by_role("heading", name=f"Event {event['id']}").is_visible()
     assert f'"userId": "{event["userId"]}"' in tab.page.locator("pre.payload").inner_text()
     assert "page-oncall" in tab.page.locator("pre.explain").inner_text()
     row = tab.row("page-oncall")
     assert row.locator(".state").inner_text() == "delivered"
     [(row_id, _)] = outbox(server, event["id"])
-    tab.page.get_by_role("link", name="Notifications").click()
+    tab.follow(tab.page.get_by_role("link", name="Notifications"))
     notification = tab.row(f"drop {event['id']}")
     assert notification.locator("td").first.inner_text() == str(row_id)
     assert notification.locator(".state").inner_text() == "delivered"
-    notification.get_by_role("link", name=event["id"]).click()  # and back to its event
-    tab.page.wait_for_url(f"**/admin/events/{event['id']}")
+    # and back to its event
+    tab.follow(notification.get_by_role("link", name=event["id"]), f"**/admin/events/{event['id']}")
 
 
 def test_a_dead_notification_is_retried_from_the_page_and_delivered(
@@ -458,11 +470,12 @@ def test_a_dead_notification_is_retried_from_the_page_and_delivered(
     tab.go("/admin/notifications?state=dead")
     row = tab.row(f"drop {event_id}")
     assert row.locator(".state").inner_text() == "dead"
-    row.get_by_role("link", name="Retry").click()
+    tab.follow(row.get_by_role("link", name="Retry"))
     assert tab.page.get_by_role("heading").inner_text() == f"Retry notification #{row_id}?"
     assert outbox(server, event_id) == [(row_id, "dead")]  # nothing happens before Confirm
-    tab.page.get_by_role("button", name="Confirm").click()
-    tab.page.wait_for_url(f"**/admin/notifications?retried={row_id}")
+    tab.follow(
+        tab.page.get_by_role("button", name="Confirm"), f"**/admin/notifications?retried={row_id}"
+    )
     assert tab.page.get_by_role("status").inner_text() == f"Notification #{row_id} queued again."
     until(lambda: at_sink(sink, event_id), "the retried notification at the sink")
     until(lambda: outbox(server, event_id) == [(row_id, "delivered")], "delivered")
@@ -478,8 +491,7 @@ def test_a_silence_made_on_the_page_keeps_a_matching_event_from_notifying(
     tab.page.get_by_label("Matchers").fill(f"userId={user}")
     tab.page.get_by_label("For").fill("15m")
     tab.page.get_by_label("Reason").fill(reason)
-    tab.page.get_by_role("button", name="Silence").click()
-    tab.page.wait_for_url("**/admin/silences")
+    tab.follow(tab.page.get_by_role("button", name="Silence"), "**/admin/silences")
     row = tab.row(reason)
     assert f"userId={user}" in row.inner_text() and "active" in row.inner_text()
     quiet, loud = drop(userId=user), drop()
@@ -502,10 +514,9 @@ def test_an_open_alert_is_acknowledged_by_ops(tab: Tab, server: Receiver, sink: 
     tab.go("/admin/alerts")
     row = tab.row(alert)
     assert row.locator("td").nth(4).inner_text() == "no"
-    row.get_by_role("link", name="Acknowledge").click()
+    tab.follow(row.get_by_role("link", name="Acknowledge"))
     assert tab.page.get_by_role("heading").inner_text() == f"Acknowledge {alert}?"
-    tab.page.get_by_role("button", name="Confirm").click()
-    tab.page.wait_for_url("**/admin/alerts")
+    tab.follow(tab.page.get_by_role("button", name="Confirm"), "**/admin/alerts")
     row = tab.row(alert)
     assert re.fullmatch(
         r"by ops at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", row.locator("td").nth(4).inner_text()
@@ -517,11 +528,11 @@ def test_the_rules_page_explains_a_pasted_event(tab: Tab) -> None:
     tab.go("/admin/rules")
     assert "page-oncall" in tab.page.locator("pre.payload").inner_text()  # the file
     tab.page.get_by_label("Event JSON").fill(json.dumps(drop(score=12)))
-    tab.page.get_by_role("button", name="Explain").click()
+    tab.follow(tab.page.get_by_role("button", name="Explain"))
     explained = tab.page.locator("pre.explain").inner_text()
     assert "page-oncall" in explained and "hook" in explained
     tab.page.get_by_label("Event JSON").fill('{"type": "score.drop"')
-    tab.page.get_by_role("button", name="Explain").click()
+    tab.follow(tab.page.get_by_role("button", name="Explain"))
     assert "not valid JSON" in tab.page.get_by_role("alert").inner_text()
 
 
@@ -549,8 +560,7 @@ def test_the_report_shows_a_periods_notifications_with_a_chart(
     assert today.locator("title").text_content().endswith(row.locator("td").nth(1).inner_text())
     assert "p50" in tab.page.locator("main p").first.inner_text()
     tab.page.get_by_label("since").fill("2h")
-    tab.page.get_by_role("button", name="Show").click()
-    tab.page.wait_for_url("**/admin/report?since=2h")
+    tab.follow(tab.page.get_by_role("button", name="Show"), "**/admin/report?since=2h")
     assert (
         tab.page.locator("#top-sessions tbody tr").first.locator("td").first.inner_text() == session
     )
@@ -563,13 +573,12 @@ def test_bulk_retry_shows_the_count_first_then_its_progress_to_done(
     [(count,)] = server.query("SELECT count(*) FROM outbox WHERE state = 'dead'")
     assert count >= 3
     tab.go("/admin/notifications?state=dead")
-    tab.page.get_by_role("link", name="Retry all dead").click()
+    tab.follow(tab.page.get_by_role("link", name="Retry all dead"))
     assert (
         tab.page.get_by_role("heading").inner_text() == f"Retry all {count:,} dead notifications?"
     )
     assert all(s == "dead" for i in ids for _, s in outbox(server, i))  # not before Confirm
-    tab.page.get_by_role("button", name="Confirm").click()
-    tab.page.wait_for_url(re.compile(r".*/admin/jobs/\d+$"))
+    tab.follow(tab.page.get_by_role("button", name="Confirm"), re.compile(r".*/admin/jobs/\d+$"))
     # The page refreshes itself (a meta refresh, no script) until the job is done.
     tab.page.get_by_text(f"{count:,} of {count:,}: done").wait_for(timeout=WAIT * 1000)
     for event_id in ids:
@@ -625,7 +634,7 @@ def test_markup_in_event_values_shows_as_text_and_never_runs(
             shown = [hostile["id"], hostile["sessionId"], hostile["userId"]]
         elif where == "event":
             tab.go("/admin/events")
-            page.get_by_role("link", name=hostile["id"], exact=True).click()
+            tab.follow(page.get_by_role("link", name=hostile["id"], exact=True))
             shown = [hostile["id"], XSS_SCRIPT, XSS_IMG]
             payload = json.loads(page.locator("pre.payload").inner_text())
             assert payload == hostile
@@ -635,7 +644,7 @@ def test_markup_in_event_values_shows_as_text_and_never_runs(
             shown = [hostile["sessionId"], hostile["userId"]]
         elif where == "session":
             tab.go("/admin/sessions")
-            page.get_by_role("link", name=hostile["sessionId"], exact=True).click()
+            tab.follow(page.get_by_role("link", name=hostile["sessionId"], exact=True))
             assert page.get_by_role("heading", name=f"Session {hostile['sessionId']}").is_visible()
             title = page.locator("svg.chart > title").text_content()
             assert title is not None and f"Score of {hostile['sessionId']}" in title
@@ -644,7 +653,7 @@ def test_markup_in_event_values_shows_as_text_and_never_runs(
         else:
             tab.go("/admin/rules")
             page.get_by_label("Event JSON").fill(json.dumps(hostile))
-            page.get_by_role("button", name="Explain").click()
+            tab.follow(page.get_by_role("button", name="Explain"))
             assert json.loads(page.get_by_label("Event JSON").input_value()) == hostile
             assert f"in {hostile['sessionId']}" in page.locator("pre.explain").inner_text()
             shown = [hostile["sessionId"]]
@@ -677,11 +686,11 @@ def test_screenshots_of_every_page(
     page = tab.page
     tab.go(f"/admin/events?user={user}")
     shot(page, "events", folder)
-    page.get_by_role("link", name=event["id"]).click()
+    tab.follow(page.get_by_role("link", name=event["id"]))
     shot(page, "event", folder)
     tab.go(f"/admin/sessions?user={user}")
     shot(page, "sessions", folder)
-    page.get_by_role("link", name=session).click()
+    tab.follow(page.get_by_role("link", name=session))
     assert page.locator("svg.chart circle").count() == 6
     assert page.locator("svg.chart line.threshold").count() == 1
     shot(page, "session", folder)
