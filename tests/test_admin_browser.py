@@ -58,7 +58,7 @@ rules:
 """
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, BrowserContext, Page
+    from playwright.sync_api import Browser, BrowserContext, Locator, Page
 
 
 def _chromium() -> str | None:
@@ -190,7 +190,7 @@ class Tab:
         assert response is not None
         return response
 
-    def follow(self, target: Any, url: str | re.Pattern[str] | None = None) -> None:
+    def follow(self, target: Locator, url: str | re.Pattern[str] | None = None) -> None:
         """Click target and wait until the page it leads to has loaded. A click returns once
         the navigation has started, while the old page can still answer a locator; and
         wait_for_url returns at once when the new page has the old one's address."""
