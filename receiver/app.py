@@ -31,6 +31,7 @@ from receiver.api.webhooks import WebhooksAPI
 from receiver.dispatch.router import Router
 from receiver.errors import ConfigError, RequestError, StorageUnavailableError
 from receiver.ingest import IngestEndpoint
+from receiver.logs import LogLimiter, redact_url
 from receiver.metrics import Metrics
 from receiver.notify.backoff import Backoff
 from receiver.notify.targets import Targets
@@ -39,13 +40,17 @@ from receiver.notify.worker import Worker
 from receiver.retention import Pruner
 from receiver.settings import Settings
 from receiver.store import OutboxRow, Store, open_store
+from receiver.supervisor import Health, Supervisor
 
 log = logging.getLogger("receiver")
+_scrape_log = LogLimiter(logging.getLogger("receiver.metrics"))
 
 # uvicorn's exit status for a worker that could not start (it stops the --workers parent).
 STARTUP_FAILURE = 3
 # Of the shutdown grace, what is kept back for closing the store after the sends.
 CLOSE_RESERVE = 1.0
+# The rules watcher's longest wait for a change before it says it is alive.
+WATCH_TIMEOUT_MS = 5000
 
 
 @dataclass
@@ -126,7 +131,12 @@ def create_app(
     metrics = Metrics()
     builtin = ruleset is None and settings.rules_file is None
     holder = RulesHolder(settings.rules, ruleset or _initial_rules(settings), builtin=builtin)
-    store = open_store(settings.db, synchronous=settings.synchronous, clock=clock)
+    store = open_store(
+        settings.db,
+        synchronous=settings.synchronous,
+        prepare_threshold=settings.db_prepare_threshold,
+        clock=clock,
+    )
     targets = Targets(timeout=settings.notify_timeout)
     webhooks = WebhookChannel(
         store,
@@ -178,14 +188,34 @@ def create_app(
             clock=clock,
         )
 
+    supervisor = Supervisor(metrics=metrics, unhealthy_after=settings.unhealthy_after)
+
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        """Alive unless a background loop has been failing for longer than
+        RECEIVER_UNHEALTHY_AFTER: then 503, so an orchestrator restarts the process."""
+        stuck = supervisor.unhealthy()
+        if not stuck:
+            return JSONResponse({"status": "ok"})
+        message = (
+            f"{', '.join(stuck)} failing for longer than {settings.unhealthy_after:g}s;"
+            " restart the process (see /readyz and the log for the error)"
+        )
+        body = {
+            "status": "unhealthy",
+            "failing": stuck,
+            "loops": supervisor.status(),
+            "error": {"code": "unhealthy", "message": message},
+        }
+        return JSONResponse(body, status_code=503)
 
     async def readyz(request: Request) -> Response:
-        """Ready while the store can take an event. The probe commits a small write of its
-        own, so a failure left by the last write clears by itself once the disk has room
-        (or the lock is gone), even with no event coming in."""
+        """Ready while the store can take an event and every background loop works. The
+        store's probe commits a small write of its own, so a failure left by the last
+        write clears by itself once the disk has room (or the lock is gone), even with no
+        event coming in. A loop is failing from an error it did not handle until a turn of
+        its work succeeds again (receiver.supervisor)."""
         checks: dict[str, Any] = {"rules": holder.status()}
+        problems = []
         try:
             await store.check_writable()
             # The probe committed, but a write after it may have failed already.
@@ -194,27 +224,54 @@ def create_app(
             failed = exc.message.removesuffix("; retry later")
         if failed is not None:
             checks["store"] = problem = f"store is not writable: {failed}"
-            message = f"{problem}; events are refused (503 storage_unavailable) meanwhile"
-            error = {"code": "not_ready", "message": message}
-            return JSONResponse({"error": error, "checks": checks}, status_code=503)
-        checks["store"] = "ok"
-        return JSONResponse({"status": "ready", "checks": checks})
+            problems.append(f"{problem}; events are refused (503 storage_unavailable) meanwhile")
+        else:
+            checks["store"] = "ok"
+        failing = supervisor.failing()
+        checks["loops"] = supervisor.status()
+        if failing:
+            problems.append(
+                f"background loop{'s' if len(failing) > 1 else ''} failing: "
+                + "; ".join(f"{name} ({checks['loops'][name]['error']})" for name in failing)
+            )
+        if problems:
+            body = {
+                "status": "not_ready",
+                "failing": failing,
+                "checks": checks,
+                "error": {"code": "not_ready", "message": "; ".join(problems)},
+            }
+            return JSONResponse(body, status_code=503)
+        return JSONResponse({"status": "ready", "failing": [], "checks": checks})
 
     async def metrics_endpoint(request: Request) -> Response:
+        """Prometheus text; the backlog gauges as the store counts them now (absent while
+        it cannot be read: a stale figure would look like the truth)."""
+        try:
+            metrics.backlog.snapshot = await store.backlog(clock())
+        except Exception as exc:  # noqa: BLE001 - the other metrics still answer
+            metrics.backlog.snapshot = None
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            _scrape_log.warning(
+                "backlog gauge failures",
+                "store",
+                "backlog gauges left out of /metrics: the store could not be read (%s)",
+                reason,
+            )
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.loop = asyncio.get_running_loop()
         await store.open()
-        tasks = [
-            asyncio.create_task(router.run(), name="router"),
-            asyncio.create_task(worker.run(), name="notify"),
-            asyncio.create_task(_watch_rules(holder, metrics), name="rules-watch"),
-            asyncio.create_task(pruner.run(), name="retention"),
-        ]
+        supervisor.stopping = False
+        supervisor.start("router", router.run)
+        supervisor.start("timers", router.run_timers)
+        supervisor.start("notify", worker.run)
+        supervisor.start("rules-watch", lambda health: _watch_rules(holder, metrics, health))
+        supervisor.start("retention", pruner.run)
         if admin is not None:
-            tasks.append(asyncio.create_task(admin.sample(), name="admin-strip"))
+            supervisor.start("admin-strip", admin.sample)
         loop = asyncio.get_running_loop()
         with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
             loop.add_signal_handler(signal.SIGHUP, holder.reload, metrics)
@@ -227,7 +284,7 @@ def create_app(
             "receiving on http://%s:%d/v1/events; store %s; %d rules from %s",
             settings.host,
             settings.port,
-            settings.db,
+            redact_url(settings.db),
             len(holder.current.rules),
             (
                 f"the built-in rules (no {settings.rules}: every event to the console;"
@@ -245,10 +302,9 @@ def create_app(
             with contextlib.suppress(ValueError, RuntimeError, NotImplementedError):
                 loop.remove_signal_handler(signal.SIGHUP)
             reserve = min(CLOSE_RESERVE, settings.shutdown_grace / 4)
+            supervisor.stopping = True  # a loop that returns now is not restarted
             await worker.stop(deadline - reserve - time.monotonic())
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await supervisor.stop()
             targets.close()
             if upstream is not None:
                 await upstream.aclose()
@@ -279,6 +335,7 @@ def create_app(
     app.state.shutdown_started = None  # time.monotonic() of the signal, set by the server
     app.state.rules = holder
     app.state.metrics = metrics
+    app.state.supervisor = supervisor
 
     def wake() -> None:
         """Make the router and worker look again now; safe to call from any thread."""
@@ -391,14 +448,19 @@ class ReceiverApp(Starlette):
         await super().__call__(scope, receive, send)
 
 
-async def _watch_rules(holder: RulesHolder, metrics: Metrics) -> None:
-    """Reload the rules when their file changes (editors often replace it, so watch the folder)."""
+async def _watch_rules(holder: RulesHolder, metrics: Metrics, health: Health) -> None:
+    """Reload the rules when their file changes (editors often replace it, so watch the
+    folder). The watcher looks in every few seconds even when nothing changed, which is
+    how the supervisor learns it works again after a failure."""
     from watchfiles import awatch
 
     target = holder.path.resolve()
-    async for changes in awatch(target.parent, recursive=False):
+    async for changes in awatch(
+        target.parent, recursive=False, yield_on_timeout=True, rust_timeout=WATCH_TIMEOUT_MS
+    ):
         if any(Path(path).resolve() == target for _, path in changes):
             holder.reload(metrics)
+        health.ok()
 
 
 _CODES = {404: "not_found", 405: "method_not_allowed"}

@@ -17,20 +17,43 @@ from typing import Any
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
+# A password in a URL's user part (scheme://user:password@host), or in a libpq keyword or
+# query parameter (password=...): what a database URL carries.
+_URL_PASSWORD = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s]*@")
+_KEYWORD_PASSWORD = re.compile(r"(\bpassword=)[^&\s]+", re.IGNORECASE)
+
+
+def redact_url(text: str) -> str:
+    """text with every URL's password (and any password=...) replaced by ***.
+
+    >>> redact_url("postgresql://receiver:s3cret@db:5432/receiver")
+    'postgresql://receiver:***@db:5432/receiver'
+    >>> redact_url("postgresql://db/receiver?user=receiver&password=s3cret")
+    'postgresql://db/receiver?user=receiver&password=***'
+    >>> redact_url("./data/receiver.db")
+    './data/receiver.db'
+    """
+    if "@" not in text and "password" not in text.lower():
+        return text
+    return _KEYWORD_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", text))
+
+
 class JSONFormatter(logging.Formatter):
+    """JSON lines; any password in a URL is replaced by *** (redact_url), whoever logged it."""
+
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact_url(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and value is not None:
-                line[key] = value
+                line[key] = redact_url(value) if isinstance(value, str) else value
         if record.exc_info:
-            line["exc"] = self.formatException(record.exc_info)
+            line["exc"] = redact_url(self.formatException(record.exc_info))
         return json.dumps(line, default=str)
 
 
@@ -57,10 +80,14 @@ def escape(text: str) -> str:
 class TextFormatter(logging.Formatter):
     """The text format, with control characters in the message escaped: a value that came
     with a request (an event id with a newline in it) cannot start a line of its own.
-    A traceback, which is ours, keeps its lines."""
+    A traceback, which is ours, keeps its lines. Any password in a URL is replaced by ***
+    (redact_url), whoever logged it: a library's error can quote a connection string."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
-        return escape(super().formatMessage(record))
+        return escape(redact_url(super().formatMessage(record)))
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return redact_url(super().formatException(ei))
 
 
 class LogLimiter:
@@ -122,6 +149,7 @@ class LogLimiter:
         msg: str,
         *args: object,
         extra: Mapping[str, Any] | None = None,
+        exc_info: BaseException | None = None,
     ) -> bool:
         """Log msg % args unless this (what, source) used up its burst; True if written."""
         now = self.clock()
@@ -138,7 +166,7 @@ class LogLimiter:
                 state = self._keys[key] = [now, 0, 0, level, extra]
         if state[1] < self.burst:
             state[1] += 1
-            self.logger.log(level, msg, *args, extra=extra)
+            self.logger.log(level, msg, *args, extra=extra, exc_info=exc_info)
             return True
         state[2] += 1
         if self._timer is None or self._timer_loop is None or self._timer_loop.is_closed():

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from receiver.store.records import CHANNELS, Backlog
 
 REJECT_REASONS = (
     "payload_too_large",
@@ -74,9 +79,64 @@ class Metrics:
             "receiver_pruned_rows", "Rows deleted by retention, by table.", ["table"], registry=r
         )
         self.pruned = {t: pruned.labels(t) for t in ("events", "outbox", "quarantine", "lifecycle")}
+        self.task_restarts = Counter(
+            "receiver_task_restarts",
+            "Restarts of a background loop after it failed (receiver.supervisor), by loop.",
+            ["task"],
+            registry=r,
+        )
+        webhook = Counter(
+            "receiver_webhook_deliveries",
+            "Deliveries to webhook subscribers, by outcome: delivered, retried, dead, gone"
+            " (410: the subscription was disabled). Chat notifications are counted apart,"
+            " in receiver_notifications.",
+            ["outcome"],
+            registry=r,
+        )
+        self.webhook_deliveries = {
+            o: webhook.labels(o) for o in ("delivered", "retried", "dead", "gone")
+        }
+        self.backlog = BacklogCollector()
+        r.register(self.backlog)
 
     def outcome(self, name: str) -> Counter:
         """The notifications counter for one outcome (created on first use)."""
         if name not in self.notifications:
             self.notifications[name] = self._outbox.labels(name)
         return self.notifications[name]
+
+
+class BacklogCollector:
+    """The backlog gauges, from the snapshot taken for the scrape under way; none at all
+    while the store could not be read (a stale figure would look like the truth)."""
+
+    def __init__(self) -> None:
+        self.snapshot: Backlog | None = None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        b = self.snapshot
+        if b is None:
+            return
+        yield GaugeMetricFamily(
+            "receiver_routing_lag_seconds",
+            "Age of the oldest stored event not yet routed (0 when none).",
+            value=b.lag,
+        )
+        yield GaugeMetricFamily(
+            "receiver_unrouted_events", "Stored events not yet routed.", value=b.unrouted
+        )
+        pending = GaugeMetricFamily(
+            "receiver_outbox_pending",
+            "Outbox rows waiting to be sent (pending or sending, retries included), by channel.",
+            labels=["channel"],
+        )
+        oldest = GaugeMetricFamily(
+            "receiver_outbox_oldest_seconds",
+            "Age of the oldest outbox row waiting to be sent (0 when none), by channel.",
+            labels=["channel"],
+        )
+        for channel in CHANNELS:
+            pending.add_metric([channel], b.pending.get(channel, 0))
+            oldest.add_metric([channel], b.oldest.get(channel, 0.0))
+        yield pending
+        yield oldest

@@ -16,12 +16,14 @@ from collections.abc import Callable
 from receiver.errors import StorageUnavailableError
 from receiver.metrics import Metrics
 from receiver.store import Store
+from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.retention")
 
 BATCH = 500  # rows a transaction
 PAUSE = 0.05  # seconds between two batches
 EVERY = 600.0  # seconds between two passes
+RETRY_AFTER = 60.0  # seconds to the next pass after the store refused one
 
 
 class Pruner:
@@ -60,13 +62,20 @@ class Pruner:
                 return totals
             await asyncio.sleep(self.pause)
 
-    async def run(self) -> None:
+    async def run(self, health: Health = IDLE) -> None:
+        """A pass every `every` seconds (a pass the store refused: again in a minute at
+        most), telling health how each went."""
         while True:
             try:
                 totals = await self.prune()
             except StorageUnavailableError as exc:
-                log.warning("pruning paused: %s; next pass in %.0fs", exc.message, self.every)
+                wait = min(self.every, RETRY_AFTER)
+                log.warning("pruning paused: %s; next pass in %.0fs", exc.message, wait)
+                health.paused(exc.message)
+                await asyncio.sleep(wait)
+                continue
             else:
+                health.ok()
                 if totals:
                     log.info(
                         "pruned %s older than %.0f days",

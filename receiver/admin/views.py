@@ -46,6 +46,7 @@ from receiver.store.records import (
     OutboxQuery,
     SessionQuery,
 )
+from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.admin")
 HERE = Path(__file__).parent
@@ -249,10 +250,11 @@ class AdminPages:
             ),
         ]
 
-    async def sample(self) -> None:
+    async def sample(self, health: Health = IDLE) -> None:
         """Sample the accepted count for the header strip's rate, every 5 s."""
         while True:
             self.strip.add(self.accepted())
+            health.ok()
             await asyncio.sleep(5)
 
     def _page(

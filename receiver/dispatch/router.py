@@ -35,9 +35,10 @@ from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.rules import Decision, Ruleset
 from receiver.sessions import Fact
-from receiver.store import Store
+from receiver.store import Store, systemic
 from receiver.store.base import StoredEvent, Tx
 from receiver.store.records import WEBHOOK_NOTIFIER, Notification
+from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.router")
 
@@ -102,6 +103,7 @@ class Router:
         self._batch = BATCH  # events the next batch reads at most
         self._started = clock()
         self._wake.set()  # route what a previous run left behind
+        self._timers_wake = asyncio.Event()
         self._rules_thread: ThreadPoolExecutor | None = None  # decide() runs here
         self._ahead: list[StoredEvent] = []  # the next batch, read by the last transaction
         self._log = LogLimiter(log)
@@ -109,7 +111,9 @@ class Router:
     def wake(self) -> None:
         self._wake.set()
 
-    async def run(self) -> None:
+    async def run(self, health: Health = IDLE) -> None:
+        """Route until cancelled, telling health how each turn went. An error this loop
+        does not expect ends it (receiver.supervisor restarts it)."""
         while True:
             # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancel that arrives
             # in the same loop turn as the wake (bpo-42130), and the router would run on.
@@ -126,11 +130,34 @@ class Router:
                         await asyncio.sleep(took * (1 / share - 1))
                     if routed < BATCH:
                         break
-                await self.tick()
             except StorageUnavailableError as exc:
                 log.error("routing paused: %s; retrying in %.0fs", exc.message, RETRY_AFTER)
+                health.paused(exc.message)
                 await asyncio.sleep(RETRY_AFTER)
                 self._wake.set()
+                continue
+            finally:
+                self._timers_wake.set()
+            health.ok()
+
+    async def run_timers(self, health: Health = IDLE) -> None:
+        """The timers (repeats, the heartbeat) after each routing turn, and every IDLE_POLL
+        seconds when idle; a loop of its own, so a timer that fails never holds up routing
+        (and routing's failures not the timers)."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(IDLE_POLL):
+                    await self._timers_wake.wait()
+            self._timers_wake.clear()
+            try:
+                await self.tick()
+            except StorageUnavailableError as exc:
+                log.error("timers paused: %s; retrying in %.0fs", exc.message, RETRY_AFTER)
+                health.paused(exc.message)
+                await asyncio.sleep(RETRY_AFTER)
+                self._timers_wake.set()
+                continue
+            health.ok()
 
     def share(self) -> float:
         """The share of the time routing takes under a burst: ROUTING_SHARE up to a lag of
@@ -247,7 +274,9 @@ class Router:
                     tx.project(_facts([event], [payload]))
                     pipeline.counts["subscriber"] += _fan_out(tx, [event], [payload], now)
                     tx.mark_routed([event.id], now)
-            except Exception:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001
+                if systemic(exc):
+                    raise  # the database's fault, not this event's: the loop retries
                 log.exception("routing failed for event %s; left unrouted", event.id)
                 self._poisoned.add(event.id)
         return pipeline

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from receiver.errors import StorageUnavailableError
+from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.notify.backoff import Backoff
 from receiver.notify.targets import DeliveryError, Targets
@@ -18,6 +19,7 @@ from receiver.notify.webhook import WebhookChannel
 from receiver.rules import Ruleset
 from receiver.store import OutboxRow, Store
 from receiver.store.records import WEBHOOK_NOTIFIER
+from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.notify")
 
@@ -77,13 +79,16 @@ class Worker:
         self._drained: set[tuple[str, int]] = set()
         self._fresh = True  # woken for new rows or a due time, not only by sends ending
         self._claiming = asyncio.Lock()  # held while a claim runs (stop() waits for it)
+        self._log = LogLimiter(log)
 
     def wake(self) -> None:
         """New rows may be due (routed, retried by hand, a subscriber added)."""
         self._fresh = True
         self._wake.set()
 
-    async def run(self) -> None:
+    async def run(self, health: Health = IDLE) -> None:
+        """Claim and send until stop(), telling health how each claim went. An error this
+        loop does not expect ends it (receiver.supervisor restarts it)."""
         while not self._stopping:
             await self._wait()
             if self._stopping:
@@ -92,8 +97,14 @@ class Worker:
                 await self._claim_and_start()
             except StorageUnavailableError as exc:
                 log.error("delivery paused: %s", exc.message)
+                health.paused(exc.message)
                 await asyncio.sleep(1.0)
                 self._wake.set()
+                continue
+            except BaseException:
+                self._wake.set()  # the next run looks again at once
+                raise
+            health.ok()
 
     async def stop(self, grace: float) -> None:
         """Claim nothing more; give the sends in flight up to grace seconds to finish, then
@@ -212,10 +223,38 @@ class Worker:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(task, None)
         self._wake.set()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # _deliver records any send that raises as a failed attempt; this is a failure
+            # to record it (the row is sent again once its lease runs out).
+            self._log.log(
+                logging.ERROR,
+                "delivery failures",
+                type(exc).__name__,
+                "delivery failed unexpectedly, outcome not recorded (%s: %s); the row is"
+                " sent again when its lease runs out",
+                type(exc).__name__,
+                exc,
+            )
 
     async def _deliver(self, row: OutboxRow) -> None:
         if row.notifier == WEBHOOK_NOTIFIER and self.webhooks is not None:
-            await self._deliver_webhook(row, self.webhooks)
+            try:
+                await self._deliver_webhook(row, self.webhooks)
+            except Exception as exc:  # noqa: BLE001 - a bad row is a failed attempt
+                self._log.log(
+                    logging.ERROR,
+                    "unexpected send errors",
+                    f"{type(exc).__name__} subscriber",
+                    "delivery of event %s to a subscriber failed unexpectedly (attempt %d): %s: %s",
+                    row.title,
+                    row.attempts,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=exc,
+                )
+                retry_at = self.webhooks.retry_at(row.attempts, self.clock(), None)
+                error = f"unexpected error: {type(exc).__name__}"
+                await self._webhook_failed(row, row.target, error, retry_at)
             return
         started = time.perf_counter()
         try:
@@ -226,7 +265,17 @@ class Worker:
             await self._failed(row, str(exc))
             return
         except Exception as exc:  # noqa: BLE001 - a bug in a target must not kill the worker
-            log.exception("sending %s for event %s failed unexpectedly", row.label, row.event_id)
+            self._log.log(
+                logging.ERROR,
+                "unexpected send errors",
+                f"{type(exc).__name__} {row.notifier}",
+                "sending %s for event %s failed unexpectedly: %s: %s",
+                row.label,
+                row.event_id,
+                type(exc).__name__,
+                exc,
+                exc_info=exc,
+            )
             await self._failed(row, f"unexpected error: {type(exc).__name__}")
             return
         self.metrics.delivery_seconds.observe(time.perf_counter() - started)
@@ -265,7 +314,7 @@ class Worker:
         now = self.clock()
         if outcome.delivered:
             self.metrics.delivery_seconds.observe(time.perf_counter() - started)
-            self.metrics.notifications["delivered"].inc()
+            self.metrics.webhook_deliveries["delivered"].inc()
             await self._record(row, lambda: self.store.mark_delivered(row.id, now=now))
             log.info("delivered event %s to subscriber %s", row.title, hook.public_id)
             return
@@ -277,22 +326,30 @@ class Worker:
             reason = "the subscriber answered 410 Gone"
             await self._record(row, lambda: self._disable(hook.public_id, reason, now))
             channel.forget()
+            self.metrics.webhook_deliveries["gone"].inc()
             log.warning("subscriber %s answered 410 Gone: subscription disabled", hook.public_id)
+        await self._webhook_failed(row, hook.public_id, error, retry_at)
+
+    async def _webhook_failed(
+        self, row: OutboxRow, subscriber: object, error: str, retry_at: float | None
+    ) -> None:
+        """Record a failed attempt to a subscriber: retried at retry_at, or dead (None)."""
+        now = self.clock()
         if retry_at is None:
-            self.metrics.notifications["dead"].inc()
+            self.metrics.webhook_deliveries["dead"].inc()
             log.error(
                 "delivery of event %s to subscriber %s failed for good after %d attempts: %s",
                 row.title,
-                hook.public_id,
+                subscriber,
                 row.attempts,
                 error,
             )
         else:
-            self.metrics.notifications["retried"].inc()
+            self.metrics.webhook_deliveries["retried"].inc()
             log.warning(
                 "delivery of event %s to subscriber %s failed (attempt %d): %s; retry in %.0fs",
                 row.title,
-                hook.public_id,
+                subscriber,
                 row.attempts,
                 error,
                 retry_at - now,

@@ -7,7 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from receiver.store.records import Ack, EventQuery, EventRow, OutboxQuery, OutboxRow, Quarantined
+from receiver.store.records import (
+    CHANNELS,
+    WEBHOOK_NOTIFIER,
+    Ack,
+    Backlog,
+    EventQuery,
+    EventRow,
+    OutboxQuery,
+    OutboxRow,
+    Quarantined,
+)
 from receiver.store.sql import OUTBOX_COLUMNS, Query
 
 T = TypeVar("T")
@@ -165,6 +175,31 @@ class SQLAdmin:
         def select(q: Query) -> dict[tuple[str, int], Ack]:
             rows = q(f"SELECT alert, episode, acked_by, acked_at FROM acks WHERE {cond}", (param,))
             return {(r[0], int(r[1])): Ack(r[0], int(r[1]), r[2], r[3]) for r in rows}
+
+        return await self._read(select)
+
+    async def backlog(self, now: float) -> Backlog:
+        """The backlog gauges (receiver.metrics): unrouted events and what waits in the
+        outbox, counted by the database (every replica's rows), through the partial
+        indexes on unrouted events and on due rows."""
+
+        def select(q: Query) -> Backlog:
+            [(unrouted, first)] = q(
+                "SELECT count(*), min(received_at) FROM events WHERE routed_at IS NULL", ()
+            )
+            rows = q(
+                "SELECT notifier = ?, count(*), min(created_at) FROM outbox"
+                " WHERE state IN ('pending', 'sending') GROUP BY 1",
+                (WEBHOOK_NOTIFIER,),
+            )
+            pending = dict.fromkeys(CHANNELS, 0)
+            oldest = dict.fromkeys(CHANNELS, 0.0)
+            for webhook, count, created in rows:
+                channel = "webhook" if webhook else "notify"
+                pending[channel] = count
+                oldest[channel] = max(0.0, now - created)
+            lag = max(0.0, now - first) if first is not None else 0.0
+            return Backlog(lag=lag, unrouted=unrouted, pending=pending, oldest=oldest)
 
         return await self._read(select)
 

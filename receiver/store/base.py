@@ -13,6 +13,7 @@ from receiver.store.records import (
     Ack,
     Alert,
     ApiKey,
+    Backlog,
     EventQuery,
     EventRow,
     Group,
@@ -264,6 +265,10 @@ class Store(Protocol):
     async def acks(self, alert_ids: Iterable[str]) -> dict[tuple[str, int], Ack]: ...
     async def outbox_counts(self) -> dict[str, int]:
         """Notifications waiting ("pending": pending, held, sending) and "dead"."""
+
+    async def backlog(self, now: float) -> Backlog:
+        """Unrouted events and outbox rows waiting, by channel, with their ages, as the
+        database counts them (every replica's): the backlog gauges on /metrics."""
 
     # -- history: backtests and the noise report (receiver.store.history) -------------------
 

@@ -294,3 +294,24 @@ class Noise:
     dead: list[tuple[str, int, int]]
     latency: dict[str, float]
     delivered: int  # notifications of events delivered (the latency's sample)
+
+
+# The outbox's two channels, as the backlog gauges name them: chat and email notifications
+# (apprise targets), and deliveries to webhook subscribers.
+CHANNELS = ("notify", "webhook")
+
+
+@dataclass
+class Backlog:
+    """What waits in the store, as the store itself counts it (every replica's share).
+
+    lag: seconds the oldest stored event not yet routed has waited (0 when none).
+    pending and oldest, by channel: outbox rows waiting to be sent (pending or sending,
+    retries included; not held ones, which wait on purpose) and the age in seconds of the
+    oldest of them (0 when none).
+    """
+
+    lag: float
+    unrouted: int
+    pending: dict[str, int]
+    oldest: dict[str, float]
