@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import sys
 from typing import Any
 
 from receiver.store.base import Notification, OutboxRow, Store, StoredEvent
@@ -20,16 +22,22 @@ __all__ = [
     "StoredEvent",
     "open_store",
     "scratch",
+    "systemic",
 ]
 
 
 def open_store(url: str, **options: Any) -> Store:
-    """The store for RECEIVER_DB: a file path (SQLite) or a postgresql:// URL."""
+    """The store for RECEIVER_DB: a file path (SQLite) or a postgresql:// URL.
+
+    Options a store does not have are dropped: `synchronous` is SQLite's,
+    `prepare_threshold` PostgreSQL's (psycopg's; None never prepares statements).
+    """
     if url.startswith(("postgres://", "postgresql://")):
         from receiver.store.postgres import PostgresStore
 
         options.pop("synchronous", None)  # SQLite's; PostgreSQL commits durably as configured
         return PostgresStore(url, **options)
+    options.pop("prepare_threshold", None)  # psycopg's (RECEIVER_DB_PREPARE_THRESHOLD)
     if url.startswith("sqlite:///"):
         url = url.removeprefix("sqlite:///")
     return SQLiteStore(url, **options)
@@ -39,3 +47,17 @@ def scratch() -> MemoryTx:
     """An empty routing transaction in memory that nothing else sees (`receiver backtest`):
     the Tx contract, kept lean (rows that can no longer change leave memory)."""
     return MemoryTx(lean=True)
+
+
+def systemic(exc: BaseException) -> bool:
+    """Whether a database error raised while routing is the database's fault, not the
+    event's: a missing privilege or table, a broken prepared statement or connection, a
+    locked or full disk. Routing then stops for the supervisor to retry, instead of
+    setting events aside one by one. Bad data (a value the column refuses, a broken
+    constraint) is the event's: False, as for anything that is not a database error."""
+    if isinstance(exc, sqlite3.Error):
+        return not isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError)
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(exc, psycopg.Error):
+        return not isinstance(exc, psycopg.IntegrityError | psycopg.DataError)
+    return False
