@@ -323,3 +323,33 @@ def test_a_clock_that_jumps_stops_no_loop(store_url: str, tmp_path: Path) -> Non
                 sink.wait_for(4, timeout=DEADLINE)
 
     asyncio.run(main())
+
+
+def test_the_backlog_gauges_are_left_out_while_the_store_cannot_be_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stale figure would look like the truth: while the store cannot be read, /metrics
+    answers without the backlog gauges (an alert on absent() notices), and says why once."""
+    breaker = Breaker(sqlite3.OperationalError("disk I/O error"))
+
+    async def main() -> None:
+        with HTTPSink() as sink:
+            async with running(tmp_path, str(tmp_path / "r.db"), sink) as r:
+                text = (await r.client.get("/metrics")).text
+                assert "receiver_unrouted_events 0.0" in text
+                break_method("backlog")(r.store, breaker)
+                answer = await r.client.get("/metrics")
+                assert answer.status_code == 200
+                assert "receiver_unrouted_events" not in answer.text
+                assert "receiver_outbox_pending" not in answer.text
+                assert "receiver_events_total" in answer.text
+                breaker.on = False
+                text = (await r.client.get("/metrics")).text
+                assert 'receiver_outbox_oldest_seconds{channel="notify"} 0.0' in text
+
+    with caplog.at_level(logging.WARNING, logger="receiver.metrics"):
+        asyncio.run(main())
+    said = [r.getMessage() for r in caplog.records if r.name == "receiver.metrics"]
+    assert said == [
+        "backlog gauges left out of /metrics: the store could not be read (disk I/O error)"
+    ]
