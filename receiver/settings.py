@@ -20,6 +20,8 @@ DEV_SECRET = "dev-secret-not-for-production"
 DEFAULT_RULES = Path("./rules.yaml")
 # The sender retries a failed delivery after 1m, 5m, 30m, 2h and 8h: 10h36m in all.
 SENDER_RETRY_SPAN = sum(SENDER_RETRIES)
+# psycopg's own default: a statement run this many times on one connection is prepared there.
+DB_PREPARE_THRESHOLD = 5
 
 
 def parse_secrets(text: str) -> list[str]:
@@ -52,6 +54,36 @@ def webhook_delays(text: str) -> tuple[float, ...]:
     if not all(parts):
         raise ValueError(f"must be comma-separated delays such as 1m,5m,30m; got {text!r}")
     return tuple(float(p) if p.replace(".", "", 1).isdigit() else parse_duration(p) for p in parts)
+
+
+def prepare_threshold(text: str) -> int | None:
+    """RECEIVER_DB_PREPARE_THRESHOLD: executions of one statement on one connection before
+    psycopg prepares it there (0: at once), or off: never (None), as a pooler that does not
+    keep prepared statements needs (PgBouncer in transaction mode before 1.21).
+
+    >>> prepare_threshold("5"), prepare_threshold(" OFF ")
+    (5, None)
+    """
+    word = text.strip().lower()
+    if word == "off":
+        return None
+    if word.isdigit():
+        return int(word)
+    raise ValueError(
+        "must be a whole number of executions, 0 or more, after which psycopg prepares a"
+        " statement, or off to never prepare (behind PgBouncer in transaction mode);"
+        f" got {text[:40]!r}"
+    )
+
+
+def env_prepare_threshold() -> int | None:
+    """What the commands beside `receiver serve` open PostgreSQL with:
+    RECEIVER_DB_PREPARE_THRESHOLD, else psycopg's default."""
+    text = os.environ.get("RECEIVER_DB_PREPARE_THRESHOLD")
+    try:
+        return DB_PREPARE_THRESHOLD if text is None else prepare_threshold(text)
+    except ValueError as exc:
+        raise ConfigError(f"RECEIVER_DB_PREPARE_THRESHOLD: {exc}") from None
 
 
 class Settings(BaseSettings):
@@ -107,6 +139,9 @@ class Settings(BaseSettings):
     upstream_key: str | None = Field(default=None, repr=False)
     upstream_plan: Literal["free", "pro", "enterprise"] = "free"
     upstream_timeout: float = Field(default=2.0, gt=0)
+    # PostgreSQL: psycopg prepares a statement run this many times on one connection;
+    # None ("off") never does, for a pooler that does not keep prepared statements.
+    db_prepare_threshold: int | None = DB_PREPARE_THRESHOLD
 
     @field_validator(
         "notify_timeout",
@@ -131,6 +166,16 @@ class Settings(BaseSettings):
 
             return parse_duration(value.strip())
         return value
+
+    @field_validator("db_prepare_threshold", mode="before")
+    @classmethod
+    def _prepare_threshold(cls, value: object) -> object:
+        """A whole number, 0 or more, or off (None)."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ValueError(f"must be a whole number, 0 or more, or off; got {value!r}")
+        return prepare_threshold(str(value))
 
     @field_validator("retention")
     @classmethod

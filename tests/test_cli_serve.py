@@ -19,7 +19,7 @@ from receiver import logs, rules
 from receiver.app import RulesHolder
 from receiver.cli import cli, serve
 from receiver.metrics import Metrics
-from receiver.settings import Settings
+from receiver.settings import Settings, env_prepare_threshold
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,6 +158,34 @@ def test_invalid_settings_are_said_in_our_words(tmp_path: Path) -> None:
     assert "RECEIVER_PORT (--port): must be less than or equal to 65535" in out
     assert 'RECEIVER_RETRY_MAX (--retry-max): invalid duration "soon"' in out
     assert "value error" not in out.lower() and "input should" not in out.lower()
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"), [("5", 5), ("0", 0), (" 12 ", 12), ("off", None), ("OFF", None)]
+)
+def test_the_db_prepare_threshold_is_a_count_or_off(
+    given: str, expected: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RECEIVER_DB_PREPARE_THRESHOLD", given)
+    assert Settings().db_prepare_threshold == expected
+    assert env_prepare_threshold() == expected  # what the other commands open PostgreSQL with
+
+
+@pytest.mark.parametrize("bad", ["-1", "sometimes", "2.5", ""])
+def test_a_bad_db_prepare_threshold_is_said_in_our_words(tmp_path: Path, bad: str) -> None:
+    allowed = "must be a whole number of executions, 0 or more, after which psycopg prepares"
+    served = CliRunner().invoke(cli, ["serve", "--db-prepare-threshold", bad])
+    assert served.exit_code == 1
+    assert f"RECEIVER_DB_PREPARE_THRESHOLD (--db-prepare-threshold): {allowed}" in served.output
+    assert f"or off to never prepare (behind PgBouncer in transaction mode); got {bad!r}" in (
+        served.output
+    )
+    # The commands beside the server read the variable alone, and say it the same way.
+    env = {"RECEIVER_DB_PREPARE_THRESHOLD": bad}
+    migrated = CliRunner(env=env).invoke(cli, ["db", "migrate", "--db", str(tmp_path / "r.db")])
+    assert migrated.exit_code == 1
+    assert migrated.output.startswith(f"Error: RECEIVER_DB_PREPARE_THRESHOLD: {allowed}")
+    assert not (tmp_path / "r.db").exists()
 
 
 def test_serve_still_needs_the_variables_that_check_does_not(tmp_path: Path) -> None:

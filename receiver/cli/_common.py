@@ -14,7 +14,7 @@ import click
 
 from receiver import events, rules
 from receiver.errors import ConfigError, ReceiverError
-from receiver.settings import DEFAULT_RULES
+from receiver.settings import DEFAULT_RULES, env_prepare_threshold
 from receiver.store import Store, open_store
 
 T = TypeVar("T")
@@ -142,10 +142,14 @@ db_option: Callable[[Callable[..., Any]], Callable[..., Any]] = click.option(
 )
 
 
-def with_store(db: str, fn: Callable[[Store], Awaitable[T]], *, create: bool = False) -> T:
+def with_store(
+    db: str, fn: Callable[[Store], Awaitable[T]], *, create: bool = False, **options: Any
+) -> T:
     """fn(store) on the database db, opened for it; errors as one line ("Error: ...").
 
     Without create, a SQLite file that does not exist is an error, not a new database.
+    options go to open_store; PostgreSQL's prepare_threshold defaults to
+    RECEIVER_DB_PREPARE_THRESHOLD's, as the server's does.
     """
     missing = not db.startswith("postgres") and not Path(db.removeprefix("sqlite:///")).exists()
     if missing and not create:
@@ -155,9 +159,14 @@ def with_store(db: str, fn: Callable[[Store], Awaitable[T]], *, create: bool = F
     # formats that task, result and all, when it puts the Ctrl-C handler back (in
     # signal._int_to_enum), and a week's backtest result took 4 s to format.
     result: list[T] = []
+    if "prepare_threshold" not in options:
+        try:
+            options["prepare_threshold"] = env_prepare_threshold()
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from exc
 
     async def run() -> None:
-        store = open_store(db)
+        store = open_store(db, **options)
         await store.open()
         try:
             result.append(await fn(store))

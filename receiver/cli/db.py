@@ -9,6 +9,7 @@ import click
 
 from receiver.cli._common import db_option, with_store
 from receiver.errors import ReceiverError
+from receiver.settings import env_prepare_threshold
 from receiver.store import Store
 
 
@@ -81,7 +82,9 @@ def copy(db: str, target: str) -> None:
             def advance(table: str, rows: int) -> None:
                 bar.update(task, advance=rows, description=f"copying {table}")
 
-            copied = copy_to_postgres(Path(source), target, advance)
+            copied = copy_to_postgres(
+                Path(source), target, advance, prepare_threshold=env_prepare_threshold()
+            )
     except (ReceiverError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     except Exception as exc:  # the database driver's errors: one line, no URL

@@ -44,6 +44,12 @@ from receiver.settings import Settings
     help="SQLite durability [RECEIVER_SYNCHRONOUS, full].",
 )
 @click.option(
+    "--db-prepare-threshold",
+    metavar="N|off",
+    help="PostgreSQL: runs of a statement on a connection before psycopg prepares it; off"
+    " never prepares (behind PgBouncer in transaction mode) [RECEIVER_DB_PREPARE_THRESHOLD, 5].",
+)
+@click.option(
     "--max-event-age",
     help="Refuse events older than this; 0 = no limit [RECEIVER_MAX_EVENT_AGE, 7d].",
 )
@@ -158,7 +164,12 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
         raise click.ClickException(str(exc)) from exc
     # A database that cannot be opened, or a port in use, is one line and exit 1, found
     # before the server starts: not a traceback, and nothing logged as if it were running.
-    with_store(settings.db, lambda store: asyncio.sleep(0), create=True)
+    with_store(
+        settings.db,
+        lambda store: asyncio.sleep(0),
+        create=True,
+        prepare_threshold=settings.db_prepare_threshold,
+    )
     sockets = _listen(settings.host, settings.port)
     from receiver.http import Server
 

@@ -18,6 +18,7 @@ from typing import Any
 from receiver.errors import StoreError
 from receiver.sessions import COLUMNS
 from receiver.store.postgres import PostgresStore
+from receiver.store.postgres.store import PREPARE_THRESHOLD
 from receiver.store.sqlite import SQLiteStore
 
 # Table -> columns, in an order both schemas share; tables with an identity id last in
@@ -72,16 +73,23 @@ def count_rows(source: str | Path) -> dict[str, int]:
         return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
 
 
-def copy_to_postgres(source: str | Path, target: str, progress: Progress) -> dict[str, int]:
+def copy_to_postgres(
+    source: str | Path,
+    target: str,
+    progress: Progress,
+    *,
+    prepare_threshold: int | None = PREPARE_THRESHOLD,
+) -> dict[str, int]:
     """Copy the SQLite store at source into the PostgreSQL store at target, which must hold
-    no events and no notifications yet; rows copied per table."""
+    no events and no notifications yet; rows copied per table. prepare_threshold is
+    psycopg's (None never prepares: behind PgBouncer in transaction mode)."""
     import psycopg
 
-    asyncio.run(_migrate_postgres(target))
+    asyncio.run(_migrate_postgres(target, prepare_threshold))
     copied = dict.fromkeys(TABLES, 0)
     with (
         sqlite3.connect(f"file:{source}?mode=ro", uri=True) as src,
-        psycopg.connect(target) as dst,
+        psycopg.connect(target, prepare_threshold=prepare_threshold) as dst,
         dst.transaction(),
     ):
         for table in ("events", "outbox", "alerts", "silences"):
@@ -122,7 +130,7 @@ async def _migrate_sqlite(source: str | Path) -> None:
     await store.close()
 
 
-async def _migrate_postgres(target: str) -> None:
-    store = PostgresStore(target)
+async def _migrate_postgres(target: str, prepare_threshold: int | None) -> None:
+    store = PostgresStore(target, prepare_threshold=prepare_threshold)
     await store.open()
     await store.close()

@@ -53,7 +53,7 @@ async def _fetch(
     path = db.removeprefix("sqlite:///")
     store: Store | None = None
     if db.startswith("postgres") or Path(path).exists():
-        store = open_store(db)
+        store = open_store(db, prepare_threshold=settings.db_prepare_threshold)
         await store.open()
     try:
         client = client_for(settings, store, timeout=settings.upstream_timeout)

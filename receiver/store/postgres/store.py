@@ -55,6 +55,10 @@ CROWD = 4  # accepts in one batch that mean a burst
 PRESSURE_WINDOW = 0.25
 MAX_BATCH = 500  # accepts in one INSERT
 COMMITS = 2  # batches of accepts committing at once
+# psycopg's own default: a statement run this many times on one connection is prepared
+# there. None never prepares, which a pooler that does not keep prepared statements needs
+# (PgBouncer in transaction mode before 1.21): RECEIVER_DB_PREPARE_THRESHOLD=off.
+PREPARE_THRESHOLD = 5
 
 
 def _unavailable(exc: BaseException) -> StorageUnavailableError:
@@ -74,12 +78,14 @@ class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQL
         connect_timeout: float = CONNECT_TIMEOUT,
         on_accepted: OnAccepted | None = None,
         clock: Callable[[], float] = time.time,
+        prepare_threshold: int | None = PREPARE_THRESHOLD,
     ) -> None:
         self.url = url
         self.pool_size = pool_size
         self.connect_timeout = connect_timeout
         self.on_accepted = on_accepted
         self.clock = clock
+        self.prepare_threshold = prepare_threshold
         # Why the last statement failed, while none has succeeded since (/readyz). With a
         # server at the other end, reads fail the same way writes do, so both count.
         self.last_write_error: str | None = None
@@ -109,7 +115,10 @@ class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQL
             open=False,
             timeout=self.connect_timeout,
             check=ConnectionPool.check_connection,
-            kwargs={"connect_timeout": max(1, int(self.connect_timeout))},
+            kwargs={
+                "connect_timeout": max(1, int(self.connect_timeout)),
+                "prepare_threshold": self.prepare_threshold,
+            },
             name="receiver",
         )
 
