@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run demo test lint clean bench bench-check audit chaos postgres screenshots chromium
+.PHONY: run demo test lint clean bench bench-check audit chaos postgres screenshots chromium promtool
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,17 +30,31 @@ demo: $(VENV)/.installed
 # one server stay in one worker): most tests wait on servers, not on the CPU.
 PYTEST_ARGS ?= -n 3 --dist loadfile
 
-test: $(VENV)/.installed-dev postgres chromium
+test: $(VENV)/.installed-dev postgres chromium promtool
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The store tests run on SQLite and on a throwaway PostgreSQL that the tests start
-# themselves (initdb, a free port). Where its server is missing, install it when apt can;
-# otherwise those tests are skipped with one loud line (and fail under CI=true).
+# themselves (initdb, a free port), some also through a throwaway PgBouncer in transaction
+# mode in front of it. Where either is missing, install it when apt can; otherwise those
+# tests are skipped with one loud line (and fail under CI=true).
 postgres:
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
 	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	       && apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; } \
 	  || echo "*** PostgreSQL server not found and not installable here: its tests are skipped ***"
+	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	       && apt-get update -qq && apt-get install -y -qq pgbouncer >/dev/null; } \
+	  || echo "*** PgBouncer not found and not installable here: its tests are skipped ***"
+
+# /metrics and deploy/prometheus-rules.yaml are checked by promtool (Debian's prometheus
+# package, without its recommends). Where it is missing, install it when apt can; otherwise
+# those tests are skipped with one loud line (and fail under CI=true).
+promtool:
+	@command -v promtool >/dev/null \
+	  || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq \
+	       && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+	  || echo "*** promtool not found and not installable here: its tests are skipped ***"
 
 # The admin page's browser tests drive Debian's Chromium through Playwright (not Playwright's
 # own browser download). Where it is missing, install it when apt can; otherwise those tests
