@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from receiver.logs import JSONFormatter, LogLimiter, TextFormatter, escape
+from receiver.logs import JSONFormatter, LogLimiter, TextFormatter, escape, redact_url
 
 FORGED = "evt_1\n2026-01-01 00:00:00,000 INFO    receiver: all clear"
 
@@ -54,6 +54,48 @@ def test_a_traceback_keeps_its_lines_but_the_message_is_escaped() -> None:
     first, *rest = text.splitlines()
     assert first == "failed on a\\nb"
     assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "ValueError: boom"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        pytest.param(
+            "store postgresql://receiver:s3cret@db:5432/receiver",
+            "store postgresql://receiver:***@db:5432/receiver",
+            id="url",
+        ),
+        pytest.param(
+            "postgres://u:p%40ss:w0rd@db/x and https://bot:tok@chat.example/hook",
+            "postgres://u:***@db/x and https://bot:***@chat.example/hook",
+            id="two-urls",
+        ),
+        pytest.param(
+            "connect postgresql://db/x?user=u&password=s3cret&sslmode=require",
+            "connect postgresql://db/x?user=u&password=***&sslmode=require",
+            id="query",
+        ),
+        pytest.param("host=db user=u Password=s3cret", "host=db user=u Password=***", id="libpq"),
+        pytest.param("./data/receiver.db", "./data/receiver.db", id="a-path"),
+        pytest.param("mail to ops@example.com", "mail to ops@example.com", id="an-address"),
+        pytest.param("postgresql://receiver@db/receiver", "postgresql://receiver@db/receiver"),
+    ],
+)
+def test_redact_url_replaces_passwords_only(text: str, shown: str) -> None:
+    assert redact_url(text) == shown
+
+
+def test_no_formatter_writes_a_url_password_whoever_logs_it() -> None:
+    url = "postgresql://receiver:s3cret@db/receiver"
+    try:
+        raise ConnectionError(f"cannot reach {url}")
+    except ConnectionError:
+        exc_info = sys.exc_info()
+    rec = logging.LogRecord("psycopg", logging.ERROR, __file__, 1, "db %s", (url,), exc_info)
+    rec.dsn = url  # an extra field, as a JSON line carries it
+    for formatter in (TextFormatter("%(message)s"), JSONFormatter()):
+        line = formatter.format(rec)
+        assert "s3cret" not in line and "receiver:***@db" in line, line
+        rec.exc_text = None  # each formatter writes the traceback afresh
 
 
 def test_json_lines_stay_one_line_and_keep_the_value() -> None:

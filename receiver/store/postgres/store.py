@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
+from receiver.logs import redact_url
 from receiver.store.admin import SQLAdmin
 from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.history import SQLHistory
@@ -64,6 +65,7 @@ PREPARE_THRESHOLD = 5
 def _unavailable(exc: BaseException) -> StorageUnavailableError:
     """A refusal that is safe to show: the database's message without the URL."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    first = redact_url(first)  # libpq quotes a connection string at times
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
