@@ -139,6 +139,9 @@ class Settings(BaseSettings):
     upstream_key: str | None = Field(default=None, repr=False)
     upstream_plan: Literal["free", "pro", "enterprise"] = "free"
     upstream_timeout: float = Field(default=2.0, gt=0)
+    # A background loop failing (receiver.supervisor) for longer than this makes /healthz
+    # answer 503, so an orchestrator restarts the process (/readyz says so at once).
+    unhealthy_after: float = Field(default=60.0, gt=0)
     # PostgreSQL: psycopg prepares a statement run this many times on one connection;
     # None ("off") never does, for a pooler that does not keep prepared statements.
     db_prepare_threshold: int | None = DB_PREPARE_THRESHOLD
@@ -156,6 +159,7 @@ class Settings(BaseSettings):
         "retention",
         "webhook_timeout",
         "upstream_timeout",
+        "unhealthy_after",
         mode="before",
     )
     @classmethod

@@ -127,6 +127,11 @@ from receiver.settings import Settings
     "--upstream-timeout",
     help="Longest a notification waits for enrichment [RECEIVER_UPSTREAM_TIMEOUT, 2s].",
 )
+@click.option(
+    "--unhealthy-after",
+    help="A background loop failing this long makes /healthz answer 503"
+    " [RECEIVER_UNHEALTHY_AFTER, 60s].",
+)
 def serve(rules_path: Path | None, **flags: Any) -> None:
     """Serve POST /v1/events, /healthz, /readyz and /metrics.
 
