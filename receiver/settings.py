@@ -20,7 +20,8 @@ DEV_SECRET = "dev-secret-not-for-production"
 DEFAULT_RULES = Path("./rules.yaml")
 # The sender retries a failed delivery after 1m, 5m, 30m, 2h and 8h: 10h36m in all.
 SENDER_RETRY_SPAN = sum(SENDER_RETRIES)
-# psycopg's own default: a statement run this many times on one connection is prepared there.
+# The PostgreSQL driver's own default: a statement run this many times on one connection is
+# prepared there.
 DB_PREPARE_THRESHOLD = 5
 
 
@@ -58,8 +59,8 @@ def webhook_delays(text: str) -> tuple[float, ...]:
 
 def prepare_threshold(text: str) -> int | None:
     """RECEIVER_DB_PREPARE_THRESHOLD: executions of one statement on one connection before
-    psycopg prepares it there (0: at once), or off: never (None), as a pooler that does not
-    keep prepared statements needs (PgBouncer in transaction mode before 1.21).
+    the PostgreSQL driver prepares it there (0: at once), or off: never (None), as a pooler
+    that does not keep prepared statements needs (PgBouncer in transaction mode before 1.21).
 
     >>> prepare_threshold("5"), prepare_threshold(" OFF ")
     (5, None)
@@ -70,15 +71,15 @@ def prepare_threshold(text: str) -> int | None:
     if word.isdigit():
         return int(word)
     raise ValueError(
-        "must be a whole number of executions, 0 or more, after which psycopg prepares a"
-        " statement, or off to never prepare (behind PgBouncer in transaction mode);"
+        "must be a whole number of executions, 0 or more, after which a statement is"
+        " prepared, or off to never prepare (behind PgBouncer in transaction mode);"
         f" got {text[:40]!r}"
     )
 
 
 def env_prepare_threshold() -> int | None:
     """What the commands beside `receiver serve` open PostgreSQL with:
-    RECEIVER_DB_PREPARE_THRESHOLD, else psycopg's default."""
+    RECEIVER_DB_PREPARE_THRESHOLD, else the driver's default."""
     text = os.environ.get("RECEIVER_DB_PREPARE_THRESHOLD")
     try:
         return DB_PREPARE_THRESHOLD if text is None else prepare_threshold(text)
@@ -142,8 +143,8 @@ class Settings(BaseSettings):
     # A background loop failing (receiver.supervisor) for longer than this makes /healthz
     # answer 503, so an orchestrator restarts the process (/readyz says so at once).
     unhealthy_after: float = Field(default=60.0, gt=0)
-    # PostgreSQL: psycopg prepares a statement run this many times on one connection;
-    # None ("off") never does, for a pooler that does not keep prepared statements.
+    # PostgreSQL: a statement run this many times on one connection is prepared there;
+    # None ("off") never prepares, for a pooler that does not keep prepared statements.
     db_prepare_threshold: int | None = DB_PREPARE_THRESHOLD
 
     @field_validator(

@@ -173,7 +173,7 @@ def test_the_db_prepare_threshold_is_a_count_or_off(
 
 @pytest.mark.parametrize("bad", ["-1", "sometimes", "2.5", ""])
 def test_a_bad_db_prepare_threshold_is_said_in_our_words(tmp_path: Path, bad: str) -> None:
-    allowed = "must be a whole number of executions, 0 or more, after which psycopg prepares"
+    allowed = "must be a whole number of executions, 0 or more, after which a statement is"
     served = CliRunner().invoke(cli, ["serve", "--db-prepare-threshold", bad])
     assert served.exit_code == 1
     assert f"RECEIVER_DB_PREPARE_THRESHOLD (--db-prepare-threshold): {allowed}" in served.output

@@ -46,7 +46,7 @@ from receiver.settings import Settings
 @click.option(
     "--db-prepare-threshold",
     metavar="N|off",
-    help="PostgreSQL: runs of a statement on a connection before psycopg prepares it; off"
+    help="PostgreSQL: runs of a statement on a connection before it is prepared there; off"
     " never prepares (behind PgBouncer in transaction mode) [RECEIVER_DB_PREPARE_THRESHOLD, 5].",
 )
 @click.option(
