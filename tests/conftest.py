@@ -12,7 +12,7 @@ import pytest
 from hypothesis import settings
 
 from tests import harness, pg
-from tests.pg import ThrowawayPostgres
+from tests.pg import ThrowawayPgBouncer, ThrowawayPostgres
 from tests.servers import HTTPSink, SMTPSink
 
 # Property tests draw the same examples on every run, so `make test` is green or red for the
@@ -133,3 +133,41 @@ def receiver_db(request: pytest.FixtureRequest) -> str | None:
     if request.param == "sqlite":
         return None
     return str(request.getfixturevalue("pg_url"))
+
+
+# -- PgBouncer in transaction mode in front of the session's PostgreSQL ----------------------
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres: ThrowawayPostgres) -> Iterator[ThrowawayPgBouncer]:
+    """One throwaway PgBouncer (transaction pooling) in front of the session's PostgreSQL."""
+    why = pg.bouncer_available()
+    if why is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"PgBouncer tests cannot run: {why}")
+        pytest.skip(f"PgBouncer tests SKIPPED: {why}")
+    bouncer = ThrowawayPgBouncer(postgres).start()
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
+
+
+@pytest.fixture
+def bouncer_url(pgbouncer: ThrowawayPgBouncer, postgres: ThrowawayPostgres) -> str:
+    """A new, empty PostgreSQL database, reached through PgBouncer in transaction mode."""
+    return pgbouncer.url(postgres.create_database())
+
+
+@pytest.fixture(params=["sqlite", "postgres", "pgbouncer"])
+def routing_db(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """receiver_db, and a third store: PostgreSQL through PgBouncer in transaction mode,
+    with RECEIVER_DB_PREPARE_THRESHOLD=off (the harness passes the environment on). Only
+    the routing end-to-end tests take it: on every receiver_db test it would add minutes
+    to `make test`."""
+    if request.param == "sqlite":
+        return None
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    monkeypatch.setenv("RECEIVER_DB_PREPARE_THRESHOLD", "off")
+    return str(request.getfixturevalue("bouncer_url"))

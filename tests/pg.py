@@ -16,6 +16,10 @@ server) loses nothing committed. The default keeps fsync and synchronous commit 
 which is faster, and a crash of the server can then lose the last commits (still in its
 WAL buffers). `own=True` starts a server here even when RECEIVER_TEST_PG names one:
 a scenario that kills its server must not kill a shared one.
+
+    bouncer = ThrowawayPgBouncer(server).start()    # PgBouncer, transaction pooling
+    url = bouncer.url(server.create_database())      # the same database through it
+    bouncer.stop()
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ import glob
 import itertools
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tests.servers import free_port
 
@@ -170,3 +176,139 @@ class ThrowawayPostgres:
                 f"{' '.join(argv[:1])} failed ({done.returncode}) after"
                 f" {time.monotonic() - started:.1f}s: {done.stderr.strip()}\n{log}"
             )
+
+
+def bouncer_available() -> str | None:
+    """Why no throwaway PgBouncer can be started here, or None when one can."""
+    if find_bouncer() is None:
+        return "pgbouncer not found (install pgbouncer)"
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root without a postgres user, and PgBouncer refuses root"
+    return None
+
+
+def find_bouncer() -> str | None:
+    """pgbouncer on PATH, else Debian's /usr/sbin/pgbouncer (not on a user's PATH)."""
+    found = shutil.which("pgbouncer")
+    if found:
+        return found
+    return "/usr/sbin/pgbouncer" if os.access("/usr/sbin/pgbouncer", os.X_OK) else None
+
+
+class ThrowawayPgBouncer:
+    """PgBouncer in transaction pooling mode in front of a ThrowawayPostgres, on a free port.
+
+    Every database of the server is reachable through it under its own name (a wildcard
+    entry), as the server's admin user, without a password (trust). Clients' transactions
+    share a few server connections, as behind a production pooler, so a statement prepared
+    on one connection is not there on the next. Runs as the `postgres` user when the tests
+    run as root (PgBouncer refuses root).
+    """
+
+    def __init__(self, server: ThrowawayPostgres, *, pool_size: int = 20) -> None:
+        self.server = server
+        self.pool_size = pool_size
+        self.port = free_port()
+        self.dir: Path | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def url(self, database_url: str) -> str:
+        """database_url (a database on the server) as reached through this bouncer."""
+        parts = urlsplit(database_url)
+        user = f"{parts.username}@" if parts.username else ""
+        return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{self.port}"))
+
+    def start(self) -> ThrowawayPgBouncer:
+        self.dir = Path(tempfile.mkdtemp(prefix="receiver-pgbouncer-"))
+        target = urlsplit(self.server.admin_url)
+        user = unquote(target.username or "postgres")
+        password = unquote(target.password or "")
+        server = f"host={target.hostname or '127.0.0.1'} port={target.port or 5432} user={user}"
+        if password:
+            server += f" password={password}"
+        (self.dir / "userlist.txt").write_text(f'"{user}" ""\n')
+        (self.dir / "pgbouncer.ini").write_text(
+            "[databases]\n"
+            f"* = {server}\n"
+            "[pgbouncer]\n"
+            "listen_addr = 127.0.0.1\n"
+            f"listen_port = {self.port}\n"
+            "unix_socket_dir =\n"  # none: nothing left in /tmp
+            "auth_type = trust\n"
+            f"auth_file = {self.dir / 'userlist.txt'}\n"
+            "pool_mode = transaction\n"
+            f"default_pool_size = {self.pool_size}\n"
+            "max_client_conn = 500\n"
+            "ignore_startup_parameters = extra_float_digits\n"
+            "log_connections = 0\n"
+            "log_disconnections = 0\n"
+        )
+        as_root = os.geteuid() == 0
+        if as_root:
+            shutil.chown(self.dir, "postgres", "postgres")
+        with (self.dir / "pgbouncer.log").open("ab") as log:  # the child keeps its own copy
+            self.proc = subprocess.Popen(
+                [find_bouncer() or "pgbouncer", str(self.dir / "pgbouncer.ini")],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd="/",
+                user="postgres" if as_root else None,
+                group="postgres" if as_root else None,
+                extra_groups=[] if as_root else None,
+            )
+        try:
+            self._wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM (PgBouncer's immediate shutdown), SIGKILL if it lingers; the folder goes."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def logs(self) -> str:
+        log = self.dir / "pgbouncer.log" if self.dir else None
+        return log.read_text(errors="replace") if log and log.exists() else ""
+
+    def _wait_until_ready(self) -> None:
+        """Until a query through the bouncer reaches the server (not merely a listening port)."""
+        import psycopg
+
+        assert self.proc is not None
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"pgbouncer exited {self.proc.returncode} at start:\n{self.logs()[-2000:]}"
+                )
+            try:
+                with psycopg.connect(
+                    self.url(self.server.admin_url), autocommit=True, connect_timeout=2
+                ) as conn:
+                    conn.execute("SELECT 1")
+                return
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"pgbouncer did not accept connections in {STARTUP_TIMEOUT:g}s: {exc}"
+                        f"\n{self.logs()[-2000:]}"
+                    ) from exc
+                time.sleep(0.05)

@@ -46,12 +46,13 @@ def outbox(server: Receiver) -> list[tuple[str, str, str]]:
 
 
 @pytest.fixture
-def start(tmp_path: Path, receiver_db: str | None) -> Iterator[Callable[..., Receiver]]:
-    """Starts the server on SQLite, and again on PostgreSQL (receiver_db)."""
+def start(tmp_path: Path, routing_db: str | None) -> Iterator[Callable[..., Receiver]]:
+    """Starts the server on SQLite, again on PostgreSQL, and again on PostgreSQL through
+    PgBouncer in transaction mode (routing_db)."""
     started: list[Receiver] = []
 
     def _start(rules: str, **env: str) -> Receiver:
-        server = Receiver(tmp_path, rules=rules, env=env, db=receiver_db).start()
+        server = Receiver(tmp_path, rules=rules, env=env, db=routing_db).start()
         started.append(server)
         return server
 
