@@ -148,3 +148,30 @@ def test_sends_that_raise_are_failed_attempts_retried_then_dead(
     assert sample("receiver_webhook_deliveries_total", "delivered") == 0
     unexpected = [r for r in caplog.records if "failed unexpectedly" in r.getMessage()]
     assert len(unexpected) == 4 and all(r.exc_info for r in unexpected)
+
+
+def test_an_admin_bulk_retry_that_fails_unexpectedly_says_so_on_its_page(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bulk action runs as a task of its own: an error nobody expected ends the job with
+    its error shown, and logged, instead of "Task exception was never retrieved"."""
+    from receiver.admin.views import AdminPages, Job
+
+    class Store:
+        async def retry_dead_batch(self, notifier: str | None, *, limit: int, now: float) -> int:
+            raise UnicodeEncodeError("ascii", "évt", 0, 1, "ordinal not in range(128)")
+
+    pages = AdminPages(
+        Store(),  # type: ignore[arg-type]
+        rules=None,
+        router=None,
+        accepted=lambda: 0.0,
+        webhooks=None,  # type: ignore[arg-type]
+    )
+    job = Job(1, "Retry all 3 dead notifications", 3)
+    with caplog.at_level(logging.ERROR, logger="receiver"):
+        asyncio.run(pages._run_bulk(job, None))
+    assert job.finished and job.done == 0
+    assert job.error == "failed unexpectedly: UnicodeEncodeError; see the receiver's log"
+    [line] = [r for r in caplog.records if "admin job 1" in r.getMessage()]
+    assert line.exc_info is not None

@@ -599,6 +599,9 @@ class AdminPages:
                 await asyncio.sleep(0)
         except ReceiverError as exc:
             job.error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - shown on the job's page, never lost
+            log.exception("admin job %d (%s) failed", job.id, job.title)
+            job.error = f"failed unexpectedly: {type(exc).__name__}; see the receiver's log"
         finally:
             job.finished = True
 
