@@ -131,10 +131,7 @@ class Router:
                     if routed < BATCH:
                         break
             except StorageUnavailableError as exc:
-                log.error("routing paused: %s; retrying in %.0fs", exc.message, RETRY_AFTER)
-                health.paused(exc.message)
-                await asyncio.sleep(RETRY_AFTER)
-                self._wake.set()
+                await _pause("routing", exc, health, self._wake)
                 continue
             finally:
                 self._timers_wake.set()
@@ -152,10 +149,7 @@ class Router:
             try:
                 await self.tick()
             except StorageUnavailableError as exc:
-                log.error("timers paused: %s; retrying in %.0fs", exc.message, RETRY_AFTER)
-                health.paused(exc.message)
-                await asyncio.sleep(RETRY_AFTER)
-                self._timers_wake.set()
+                await _pause("timers", exc, health, self._timers_wake)
                 continue
             health.ok()
 
@@ -306,6 +300,16 @@ class Router:
                 self.metrics.outcome(outcome).inc(n)
         if any(counts[o] for o in _SENDABLE) or counts["held"] or counts["deferred"]:
             self.on_routed()
+
+
+async def _pause(
+    what: str, exc: StorageUnavailableError, health: Health, wake: asyncio.Event
+) -> None:
+    """The store refused a turn (it is down, the disk is full): say so, wait, look again."""
+    log.error("%s paused: %s; retrying in %.0fs", what, exc.message, RETRY_AFTER)
+    health.paused(exc.message)
+    await asyncio.sleep(RETRY_AFTER)
+    wake.set()
 
 
 def _facts(events: Sequence[StoredEvent], payloads: Sequence[dict[str, Any]]) -> list[Fact]:
