@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import socket
+import urllib.parse
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -157,11 +158,48 @@ def test_public_addresses_pass(address: str) -> None:
         pytest.param("http://example.com/x", False, "must use https", id="http"),
         pytest.param("https://u:p@example.com/", True, "user name or password", id="userinfo"),
         pytest.param("https://example.com:99999/", True, "invalid port", id="port"),
+        pytest.param(
+            "https://example.com/\x00x", True, r"control characters; found \\x00", id="nul"
+        ),
+        pytest.param("https://example.com/a\r\nX: 1", True, r"found \\x0d", id="crlf"),
+        pytest.param("https://example.com/\x7f", True, r"found \\x7f", id="del"),
+        pytest.param("https://example.com/\x85", True, r"found \\x85", id="c1"),
+        pytest.param("https://exa\tmple.com/", True, r"found \\x09", id="tab"),
     ],
 )
 def test_url_forms_refused(url: str, allow_http: bool, message: str) -> None:
     with pytest.raises(UnsafeURLError, match=message):
         webhook.check_url(url, allow_http=allow_http)
+
+
+@pytest.mark.parametrize(
+    ("value", "sent"),
+    [
+        pytest.param("evt_1", "evt_1", id="ascii-as-is"),
+        pytest.param("evt 50%", "evt 50%", id="printable-ascii-as-is"),
+        pytest.param("evt_\u00e9t\u00e9", "evt_%C3%A9t%C3%A9", id="utf8"),
+        pytest.param("evt_1\r\nX-Evil: 1", "evt_1%0D%0AX-Evil: 1", id="crlf"),
+        pytest.param("50%\u00e9", "50%25%C3%A9", id="percent-escaped-when-encoding"),
+        pytest.param("a\x00b", "a%00b", id="nul"),
+    ],
+)
+def test_header_values_outside_printable_ascii_are_percent_encoded(value: str, sent: str) -> None:
+    assert webhook.header_value(value) == sent
+    assert sent.isascii() and sent.isprintable()
+    assert urllib.parse.unquote(sent) == value or "%" in value
+
+
+def test_odd_delivery_ids_make_legal_headers_and_standard_signs_what_is_sent() -> None:
+    body = b"{}"
+    service = webhook.sign(hook(), "evt_\u00e9\n", body, 1000.0)
+    assert service["X-Service-Event-Id"] == "evt_%C3%A9%0A"
+    std = webhook.sign(hook(format="standard", secret=SPEC_SECRET), "evt_\u00e9\n", body, 1000.0)
+    assert std["webhook-id"] == "evt_%C3%A9%0A"
+    key = base64.b64decode(SPEC_SECRET.removeprefix("whsec_"))
+    expected = hmac.new(key, b"evt_%C3%A9%0A.1000.{}", hashlib.sha256).digest()
+    assert std["webhook-signature"] == "v1," + base64.b64encode(expected).decode()
+    for headers in (service, std):
+        httpx.Request("POST", "https://example.com/", headers=headers)  # legal: no raise
 
 
 def test_url_host_and_default_ports() -> None:

@@ -271,6 +271,8 @@ def test_registration_errors_and_roles(api: Client) -> None:
         ({"url": ok, "events": ["score.dropped"]}, 400, "invalid_webhook", "events: unknown"),
         ({"url": ok, "events": ["score.drop"], "format": "x"}, 400, "invalid_webhook", "format"),
         (b"{not json", 400, "invalid_webhook", "body must be JSON"),
+        ({"url": ok + "\x00", "events": ["score.drop"]}, 400, "invalid_webhook", "\\x00"),
+        ({"url": ok + "\r\nX: 1", "events": ["score.drop"]}, 400, "invalid_webhook", "\\x0d"),
     ]
     for body, status, code, words in cases:
         got = error(api.request("POST", "", body))
@@ -518,6 +520,39 @@ def test_standard_webhooks_format(api: Client, http_sink: HTTPSink) -> None:
     signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + request.body
     expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
     assert f"v1,{expected}" in headers["webhook-signature"].split(" ")
+
+
+def test_odd_event_ids_are_delivered_with_percent_encoded_headers(
+    api: Client, http_sink: HTTPSink
+) -> None:
+    """A non-ASCII id raised UnicodeEncodeError, an id with CR/LF made an illegal header:
+    neither delivery could ever finish."""
+    server = api.server
+    plain = api.add(f"{http_sink.url}/odd", ["score.drop"])
+    std = api.add(f"{http_sink.url}/std", ["score.drop"], format="standard")
+    odd = {
+        "evt_\u00e9t\u00e9": "evt_%C3%A9t%C3%A9",
+        "evt_2\r\nX-Injected: 1": "evt_2%0D%0AX-Injected: 1",
+    }
+    for event_id in odd:
+        assert server.send(score(event_id)).status_code == 202
+    got = http_sink.wait_for(4)
+    assert sorted(r.headers["X-Service-Event-Id"] for r in got if r.path == "/odd") == sorted(
+        odd.values()
+    )
+    assert not any("X-Injected" in r.headers for r in got)
+    key = base64.b64decode(std["secret"].removeprefix("whsec_"))
+    for request in (r for r in got if r.path == "/std"):
+        headers = request.headers
+        assert headers["webhook-id"] in odd.values()
+        signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + request.body
+        expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        assert headers["webhook-signature"] == f"v1,{expected}"
+
+    def states() -> list[str]:
+        return [d["state"] for sub in (plain, std) for d in api.deliveries(sub["id"])]
+
+    until(lambda: states() == ["delivered"] * 4, what="all four delivered")
 
 
 def test_a_threshold_subscriber_gets_derived_drops_and_recovers(

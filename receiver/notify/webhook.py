@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import anyio
 import httpcore
@@ -61,8 +61,35 @@ def new_secret(format: str) -> str:
     return secrets.token_hex(32)
 
 
+# Printable ASCII but "%": what a header value that needs encoding keeps as it is.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
+
+
+def header_value(value: str) -> str:
+    """value as an HTTP header may carry it: as it is when it is printable ASCII; else its
+    UTF-8 percent-encoded (RFC 3986), every byte outside printable ASCII and every "%".
+
+    >>> header_value("evt_1"), header_value("évt 1"), header_value("a%b\nc")
+    ('evt_1', '%C3%A9vt 1', 'a%25b%0Ac')
+    """
+    if value.isascii() and value.isprintable():
+        return value
+    return quote(value, safe=_HEADER_SAFE)
+
+
+def control_character(text: str) -> str | None:
+    """The first control character (C0, DEL or C1) in text, as an escape, or None."""
+    for char in text:
+        if ord(char) < 0x20 or 0x7F <= ord(char) <= 0x9F:
+            return f"\\x{ord(char):02x}"
+    return None
+
+
 def sign(sub: Webhook, delivery_id: str, body: bytes, now: float) -> dict[str, str]:
-    """The headers that let the subscriber check this body came from us."""
+    """The headers that let the subscriber check this body came from us. The delivery id
+    goes out through header_value, and a Standard Webhooks signature covers that form,
+    the one the subscriber reads from webhook-id."""
+    delivery_id = header_value(delivery_id)
     if sub.format == "standard":
         key = base64.b64decode(sub.secret.removeprefix("whsec_"))
         stamp = str(int(now))
@@ -97,6 +124,9 @@ def _refused(address: str) -> str | None:
 
 def check_url(url: str, *, allow_http: bool) -> tuple[str, int]:
     """The host and port of a subscriber URL; UnsafeURLError if its form is refused."""
+    bad = control_character(url)
+    if bad is not None:
+        raise UnsafeURLError(f"url must not contain control characters; found {bad}")
     parts = urlsplit(url)
     if parts.scheme not in ("https", "http") or not parts.hostname:
         raise UnsafeURLError(f"url must be an absolute https:// URL; got {url[:200]!r}")

@@ -339,6 +339,14 @@ class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQL
                 " AND state NOT IN ('pending', 'held', 'sending')",
                 (ids,),
             ).rowcount
+            # Finished rows whose event went first (pruned while they were still to send)
+            # belong to no event any more: the head of the outbox, by id, finished before.
+            counts["outbox"] += conn.execute(
+                "DELETE FROM outbox WHERE id IN (SELECT id FROM (SELECT id, state, updated_at"
+                " FROM outbox ORDER BY id LIMIT %s) AS head WHERE updated_at < %s"
+                " AND state IN ('delivered', 'dead', 'cancelled'))",
+                (limit, before),
+            ).rowcount
             counts["events"] = conn.execute(
                 "DELETE FROM events WHERE id = ANY(%s)", (ids,)
             ).rowcount

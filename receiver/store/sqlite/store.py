@@ -417,6 +417,14 @@ class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHi
                 " AND state NOT IN ('pending', 'held', 'sending')",
                 (ids,),
             ).rowcount
+            # Finished rows whose event went first (pruned while they were still to send)
+            # belong to no event any more: the head of the outbox, by id, finished before.
+            outbox += conn.execute(
+                "DELETE FROM outbox WHERE id IN (SELECT id FROM (SELECT id, state, updated_at"
+                " FROM outbox ORDER BY id LIMIT ?) WHERE updated_at < ?"
+                " AND state IN ('delivered', 'dead', 'cancelled'))",
+                (limit, before),
+            ).rowcount
             events = conn.execute(
                 "DELETE FROM events WHERE id IN (SELECT value FROM json_each(?))", (ids,)
             ).rowcount
