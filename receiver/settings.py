@@ -16,6 +16,23 @@ from receiver.events import SENDER_RETRIES
 # Used when RECEIVER_SECRETS is unset, so `make run` + `receiver send` work with no account.
 # It is public (it is in the README), so it is accepted only on a loopback address.
 DEV_SECRET = "dev-secret-not-for-production"
+# Refused off loopback as well: every value this repository shows as a placeholder for
+# RECEIVER_SECRETS (deploy/, the README, docs/, --help examples), compared ignoring case,
+# and any secret shorter than MIN_SECRET_LENGTH. tests/test_exposure.py finds each
+# placeholder shipped and checks that it is refused.
+PLACEHOLDER_SECRETS = frozenset(
+    {
+        DEV_SECRET,
+        "replace-with-the-webhook-signing-secret",  # deploy/k8s/secret.yaml until 2026-11
+        "...",
+        "4f1c...",
+        "s3cret",
+        "secret",
+        "new",
+        "old",
+    }
+)
+MIN_SECRET_LENGTH = 16
 # The rules file when RECEIVER_RULES is not set; without it, the built-in rules apply.
 DEFAULT_RULES = Path("./rules.yaml")
 # The sender retries a failed delivery after 1m, 5m, 30m, 2h and 8h: 10h36m in all.
@@ -249,15 +266,56 @@ class Settings(BaseSettings):
             return self.rules
         return None
 
-    def check_exposure(self) -> None:
-        """Raise ConfigError if the public development secret would be accepted off loopback."""
-        if self.using_dev_secret and not is_loopback(self.host):
+    def check_exposure(self, exposed: str | None = None) -> None:
+        """Raise ConfigError if a secret anyone could know would be accepted off loopback:
+        the public development secret, a placeholder shipped in this repository, or one
+        shorter than MIN_SECRET_LENGTH. The message never carries the secret itself.
+
+        exposed says why the receiver is reachable from elsewhere whatever its address
+        (the systemd unit: "behind a reverse proxy"); then the check applies on loopback too.
+        """
+        hint = ""
+        if exposed is None:
+            if is_loopback(self.host):
+                return
+            exposed = f'RECEIVER_HOST (--host) "{self.host}" is not a loopback address'
+            hint = ", or listen on 127.0.0.1"
+        if self.using_dev_secret:
             raise ConfigError(
-                f'RECEIVER_SECRETS is not set and RECEIVER_HOST (--host) "{self.host}" is not a'
-                " loopback address: refusing to start, because anyone could sign deliveries"
-                " with the public development secret; set RECEIVER_SECRETS to your signing"
-                " secret (comma-separated during a rotation), or listen on 127.0.0.1"
+                f"RECEIVER_SECRETS is not set and {exposed}: refusing to start, because"
+                " anyone could sign deliveries with the public development secret; set"
+                " RECEIVER_SECRETS to your signing secret (comma-separated during a"
+                f" rotation){hint}"
             )
+        found = parse_secrets(self.secrets)
+        for position, secret in enumerate(found, 1):
+            problem = weak_secret(secret)
+            if problem is None:
+                continue
+            which = "RECEIVER_SECRETS"
+            if len(found) > 1:
+                which = f"secret {position} of RECEIVER_SECRETS"
+            raise ConfigError(
+                f"{which} {problem}, and {exposed}: refusing to start, because anyone could"
+                " guess it and sign deliveries; set RECEIVER_SECRETS to the signing secret"
+                f" the service gave you (at least {MIN_SECRET_LENGTH} characters, not an"
+                f" example){hint}"
+            )
+
+
+def weak_secret(secret: str) -> str | None:
+    """Why a signing secret must not be accepted off loopback, or None if it may be.
+
+    >>> weak_secret("dev-secret-not-for-production"), weak_secret("a")
+    ('is the public development secret', 'is shorter than 16 characters')
+    """
+    if secret == DEV_SECRET:
+        return "is the public development secret"
+    if secret.casefold() in PLACEHOLDER_SECRETS:
+        return "is a placeholder shown in this project's files"
+    if len(secret) < MIN_SECRET_LENGTH:
+        return f"is shorter than {MIN_SECRET_LENGTH} characters"
+    return None
 
 
 def is_loopback(host: str) -> bool:
@@ -273,3 +331,20 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def main() -> None:
+    """`python -m receiver.settings`: exit 2, saying why, unless RECEIVER_SECRETS would be
+    accepted off loopback. The systemd unit runs it before starting, because a receiver on
+    127.0.0.1 behind a reverse proxy is just as exposed."""
+    import sys
+
+    try:
+        Settings().check_exposure("it is served to the network (systemd unit, reverse proxy)")
+    except ConfigError as exc:
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()
