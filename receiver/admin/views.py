@@ -27,13 +27,14 @@ from starlette.staticfiles import StaticFiles
 
 from receiver import __version__, events
 from receiver import report as noise
-from receiver.admin.auth import COOKIE, MAX_AGE, AdminAuth, Session, csrf_ok
+from receiver.admin.auth import COOKIE, MAX_AGE, SIGN_IN_LIMIT, AdminAuth, Session, csrf_ok
 from receiver.api.auth import PREFIX, hash_key, new_key
 from receiver.api.webhooks import delivery, describe, register
+from receiver.durations import MAX_SPAN, parse_duration
 from receiver.errors import InvalidWebhookError, ReceiverError
 from receiver.events import EVENT_TYPES, iso_epoch
+from receiver.logs import LogLimiter
 from receiver.notify.webhook import WebhookChannel
-from receiver.rules import parse_duration
 from receiver.rules.match import compile_match
 from receiver.store import Store
 from receiver.store.base import Tx
@@ -45,6 +46,7 @@ from receiver.store.records import (
     EventQuery,
     OutboxQuery,
     SessionQuery,
+    Webhook,
 )
 from receiver.supervisor import IDLE, Health
 
@@ -69,7 +71,14 @@ REPORT_FLAPPING = 3  # the Report lists alerts opened more times than this
 
 
 def _when(ts: float | None) -> str:
-    return iso_epoch(ts)[:19].replace("T", " ") if ts else "-"
+    """A stored time as the pages show it; one no date can show (a row written by hand, or
+    by an older version without the duration cap) says so instead of failing the page."""
+    if not ts:
+        return "-"
+    try:
+        return iso_epoch(ts)[:19].replace("T", " ")
+    except (OverflowError, OSError, ValueError):
+        return "after 9999" if ts > 0 else "not a date"
 
 
 def _epoch(text: str | None) -> float | None:
@@ -192,6 +201,8 @@ class AdminPages:
         self.webhooks = webhooks
         self.clock = clock
         self.auth = AdminAuth(store, clock=clock)
+        # Refused sign-ins are lines anyone can make us write: a few a minute per address.
+        self._sign_in_log = LogLimiter(log)
         self.strip = Strip()
         self.jobs: dict[int, Job] = {}
         self._job_ids = itertools.count(1)
@@ -337,9 +348,35 @@ class AdminPages:
 
     async def login(self, request: Request) -> Response:
         form = await request.form()
+        # The peer's address (uvicorn puts a trusted proxy's X-Forwarded-For there).
+        address = request.client.host if request.client else "-"
+        wait = await self.auth.attempt(address)
+        if wait:
+            self._sign_in_log.warning(
+                "admin sign-in rate limits",
+                address,
+                "admin sign-in from %s refused: rate_limited (over %d attempts a minute)",
+                address,
+                SIGN_IN_LIMIT,
+                extra={"code": "rate_limited", "client": address},
+            )
+            why = (
+                f"rate_limited: more than {SIGN_IN_LIMIT} sign-in attempts a minute from"
+                f" {address}; try again in {wait} s"
+            )
+            refused = self.render(request, None, "login.html", {"error": why}, status=429)
+            refused.headers["Retry-After"] = str(wait)
+            return self._secure(refused)
         cookie, why = await self.auth.sign_in(str(form.get("key", "")))
         if cookie is None:
-            log.warning("admin sign-in refused: %s", why)
+            self._sign_in_log.warning(
+                "admin sign-in refusals",
+                address,
+                "admin sign-in from %s refused: %s",
+                address,
+                why,
+                extra={"code": "unauthorized", "client": address},
+            )
             return self._secure(
                 self.render(request, None, "login.html", {"error": why}, status=401)
             )
@@ -617,9 +654,11 @@ class AdminPages:
     async def report(self, request: Request, session: Session) -> Response:
         """The noise report (receiver.report), as `receiver report` prints it."""
         since = request.query_params.get("since") or "7d"
+        error = None
         try:
-            back = parse_duration(since)
-        except ValueError:
+            back = parse_duration(since, limit=MAX_SPAN)
+        except ValueError as exc:
+            error = f"{exc}; showing the last 7 days"
             since, back = "7d", parse_duration("7d")
         now = self.clock()
         found = await self.store.noise(now - back, now, flapping=REPORT_FLAPPING)
@@ -627,7 +666,7 @@ class AdminPages:
             request,
             session,
             "report.html",
-            {"found": found, "since": since, "flapping": REPORT_FLAPPING,
+            {"found": found, "since": since, "flapping": REPORT_FLAPPING, "error": error,
              "rules": noise.lines(found, 0), "notifiers": noise.lines(found, 1),
              "chart": report_chart(noise.days(found)), "seconds": noise.seconds},
         )  # fmt: skip
@@ -684,7 +723,7 @@ class AdminPages:
         if problems:
             return "; ".join(problems)
         try:
-            seconds = parse_duration(str(form.get("duration", "")).strip())
+            seconds = parse_duration(str(form.get("duration", "")).strip(), limit=MAX_SPAN)
         except (ValueError, ReceiverError) as exc:
             return str(exc)
         reason = str(form.get("reason", "")).strip()
@@ -762,13 +801,19 @@ class AdminPages:
                 created = describe(hook, secret=True)
             except InvalidWebhookError as exc:
                 error = exc.message
-        hooks = [describe(h) for h in await self.store.webhooks()]
+        hooks = [await self._hook_row(h) for h in await self.store.webhooks()]
         return await self._view(
             request,
             session,
             "webhooks.html",
             {"hooks": hooks, "created": created, "error": error, "types": EVENT_TYPES},
         )
+
+    async def _hook_row(self, hook: Webhook) -> dict[str, Any]:
+        """A subscriber as its table row shows it: what the API shows (statusReason only
+        when there is one, so it is set here for every row) and its last delivery."""
+        last = await self.store.webhook_deliveries(hook.id, limit=1)
+        return {"statusReason": None, **describe(hook), "last": delivery(last[0]) if last else None}
 
     async def webhook_delete(self, request: Request, session: Session) -> Response:
         if request.method == "GET":

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from receiver.cli._common import db_option, when, with_store
-from receiver.rules import parse_duration
+from receiver.durations import MAX_SPAN, parse_duration
 from receiver.rules.match import compile_match
 from receiver.store import Store
 from receiver.store.base import Tx
@@ -137,7 +137,7 @@ def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -
     if problems:
         raise click.BadParameter("; ".join(problems), param_hint="--match")
     try:
-        seconds = parse_duration(duration)
+        seconds = parse_duration(duration, limit=MAX_SPAN)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
     now = time.time()

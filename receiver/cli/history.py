@@ -17,7 +17,7 @@ import click
 from receiver import backtest as bt
 from receiver import report as noise
 from receiver.cli._common import db_option, env_notes, load_rules, no_env_option, with_store
-from receiver.durations import parse_duration
+from receiver.durations import MAX_SPAN, parse_duration
 from receiver.store import Store
 
 SHOWN = 20  # alerts listed as missed or added
@@ -27,23 +27,29 @@ def parse_time(text: str) -> float:
     """Epoch seconds from ISO 8601 ("2026-11-17", "2026-11-17T09:00Z"; UTC unless it says
     otherwise) or a number of epoch seconds."""
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
+        try:
+            moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise click.BadParameter(
+                f"{text!r} is not a time; give ISO 8601 (2026-11-17T09:00Z) or epoch seconds"
+            ) from None
+        value = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    try:  # the report prints it as a date: a time no date can show is refused here
+        datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError):
         raise click.BadParameter(
-            f"{text!r} is not a time; give ISO 8601 (2026-11-17T09:00Z) or epoch seconds"
+            f"{text!r} is not a time a date can show (years 1 to 9999)"
         ) from None
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    return value
 
 
 def period(since: str, start: str | None, end: str | None) -> tuple[float, float]:
     """[start, end) from --from/--to, else the last --since up to now."""
     now = time.time()
     try:
-        back = parse_duration(since)
+        back = parse_duration(since, limit=MAX_SPAN)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--since") from None
     until = parse_time(end) if end else now
