@@ -13,7 +13,15 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, TypeAdapter
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    TypeAdapter,
+)
 from pydantic import ValidationError as _ValidationError
 
 from receiver.errors import InvalidEventError, InvalidJSONError
@@ -29,6 +37,27 @@ EVENT_TYPES = (
 # No NUL: PostgreSQL's text cannot hold one (a 422 here, not a 503 the sender retries).
 Id = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00]+$")]
 Number = StrictInt | StrictFloat
+# ISO 8601 text with a date and a time, as the service writes timestamps. pydantic would
+# also read a number or a numeric string as epoch seconds, and a date alone as midnight.
+_DATE_AND_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _iso_text(value: Any) -> Any:
+    """Refuse a timestamp that is not ISO 8601 text with a date and a time."""
+    if isinstance(value, datetime):  # built in Python, not parsed from a body
+        return value
+    example = "such as 2026-11-21T10:00:00Z"
+    if not isinstance(value, str):
+        raise ValueError(
+            f"must be an ISO 8601 date and time as a string, {example};"
+            f" got a JSON {_json_kind(value)}"
+        )
+    if not _DATE_AND_TIME.match(value):
+        raise ValueError(f"must be an ISO 8601 date and time, {example}; got {_short(value)}")
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_iso_text)]
 
 
 class _Event(BaseModel):
@@ -36,7 +65,7 @@ class _Event(BaseModel):
 
     id: Id
     type: str
-    timestamp: datetime
+    timestamp: Timestamp
     sessionId: Id
     userId: Id | None = None
     score: Number | None = None
@@ -251,6 +280,8 @@ def _describe(exc: _ValidationError) -> str:
             loc = loc[1:]
         field = ".".join(loc) or "event"
         message = err["msg"].lower()
+        if err["type"] == "value_error":  # ours, already in our words (and case)
+            message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "string_pattern_mismatch":
             message = "must not contain a NUL character (\\u0000)"
         parts.append(f"{field}: {message}")
@@ -278,6 +309,8 @@ def _short(value: Any) -> str:
 
 
 def _json_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "object"
     if isinstance(value, list):
         return "array"
     if isinstance(value, str):

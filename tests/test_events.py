@@ -1,5 +1,6 @@
 import json
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,9 +67,29 @@ INVALID_EVENTS = [
     pytest.param(body(score=True), "score", id="score-bool"),
     pytest.param(
         body(timestamp="yesterday"),
-        "timestamp: input should be a valid datetime",
+        'timestamp: must be an ISO 8601 date and time, such as .*; got "yesterday"',
         id="bad-timestamp",
     ),
+    pytest.param(
+        body(timestamp="2026-11-21T25:00:00Z"),
+        "timestamp: input should be a valid datetime",
+        id="bad-hour",
+    ),
+    *[
+        pytest.param(
+            body(timestamp=stamp),
+            f"timestamp: must be an ISO 8601 date and time{how}",
+            id=f"timestamp-{name}",
+        )
+        for name, stamp, how in [
+            ("epoch-seconds", 1795700000, " as a string, .*; got a JSON number"),
+            ("epoch-float", 1795700000.5, " as a string, .*; got a JSON number"),
+            ("epoch-string", "1795700000", ', such as .*; got "1795700000"'),
+            ("date-alone", "2026-11-21", ', such as .*; got "2026-11-21"'),
+            ("boolean", True, " as a string, .*; got a JSON boolean"),
+            ("object", {"s": 1}, " as a string, .*; got a JSON object"),
+        ]
+    ],
     pytest.param(body(sessionId=...), "sessionId: field required", id="missing-session"),
     pytest.param(body(threshold=...), "threshold: field required", id="drop-without-threshold"),
 ]
@@ -218,3 +239,23 @@ def test_loads_answers_as_before_where_the_fast_decoder_refuses(raw: bytes) -> N
 def test_load_stored_reads_a_stored_body_as_json_loads(doc: dict[str, Any]) -> None:
     text = json.dumps(doc)
     assert _same(events.load_stored(text), json.loads(text))
+
+
+@pytest.mark.e2e
+def test_a_numeric_timestamp_is_422_invalid_event_over_http(tmp_path: Path) -> None:
+    """README says ISO 8601: an epoch number is refused, not read as seconds."""
+    from tests.harness import Receiver, signed
+
+    server = Receiver(tmp_path).start()
+    try:
+        for stamp in (1795700000, "1795700000"):
+            raw = body(id=f"evt_n{stamp!r}", timestamp=stamp)
+            response = server.post(raw, signed(raw))
+            assert response.status_code == 422
+            error = response.json()["error"]
+            assert error["code"] == "invalid_event"
+            assert error["message"].startswith("timestamp: must be an ISO 8601 date and time")
+        good = body(id="evt_iso", timestamp=events.iso(datetime.now(UTC)))
+        assert server.post(good, signed(good)).status_code == 202
+    finally:
+        server.stop()
