@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,6 +14,7 @@ import click
 
 from receiver import events, rules
 from receiver.errors import ConfigError, ReceiverError
+from receiver.logs import escape
 from receiver.settings import DEFAULT_RULES, env_prepare_threshold
 from receiver.store import Store, open_store
 
@@ -182,3 +183,15 @@ def with_store(
 
 def when(ts: float) -> str:
     return time.strftime("%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def echo(line: str = "", *, err: bool = False) -> None:
+    """click.echo of one line with control characters escaped, as logs.escape does: values
+    that came with an event (an id can carry a newline, or an ESC sequence that sets the
+    window title or clears the screen) can neither drive the terminal nor start a line."""
+    click.echo(escape(line), err=err)
+
+
+def echo_lines(lines: Iterable[str], *, err: bool = False) -> None:
+    """echo() each of lines: a table or a report built line by line."""
+    click.echo("\n".join(escape(line) for line in lines), err=err)

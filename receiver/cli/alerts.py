@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from receiver.cli._common import db_option, when, with_store
+from receiver.cli._common import db_option, echo, when, with_store
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.rules.match import compile_match
 from receiver.store import Store
@@ -44,10 +44,10 @@ def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
     found = with_store(db, read)
     if as_json:
         for row in found:
-            click.echo(json.dumps(row))
+            echo(json.dumps(row))
         return
     if not found:
-        click.echo("no open alerts")
+        echo("no open alerts")
         return
     for row in found:
         rules = ", ".join(row["notified"]) or "no rule notified"
@@ -56,7 +56,7 @@ def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
             if row["acked_by"]
             else ""
         )
-        click.echo(
+        echo(
             f"{row['alert']}  open since {row['opened_ts']} (event {row['opened_event']}, "
             f"episode {row['episode']}); last event {row['last_ts']}; {rules}{acked}"
         )
@@ -76,7 +76,7 @@ def ack(db: str, alert_id: str, by: str) -> None:
     found = with_store(db, lambda store: store.ack_alert(alert_id, by=by, now=time.time()))
     if found is None:
         raise click.ClickException(f"no open alert {alert_id!r} (see: receiver alerts)")
-    click.echo(f"{alert_id} acknowledged by {found.acked_by} at {when(found.acked_at)}")
+    echo(f"{alert_id} acknowledged by {found.acked_by} at {when(found.acked_at)}")
 
 
 def _open_alerts(tx: Tx) -> list[dict[str, Any]]:
@@ -144,9 +144,7 @@ def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -
     silence_id = with_store(
         db, lambda s: s.transact(lambda tx: tx.add_silence(matchers, reason, now, now + seconds))
     )
-    click.echo(
-        f"silence #{silence_id} until {when(now + seconds)}: {_describe(matchers)} ({reason})"
-    )
+    echo(f"silence #{silence_id} until {when(now + seconds)}: {_describe(matchers)} ({reason})")
 
 
 @silence.command("list")
@@ -167,9 +165,9 @@ def silence_list(db: str, show_all: bool) -> None:
             if active
             else ("expired " + when(s.expired_at or s.ends_at))
         )
-        click.echo(f"#{s.id}  {_describe(s.matchers)}  {status}  ({s.reason})")
+        echo(f"#{s.id}  {_describe(s.matchers)}  {status}  ({s.reason})")
     if not shown:
-        click.echo("no silences" if show_all else "no active silences")
+        echo("no silences" if show_all else "no active silences")
 
 
 @silence.command("expire")
@@ -185,7 +183,7 @@ def silence_expire(db: str, silence_id: int) -> None:
     now = time.time()
     if not with_store(db, lambda s: s.transact(lambda tx: tx.expire_silence(silence_id, now))):
         raise click.ClickException(f"no active silence #{silence_id}")
-    click.echo(f"silence #{silence_id} expired")
+    echo(f"silence #{silence_id} expired")
 
 
 def _describe(matchers: dict[str, Any]) -> str:

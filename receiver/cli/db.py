@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from receiver.cli._common import db_option, with_store
+from receiver.cli._common import db_option, echo, with_store
 from receiver.errors import ReceiverError
 from receiver.settings import env_prepare_threshold
 from receiver.store import Store
@@ -35,7 +35,7 @@ def migrate(db: str) -> None:
         return store.schema_version
 
     found = with_store(db, version, create=True)
-    click.echo(f"{_where(db)}: schema at version {found}, up to date")
+    echo(f"{_where(db)}: schema at version {found}, up to date")
 
 
 @db.command()
@@ -91,8 +91,8 @@ def copy(db: str, target: str) -> None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise click.ClickException(f"copy failed, nothing was copied: {first}") from exc
     summary = ", ".join(f"{n} {table}" for table, n in copied.items() if n)
-    click.echo(f"copied {summary or 'nothing (the source is empty)'} to {_where(target)}")
-    click.echo(f"next: RECEIVER_DB={_where(target, hide=True)} receiver serve")
+    echo(f"copied {summary or 'nothing (the source is empty)'} to {_where(target)}")
+    echo(f"next: RECEIVER_DB={_where(target, hide=True)} receiver serve")
 
 
 def _where(url: str, *, hide: bool = False) -> str:

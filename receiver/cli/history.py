@@ -16,7 +16,15 @@ import click
 
 from receiver import backtest as bt
 from receiver import report as noise
-from receiver.cli._common import db_option, env_notes, load_rules, no_env_option, with_store
+from receiver.cli._common import (
+    db_option,
+    echo,
+    echo_lines,
+    env_notes,
+    load_rules,
+    no_env_option,
+    with_store,
+)
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.store import Store
 
@@ -158,11 +166,11 @@ def backtest(
     (cand, cur), took = with_store(db, go)
     diff = bt.compare(cand, cur, shown=SHOWN)
     if as_json:
-        click.echo(json.dumps(_backtest_json(diff, took), indent=2))
+        click.echo(json.dumps(_backtest_json(diff, took), indent=2))  # JSON escapes
     else:
-        click.echo("\n".join(_backtest_text(diff, took)))
+        echo_lines(_backtest_text(diff, took))
     for note in dict.fromkeys(notes):
-        click.echo(note, err=True)
+        echo(note, err=True)
 
 
 class _Progress:
@@ -364,6 +372,6 @@ def report(
     start_at, end_at = period(since, start, end)
     found = with_store(db, lambda store: store.noise(start_at, end_at, flapping=flapping))
     if as_json:
-        click.echo(json.dumps(noise.as_json(found, flapping), indent=2))
+        click.echo(json.dumps(noise.as_json(found, flapping), indent=2))  # JSON escapes
     else:
-        click.echo("\n".join(noise.text(found, flapping)))
+        echo_lines(noise.text(found, flapping))

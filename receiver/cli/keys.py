@@ -8,7 +8,7 @@ import time
 import click
 
 from receiver.api.auth import PREFIX, hash_key, new_key
-from receiver.cli._common import db_option, when, with_store
+from receiver.cli._common import db_option, echo, when, with_store
 from receiver.store import Store
 from receiver.store.records import PLANS, ROLES, ApiKey
 
@@ -56,10 +56,10 @@ def create(db: str, name: str, plan: str, role: str, as_json: bool) -> None:
             f"a key named {name!r} exists already; choose another name"
         ) from None
     if as_json:
-        click.echo(json.dumps({"key": key, **_public(record)}))
+        echo(json.dumps({"key": key, **_public(record)}))
         return
-    click.echo(key)
-    click.echo(
+    echo(key)
+    echo(
         f"key {name!r} made ({role}, {plan} plan). It is shown only now: keep it somewhere"
         " safe. Use it as: Authorization: Bearer <key>",
         err=True,
@@ -74,14 +74,14 @@ def list_keys(db: str, as_json: bool) -> None:
     found = with_store(db, lambda store: store.keys())
     if as_json:
         for record in found:
-            click.echo(json.dumps(_public(record)))
+            echo(json.dumps(_public(record)))
         return
     if not found:
-        click.echo("no API keys; make one with: receiver keys create --name NAME --plan free")
+        echo("no API keys; make one with: receiver keys create --name NAME --plan free")
         return
     for k in found:
         state = f"revoked {when(k.revoked_at)}" if k.revoked_at else "active"
-        click.echo(
+        echo(
             f"{k.name}  {k.prefix}...  {k.role}, {k.plan} plan, made {when(k.created_at)}; {state}"
         )
 
@@ -93,7 +93,7 @@ def revoke(db: str, name: str) -> None:
     """Revoke a key by name: refused from the next request on, on every replica."""
     if not with_store(db, lambda store: store.revoke_key(name, now=time.time())):
         raise click.ClickException(f"no active key named {name!r} (see: receiver keys list)")
-    click.echo(f"key {name!r} revoked")
+    echo(f"key {name!r} revoked")
 
 
 def _public(k: ApiKey) -> dict[str, object]:

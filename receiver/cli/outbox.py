@@ -13,9 +13,11 @@ import click
 from receiver import rules
 from receiver.cli._common import (
     db_option,
+    echo,
     when,
     with_store,
 )
+from receiver.logs import escape
 from receiver.store import Store
 from receiver.store.base import OUTBOX_STATES
 
@@ -40,17 +42,19 @@ def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_
     rows = with_store(db, lambda s: s.deliveries(state=state, event_id=event_id, limit=limit))
     if as_json:
         for row in rows:
-            click.echo(json.dumps(row.__dict__))
+            echo(json.dumps(row.__dict__))
         return
     if not rows:
-        click.echo("no deliveries match")
+        echo("no deliveries match")
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table("id", "event", "rule", "notifier", "state", "tries", "updated", "detail")
     for row in rows:
-        table.add_row(
+        # Text, not str: rich would read "[...]" in an event id as markup. Escaped, as echo().
+        cells = (
             str(row.id),
             row.event_id,
             row.rule,
@@ -60,6 +64,7 @@ def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_
             when(row.updated_at),
             row.last_error or row.reason or "",
         )
+        table.add_row(*(Text(escape(cell)) for cell in cells))
     Console(width=max(120, Console().width)).print(table)
 
 
@@ -82,7 +87,7 @@ def retry(db: str, row_id: int | None, all_dead: bool) -> None:
     n = with_store(db, lambda s: s.retry_dead(row_id, now=time.time()))
     if row_id is not None and n == 0:
         raise click.ClickException(f"no dead delivery with id {row_id}")
-    click.echo(f"{n} notification(s) queued again")
+    echo(f"{n} notification(s) queued again")
 
 
 REPLAY_WAIT = "10s"  # how long `receiver replay` waits for the running server by default
@@ -157,28 +162,28 @@ def replay(db: str, event_id: str, respect_lifecycle: bool, wait_for: str) -> No
     how = "respecting the lifecycle" if respect_lifecycle else "sent regardless of the lifecycle"
     if request is None or request.routed_at is None:
         if seconds <= 0:
-            click.echo(
+            echo(
                 f"replay #{replay_id} of {event_id} queued ({how}); not waiting:"
                 f" `receiver deliveries --event {event_id}` shows what it sends"
             )
             return
-        click.echo(
+        echo(
             f"replay #{replay_id} of {event_id} queued; no running server routed it within"
             f" {seconds:g}s: it will be routed when one starts"
         )
         sys.exit(3)
     if not rows:
-        click.echo(
+        echo(
             f"replay #{replay_id} of {event_id}: no rule gives it a notification now; nothing sent"
         )
         return
     count = len(rows)
-    click.echo(
+    echo(
         f"replay #{replay_id} of {event_id} ({how}):"
         f" {count} notification{'s' if count != 1 else ''}"
     )
     for row in rows:
-        click.echo("  " + _replay_line(row))
+        echo("  " + _replay_line(row))
 
 
 def _replay_line(row: Any) -> str:

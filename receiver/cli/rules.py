@@ -11,6 +11,8 @@ import click
 from receiver import events, rules
 from receiver.cli._common import (
     build_body,
+    echo,
+    echo_lines,
     env_notes,
     event_options,
     load_rules,
@@ -42,14 +44,14 @@ def check(path: Path | None, rules_path: Path | None, no_env: bool) -> None:
     """
     ruleset = load_rules(path or rules_path, no_env=no_env)
     if ruleset.source == rules.BUILTIN_SOURCE:
-        click.echo(
+        echo(
             f"no {DEFAULT_RULES} and no RECEIVER_RULES: `receiver serve` would use the"
             " built-in rules below (`receiver init` writes them to rules.yaml)"
         )
-    click.echo(f"{ruleset.source}: OK")
-    click.echo(ruleset.summary())
+    echo(f"{ruleset.source}: OK")
+    echo_lines(ruleset.summary().splitlines())
     for note in env_notes(ruleset, no_env=no_env):
-        click.echo(note)
+        echo(note)
 
 
 @click.command()
@@ -79,14 +81,14 @@ def init(path: Path) -> None:
         reason = (exc.strerror or str(exc)).lower()
         raise click.ClickException(f"cannot write {path}: {reason}") from exc
     count = len(rules.load_builtin().rules)
-    click.echo(f"wrote {path}: {count} rules, every event to the console")
+    echo(f"wrote {path}: {count} rules, every event to the console")
     if path.resolve() == DEFAULT_RULES.resolve():
-        click.echo(
+        echo(
             "next: edit it, run `receiver check`, then `receiver serve` (a server"
             " already running here on the built-in rules switches to it at once)"
         )
     else:
-        click.echo(
+        echo(
             f"next: edit it, run `receiver check {path}`, then"
             f" `receiver serve --rules {path}` (or RECEIVER_RULES={path})"
         )
@@ -129,14 +131,14 @@ def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -
         raise click.ClickException(f"not a valid event: {exc}") from exc
     payload = event.payload()
     enrichment = _enrichment(ruleset, payload, db)
-    click.echo(ruleset.explain(payload, enrichment).format())
+    echo_lines(ruleset.explain(payload, enrichment).format().splitlines())
     for note in env_notes(ruleset, no_env=no_env):
-        click.echo(note)
+        echo(note)
     lines = _lifecycle_now(ruleset, payload, db)
     if lines:
-        click.echo("now:")
+        echo("now:")
         for line in lines:
-            click.echo(f"  {line}")
+            echo(f"  {line}")
 
 
 def _enrichment(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> Any:
@@ -146,7 +148,7 @@ def _enrichment(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> Any
 
     enrichment, lines = fetch_for_explain(ruleset, payload, db)
     for line in lines:
-        click.echo(line)
+        echo(line)
     return enrichment
 
 

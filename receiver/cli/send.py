@@ -12,6 +12,7 @@ from receiver import signature
 from receiver.cli._common import (
     DEFAULT_URL,
     build_body,
+    echo,
     event_options,
     secret_option,
 )
@@ -30,7 +31,7 @@ def sign(file: Any, secret: str | None) -> None:
         curl -H "$(receiver sign event.json)" --data-binary @event.json localhost:4000/v1/events
     """
     body = file.read()
-    click.echo(f"{signature.SIGNATURE_HEADER}: {signature.sign(signing_secret(secret), body)}")
+    echo(f"{signature.SIGNATURE_HEADER}: {signature.sign(signing_secret(secret), body)}")
 
 
 @click.command()
@@ -61,6 +62,6 @@ def send(url: str, secret: str | None, unsigned: bool, **event_args: Any) -> Non
         response = httpx.post(url, content=body, headers=headers, timeout=10)
     except httpx.HTTPError as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from exc
-    click.echo(f"{response.status_code} {response.text}")
+    echo(f"{response.status_code} {response.text}")
     if not response.is_success:
         sys.exit(1)

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from receiver.cli._common import db_option, with_store
+from receiver.cli._common import db_option, echo, with_store
 from receiver.events import EVENT_TYPES
 from receiver.settings import Settings
 from receiver.store import Store
@@ -103,16 +103,16 @@ def register(db: str, url: str, kinds: str, threshold: float | None, as_json: bo
 
     made = _with_client(db, go)
     if as_json:
-        click.echo(json.dumps(made))
+        echo(json.dumps(made))
         return
-    click.echo(f"registered {made.get('id', '(no id)')}: {url} for {', '.join(events)}")
+    echo(f"registered {made.get('id', '(no id)')}: {url} for {', '.join(events)}")
     secret = made.get("secret")
     if isinstance(secret, str) and secret:
-        click.echo("The service signs deliveries with this secret; it is shown only now:")
-        click.echo(f"RECEIVER_SECRETS={secret}")
-        click.echo("(during a rotation, list it first and the old secret after a comma)", err=True)
+        echo("The service signs deliveries with this secret; it is shown only now:")
+        echo(f"RECEIVER_SECRETS={secret}")
+        echo("(during a rotation, list it first and the old secret after a comma)", err=True)
     else:
-        click.echo(
+        echo(
             "The service did not return a signing secret: set RECEIVER_SECRETS to the one"
             " its dashboard shows."
         )
@@ -137,8 +137,8 @@ def status(db: str) -> None:
         return page, time.perf_counter() - began
 
     page, took = _with_client(db, go)
-    click.echo(f"upstream {settings.upstream_url}: reachable, key accepted ({took * 1000:.0f} ms)")
-    click.echo(f"plan {settings.upstream_plan}; {page.get('total', '?')} sessions upstream")
+    echo(f"upstream {settings.upstream_url}: reachable, key accepted ({took * 1000:.0f} ms)")
+    echo(f"plan {settings.upstream_plan}; {page.get('total', '?')} sessions upstream")
 
 
 def _day(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -200,10 +200,10 @@ def sync(db: str, start: str | None, end: str | None, no_progress: bool, as_json
     except KeyboardInterrupt:  # the cursor of the last page done is saved
         raise click.ClickException("interrupted: run the same command again to continue") from None
     if as_json:
-        click.echo(json.dumps(result.__dict__))
+        echo(json.dumps(result.__dict__))
         return
     again = " (continued an interrupted run)" if result.resumed else ""
-    click.echo(
+    echo(
         f"synced {result.done} of {result.total} sessions upstream; {result.changed} added or"
         f" changed here{again}"
     )
