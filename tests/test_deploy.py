@@ -3,6 +3,7 @@ probes hit real endpoints, the ports and grace periods fit the receiver's own.""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -128,3 +129,104 @@ def test_k8s_service_and_budget_select_the_deployment() -> None:
     assert budget["spec"]["minAvailable"] == 1
     [port] = service["spec"]["ports"]
     assert port["targetPort"] == "http"
+
+
+# --- hardening (issue 28, item 17) ---------------------------------------------------------
+
+UNIT = DEPLOY / "attention-receiver.service"
+DOCKERFILE = DEPLOY.parent / "Dockerfile"
+# What the unit must keep: each lowers `systemd-analyze security`'s exposure score.
+HARDENING = {
+    "NoNewPrivileges": "true",
+    "ProtectSystem": "strict",
+    "ProtectHome": "true",
+    "PrivateTmp": "true",
+    "PrivateDevices": "true",
+    "PrivateMounts": "true",
+    "ProtectKernelTunables": "true",
+    "ProtectKernelModules": "true",
+    "ProtectKernelLogs": "true",
+    "ProtectControlGroups": "true",
+    "ProtectClock": "true",
+    "ProtectHostname": "true",
+    "RestrictNamespaces": "true",
+    "RestrictRealtime": "true",
+    "RestrictSUIDSGID": "true",
+    "LockPersonality": "true",
+    "CapabilityBoundingSet": "",
+    "SystemCallArchitectures": "native",
+    "UMask": "0077",
+}
+
+
+def unit_directives() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in UNIT.read_text().splitlines():
+        if line and not line.startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            found.setdefault(key.strip(), []).append(value.strip())
+    return found
+
+
+def test_the_systemd_unit_is_hardened() -> None:
+    found = unit_directives()
+    for key, value in HARDENING.items():
+        assert found.get(key) == [value], f"{key}={value} in the unit"
+    assert found["User"] != ["root"]
+    assert set(found["RestrictAddressFamilies"][0].split()) == {"AF_INET", "AF_INET6", "AF_UNIX"}
+    assert "@system-service" in found["SystemCallFilter"]
+    # The one place it writes is the database's directory, where RECEIVER_DB points.
+    assert found["ReadWritePaths"] == ["/var/lib/attention-receiver"]
+    assert "RECEIVER_DB=/var/lib/attention-receiver/receiver.db" in found["Environment"]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
+def test_systemd_analyze_rates_the_unit_under_5(tmp_path: Path) -> None:
+    run = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", "--no-pager", str(UNIT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", run.stdout)
+    assert found, run.stdout + run.stderr
+    assert float(found.group(1)) < 5, run.stdout
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", DOCKERFILE.read_text())
+    lines = [x.strip() for x in text.splitlines() if x.strip() and not x.startswith("#")]
+    return [(x.split(None, 1)[0].upper(), x.split(None, 1)[1]) for x in lines]
+
+
+def test_the_dockerfile_runs_as_a_numeric_user_with_an_exec_form_healthcheck() -> None:
+    found = dockerfile_instructions()
+    [user] = [args for name, args in found if name == "USER"]
+    assert re.fullmatch(r"[1-9]\d*:[1-9]\d*", user), f"USER {user}: numeric uid:gid, not root"
+    [check] = [args for name, args in found if name == "HEALTHCHECK"]
+    argv = json.loads(check[check.index("CMD ") + 4 :])  # exec form: a JSON array
+    assert argv[:2] == ["python", "-c"] and "/readyz" in argv[2]
+    uid, gid = user.split(":")
+    [run] = [args for name, args in found if name == "RUN" and "useradd" in args]
+    assert f"--uid {uid}" in run and f"--gid {gid}" in run
+
+
+def test_the_k8s_pod_runs_unprivileged_on_a_read_only_root() -> None:
+    spec = k8s("Deployment")["spec"]["template"]["spec"]
+    pod = spec["securityContext"]
+    uid, gid = next(a for n, a in dockerfile_instructions() if n == "USER").split(":")
+    assert pod["runAsNonRoot"] is True
+    assert (pod["runAsUser"], pod["runAsGroup"]) == (int(uid), int(gid))
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    [container] = spec["containers"]
+    ctx = container["securityContext"]
+    assert ctx["allowPrivilegeEscalation"] is False and ctx["privileged"] is False
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    # Read-only root: what it writes goes to an emptyDir (/tmp) or PostgreSQL (RECEIVER_DB).
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert {e["name"] for e in container["env"]} >= {"RECEIVER_DB"}
