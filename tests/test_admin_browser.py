@@ -42,6 +42,10 @@ FAST_DEATH = {
     "RECEIVER_RETRY_INITIAL": "0.2",
     "RECEIVER_RETRY_MAX": "0.2",
     "RECEIVER_RETRY_FOR": "1",
+    # Subscribers on loopback, over http, given up on after one retry.
+    "RECEIVER_WEBHOOK_ALLOW_PRIVATE": "1",
+    "RECEIVER_WEBHOOK_ALLOW_HTTP": "1",
+    "RECEIVER_WEBHOOK_SCHEDULE": "0.2",
 }
 # `resolve: true` makes the rule follow the alert lifecycle (a score.drop opens its alert);
 # the title carries the event id, so each test finds its own request at the sink.
@@ -409,8 +413,8 @@ def test_signing_out_ends_the_session_and_a_copy_of_its_cookie(
         page.get_by_label("API key").fill(key)
         page.get_by_role("button", name="Sign in").click()
         page.wait_for_url(f"{server.url}/admin/events")
+        # Signed out at once, mostly within the second the cookie was issued in.
         copied = {c["name"]: c["value"] for c in context.cookies()}
-        time.sleep(1.1)  # cookie times are whole seconds: sign out in a later one
         page.get_by_role("button", name="Sign out night").click()
         page.wait_for_url(f"{server.url}/admin/login")
         assert context.cookies() == []
@@ -667,11 +671,83 @@ def test_markup_in_event_values_shows_as_text_and_never_runs(
         context.close()
 
 
+# -- webhook subscribers ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gone() -> Iterator[HTTPSink]:
+    """A subscriber that answers 410 Gone: the receiver disables its subscription."""
+    with HTTPSink() as found:
+        found.fail_with(410)
+        yield found
+
+
+@pytest.fixture(scope="module")
+def subscribers(
+    browser: Browser, server: Receiver, signed_in: dict[str, Any], sink: HTTPSink, gone: HTTPSink
+) -> dict[str, str]:
+    """Three subscribers made on the Webhooks page, once their first delivery is settled:
+    one delivered to, one failing (nothing listens at its port), one disabled (410).
+    Returns each one's URL by its kind."""
+    urls = {
+        "active": f"{sink.url}/subscriber",
+        "failing": f"http://127.0.0.1:{free_port()}/down",
+        "disabled": f"{gone.url}/gone",
+    }
+    context = browser.new_context(viewport=DESKTOP, storage_state=signed_in)
+    try:
+        tab = Tab(context, server.url)
+        page = tab.page
+        for url in urls.values():
+            tab.go("/admin/webhooks")
+            page.get_by_label("URL").fill(url)
+            tab.follow(page.get_by_role("button", name="Subscribe"))
+            note = page.get_by_role("status")
+            assert "shown only now" in note.inner_text()
+            assert len(page.locator("pre.secret").inner_text().strip()) >= 24
+        assert server.send(drop()).status_code == 202
+
+        def settled() -> bool:
+            tab.go("/admin/webhooks")
+            return (
+                "delivered" in tab.row(urls["active"]).inner_text()
+                and "failed" in tab.row(urls["failing"]).inner_text()
+                and "disabled" in tab.row(urls["disabled"]).inner_text()
+            )
+
+        until(settled, "the subscribers' first deliveries to settle")
+        assert tab.dialogs == [] and tab.errors == []
+    finally:
+        context.close()
+    return urls
+
+
+def test_the_webhooks_page_shows_active_failing_and_disabled_subscribers(
+    tab: Tab, subscribers: dict[str, str]
+) -> None:
+    tab.go("/admin/webhooks")
+    active = tab.row(subscribers["active"]).inner_text()
+    assert "active" in active and "delivered" in active
+    failing = tab.row(subscribers["failing"]).inner_text()
+    assert "active" in failing and "failed" in failing and "2 attempts" in failing
+    disabled = tab.row(subscribers["disabled"]).inner_text()
+    assert "disabled" in disabled and "410" in disabled
+    # The secret was shown once, on the page that made it; never on the list.
+    assert tab.page.locator("pre.secret").count() == 0
+    tab.follow(tab.row(subscribers["failing"]).get_by_role("link", name="Delete"))
+    assert tab.page.get_by_role("heading", level=1).inner_text().startswith("Delete webhook")
+
+
 # -- screenshots -------------------------------------------------------------------------------
 
 
 def test_screenshots_of_every_page(
-    browser: Browser, tab: Tab, server: Receiver, sink: HTTPSink, tmp_path: Path
+    browser: Browser,
+    tab: Tab,
+    server: Receiver,
+    sink: HTTPSink,
+    tmp_path: Path,
+    subscribers: dict[str, str],
 ) -> None:
     """Each page at 1280x800, and the events page at phone width: in docs/screenshots/
     with SCREENSHOTS=1 (`make screenshots`), else in a temporary folder."""

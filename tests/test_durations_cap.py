@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from receiver.cli import cli
+from receiver.cli._common import with_store
 from receiver.durations import MAX_SPAN, parse_duration
 
 
@@ -55,8 +56,22 @@ def test_the_cli_refuses_a_span_over_a_year(tmp_path: Path, args: list[str]) -> 
 
 @pytest.mark.parametrize("value", ["1e20", "1e12", "-1e20", "inf", "nan"])
 def test_report_refuses_a_time_no_date_can_show(tmp_path: Path, value: str) -> None:
-    result = CliRunner().invoke(
-        cli, ["report", "--from", value, "--db", str(tmp_path / "r.db")]
-    )
+    result = CliRunner().invoke(cli, ["report", "--from", value, "--db", str(tmp_path / "r.db")])
     assert result.exit_code == 2, result.output
     assert "is not a time a date can show" in result.output
+
+
+def test_silence_list_shows_a_stored_end_no_date_can_show(tmp_path: Path) -> None:
+    """A silence written before the cap (here through the store) lists, and expires."""
+    db = str(tmp_path / "r.db")
+    sid = with_store(
+        db,
+        lambda s: s.transact(lambda tx: tx.add_silence({"userId": "u"}, "odd", 1.0, 1e18)),
+        create=True,
+    )
+    listed = CliRunner().invoke(cli, ["silence", "list", "--db", db])
+    assert listed.exit_code == 0, listed.output
+    assert f"#{sid}  userId=u  active until after 9999  (odd)" in listed.output
+    expired = CliRunner().invoke(cli, ["silence", "expire", str(sid), "--db", db])
+    assert expired.exit_code == 0, expired.output
+    assert "expired" in CliRunner().invoke(cli, ["silence", "list", "--all", "--db", db]).output

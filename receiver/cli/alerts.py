@@ -161,13 +161,21 @@ def silence_list(db: str, show_all: bool) -> None:
             continue
         shown += 1
         status = (
-            ("active until " + when(s.ends_at))
+            ("active until " + _when(s.ends_at))
             if active
-            else ("expired " + when(s.expired_at or s.ends_at))
+            else ("expired " + _when(s.expired_at or s.ends_at))
         )
         echo(f"#{s.id}  {_describe(s.matchers)}  {status}  ({s.reason})")
     if not shown:
         echo("no silences" if show_all else "no active silences")
+
+
+def _when(ts: float) -> str:
+    """when(ts), or what it is if no date can show it (a row written before the cap)."""
+    try:
+        return when(ts)
+    except (OverflowError, OSError, ValueError):
+        return "after 9999" if ts > 0 else "(not a date)"
 
 
 @silence.command("expire")
