@@ -217,6 +217,12 @@ def test_every_admin_template_renders_against_real_data(
                 )
             silences = await admin.page("/admin/silences")
             assert silences.count("after 9999") == 3, silences
+            odd = new_key()
+            await store.add_key(
+                name="odd", key_hash=hash_key(odd), prefix=odd[:PREFIX], plan="free",
+                role="reader", now=BEYOND_DATES,
+            )  # fmt: skip
+            assert "after 9999" in await admin.page("/admin/keys")
             # Pages that take an id, their confirmations, and messages.
             alerts = await admin.page("/admin/alerts")
             alert_id = re.search(r'href="/admin/alerts/([^"/]+)/ack"', alerts)
