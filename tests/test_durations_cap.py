@@ -4,6 +4,7 @@ pure parser refuses what no number of seconds can hold."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def test_report_refuses_a_time_no_date_can_show(tmp_path: Path, value: str) -> N
 
 
 def test_silence_list_shows_a_stored_end_no_date_can_show(tmp_path: Path) -> None:
-    """A silence written before the cap (here through the store) lists, and expires."""
+    """A silence written before the cap (here through the store) lists, expires, and is
+    pruned once expired."""
     db = str(tmp_path / "r.db")
     sid = with_store(
         db,
@@ -75,3 +77,6 @@ def test_silence_list_shows_a_stored_end_no_date_can_show(tmp_path: Path) -> Non
     expired = CliRunner().invoke(cli, ["silence", "expire", str(sid), "--db", db])
     assert expired.exit_code == 0, expired.output
     assert "expired" in CliRunner().invoke(cli, ["silence", "list", "--all", "--db", db]).output
+    # Expired, it ends now: retention prunes it as any ended silence.
+    with_store(db, lambda s: s.prune(time.time() + 1, limit=100))
+    assert with_store(db, lambda s: s.transact(lambda tx: tx.all_silences())) == []

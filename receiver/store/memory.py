@@ -425,7 +425,7 @@ class MemoryTx:
         silence = self._silences.get(silence_id)
         if silence is None or silence.expired_at is not None or silence.ends_at <= now:
             return False
-        self._silences[silence_id] = replace(silence, expired_at=now)
+        self._silences[silence_id] = replace(silence, expired_at=now, ends_at=now)
         return True
 
     def all_silences(self, limit: int = 100) -> list[Silence]:

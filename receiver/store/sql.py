@@ -417,10 +417,12 @@ class SQLTx:
         return int(row[0])
 
     def expire_silence(self, silence_id: int, now: float) -> bool:
+        # Its end moves to now too: retention prunes silences by their end, and one that
+        # was to end in the year 9999 (or later) must go once expired like any other.
         done = self._q(
-            "UPDATE silences SET expired_at = ? WHERE id = ? AND expired_at IS NULL"
+            "UPDATE silences SET expired_at = ?, ends_at = ? WHERE id = ? AND expired_at IS NULL"
             " AND ends_at > ?",
-            (now, silence_id, now),
+            (now, now, silence_id, now),
         )
         return bool(done.rowcount == 1)
 
