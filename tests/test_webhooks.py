@@ -288,6 +288,42 @@ def test_registration_errors_and_roles(api: Client) -> None:
     assert api.request("GET", "").json() == {"webhooks": []}  # nothing refused was kept
 
 
+def test_odd_cursors_and_delivery_ids_are_refused_not_a_500(api: Client) -> None:
+    """cursor=99999999999999999999999999 was an OverflowError (a 500, logged twice)."""
+    hook_id = api.add("http://127.0.0.1:9/hook", ["score.drop"])["id"]
+    for cursor in ("99999999999999999999999999", "", "-1", "1.5", "\u00b2", "12a"):
+        r = api.request("GET", f"/{hook_id}/deliveries?cursor={cursor}")
+        got = error(r)
+        assert got[:2] == (400, "invalid_parameter") and "cursor must be" in got[2], cursor
+    assert api.request("GET", f"/{hook_id}/deliveries?cursor=999999999999999999").json() == {
+        "deliveries": [],
+        "cursor": None,
+    }
+    for delivery in ("99999999999999999999999999", "\u00b2"):
+        r = api.request("POST", f"/{hook_id}/deliveries/{delivery}/retry")
+        assert error(r)[:2] == (404, "webhook_not_found"), delivery
+    assert "Traceback" not in api.server.logs() and "OverflowError" not in api.server.logs()
+
+
+def test_api_bodies_have_a_small_limit(api: Client) -> None:
+    """60 MB was accepted (+117 MB RSS): 413 payload_too_large, by Content-Length before
+    reading, or while a body without one streams in."""
+    big = json.dumps({"url": "http://127.0.0.1:9/hook", "events": ["score.drop"], "x": "y" * 20000})
+    got = error(api.request("POST", "", big.encode()))
+    assert got[:2] == (413, "payload_too_large") and "16384 bytes" in got[2]
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"url": "http://127.0.0.1:9/hook", "events": ["score.drop"], "x": "'
+        for _ in range(2000):  # 60 MB offered; refused after the first 16 KB
+            yield b"y" * 30000
+
+    r = httpx.post(
+        f"{api.server.url}/v1/webhooks", content=chunks(), headers=api.headers, timeout=30
+    )
+    assert error(r)[:2] == (413, "payload_too_large")
+    assert api.request("GET", "").json() == {"webhooks": []}
+
+
 def test_unsafe_subscribers_are_refused_unless_allowed(
     start: Callable[..., Receiver], http_sink: HTTPSink
 ) -> None:

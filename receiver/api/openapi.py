@@ -379,7 +379,11 @@ def _webhook_paths() -> dict[str, Any]:
                     _query(
                         "limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}, "a page"
                     ),
-                    _query("cursor", {"type": "string"}, "the previous page's cursor"),
+                    _query(
+                        "cursor",
+                        {"type": "string", "pattern": "^[0-9]{1,18}$"},
+                        "the previous page's cursor",
+                    ),
                 ],
                 invalid=True,
             )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -16,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from receiver.api import limits
 from receiver.api.auth import Access
 from receiver.api.sessions import limit_param
 from receiver.errors import InvalidParameterError, InvalidWebhookError, WebhookNotFoundError
@@ -66,6 +68,16 @@ def delivery(row: OutboxRow) -> dict[str, Any]:
         "nextAttemptAt": iso_epoch(row.next_at) if state == "pending" else None,
         "createdAt": iso_epoch(row.created_at),
     }
+
+
+# A delivery id or cursor: an outbox row id, 1 to 18 ASCII digits (within every store's
+# 64-bit integer; a longer one was an OverflowError, a 500).
+ROW_ID = re.compile(r"[0-9]{1,18}")
+
+
+def _row_id(text: str) -> int | None:
+    """text as a delivery's row id, or None if it cannot be one."""
+    return int(text) if ROW_ID.fullmatch(text) else None
 
 
 def _number(value: float | None) -> float | int | None:
@@ -173,7 +185,7 @@ class WebhooksAPI:
     async def create(self, request: Request) -> Response:
         _, headers = await self.access.check(request, "writer")
         try:
-            body = json.loads(await request.body())
+            body = json.loads(await limits.read_body(request))
         except ValueError:
             raise InvalidWebhookError('body must be JSON: {"url": ..., "events": [...]}') from None
         hook = await register(
@@ -214,13 +226,15 @@ class WebhooksAPI:
         hook, headers = await self._hook(request)
         limit = limit_param(request.query_params)
         cursor = request.query_params.get("cursor")
-        if cursor is not None and not cursor.isdigit():
-            raise InvalidParameterError(
-                f"cursor must be the cursor of the previous page; got {cursor[:40]!r}"
-            )
-        rows = await self.store.webhook_deliveries(
-            hook.id, limit=limit + 1, before=int(cursor) if cursor else None
-        )
+        before = None
+        if cursor is not None:
+            before = _row_id(cursor)
+            if before is None:
+                raise InvalidParameterError(
+                    f"cursor must be the cursor of the previous page; got {cursor[:40]!r}",
+                    headers=headers,
+                )
+        rows = await self.store.webhook_deliveries(hook.id, limit=limit + 1, before=before)
         page = rows[:limit]
         body = {
             "deliveries": [delivery(r) for r in page],
@@ -232,8 +246,8 @@ class WebhooksAPI:
         hook, headers = await self._hook(request)
         wanted = request.path_params["delivery"]
         row = None
-        if wanted.isdigit():
-            row = await self.store.retry_delivery(hook.id, int(wanted), now=self.clock())
+        if (delivery_id := _row_id(wanted)) is not None:
+            row = await self.store.retry_delivery(hook.id, delivery_id, now=self.clock())
         if row is None:
             raise WebhookNotFoundError(
                 f"webhook {hook.public_id} has no delivery {wanted[:40]!r}", headers=headers
