@@ -223,6 +223,11 @@ def test_every_admin_template_renders_against_real_data(
                 role="reader", now=BEYOND_DATES,
             )  # fmt: skip
             assert "after 9999" in await admin.page("/admin/keys")
+            await store.add_webhook(
+                public_id="wh_odd", url="https://odd.example/", events=["score.drop"],
+                threshold=None, format="service", secret="s" * 32, now=BEYOND_DATES,
+            )  # fmt: skip
+            assert "wh_odd" in await admin.page("/admin/webhooks")
             # Pages that take an id, their confirmations, and messages.
             alerts = await admin.page("/admin/alerts")
             alert_id = re.search(r'href="/admin/alerts/([^"/]+)/ack"', alerts)

@@ -12,7 +12,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ from receiver.store.records import (
     WEBHOOK_NOTIFIER,
     EventQuery,
     OutboxQuery,
+    OutboxRow,
     SessionQuery,
     Webhook,
 )
@@ -79,6 +80,20 @@ def _when(ts: float | None) -> str:
         return iso_epoch(ts)[:19].replace("T", " ")
     except (OverflowError, OSError, ValueError):
         return "after 9999" if ts > 0 else "not a date"
+
+
+LAST_DATE = 253402300799.0  # 9999-12-31T23:59:59Z, the last second a date can show
+
+
+def _showable(ts: float) -> float:
+    """ts, or the nearest time a date can show (a row written by hand, or before a cap)."""
+    return ts if 0 <= ts <= LAST_DATE else (LAST_DATE if not ts < 0 else 0.0)
+
+
+def _delivery(row: OutboxRow) -> dict[str, Any]:
+    """A subscriber delivery as the API shows it, its times made showable first."""
+    shown = replace(row, created_at=_showable(row.created_at), next_at=_showable(row.next_at))
+    return delivery(shown)
 
 
 def _epoch(text: str | None) -> float | None:
@@ -474,7 +489,7 @@ class AdminPages:
         )
         rows = await self.store.outbox_page(OutboxQuery(limit=200, event_id=row.id))
         notifications = [r for r in rows if r.notifier != WEBHOOK_NOTIFIER]
-        deliveries = [delivery(r) for r in rows if r.notifier == WEBHOOK_NOTIFIER]
+        deliveries = [_delivery(r) for r in rows if r.notifier == WEBHOOK_NOTIFIER]
         return await self._view(
             request,
             session,
@@ -813,7 +828,8 @@ class AdminPages:
         """A subscriber as its table row shows it: what the API shows (statusReason only
         when there is one, so it is set here for every row) and its last delivery."""
         last = await self.store.webhook_deliveries(hook.id, limit=1)
-        return {"statusReason": None, **describe(hook), "last": delivery(last[0]) if last else None}
+        shown = describe(replace(hook, created_at=_showable(hook.created_at)))
+        return {"statusReason": None, **shown, "last": _delivery(last[0]) if last else None}
 
     async def webhook_delete(self, request: Request, session: Session) -> Response:
         if request.method == "GET":
