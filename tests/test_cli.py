@@ -1,6 +1,8 @@
 """The `receiver` command through click's CliRunner; send/deliveries against a real server."""
 
 import json
+import re
+import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -9,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from receiver import signature
+from receiver import events, signature
 from receiver.cli import cli
 from receiver.settings import DEV_SECRET
 from tests.harness import SECRET, Receiver
@@ -169,13 +171,19 @@ def test_deliveries_retry_and_replay(tmp_path: Path, http_sink: HTTPSink) -> Non
         )
         http_sink.wait_for(1)
         deadline = 50
-        while invoke("deliveries", "--db", db, "--state", "dead")[1].startswith("no deliveries"):
+        while invoke("deliveries", "--db", db, "--state", "failed")[1].startswith("no deliveries"):
             deadline -= 1
             assert deadline, "the row never went dead"
             time.sleep(0.1)
         code, out = invoke("deliveries", "--db", db, "--json")
         [row] = [json.loads(line) for line in out.splitlines()]
-        assert (row["state"], row["notifier"], row["event_id"]) == ("dead", "hook", "evt_r")
+        # "failed", as the API says of a subscriber's delivery: one word for one state
+        assert (row["state"], row["notifier"], row["event_id"]) == ("failed", "hook", "evt_r")
+        assert (
+            invoke("deliveries", "--db", db, "--state", "dead")[1]
+            == invoke("deliveries", "--db", db, "--state", "failed")[1]
+        )
+        assert " failed " in invoke("deliveries", "--db", db)[1]
         assert "answered HTTP 500" in row["last_error"] and "127.0.0.1" not in out
         http_sink.ok()
         attempts = len(http_sink.requests)
@@ -200,6 +208,82 @@ def test_outbox_commands_need_an_existing_database(tmp_path: Path) -> None:
     assert code == 1 and "no database at" in out
 
 
-def test_retry_needs_an_id_or_all_dead(tmp_path: Path) -> None:
+def test_retry_needs_an_id_or_all_failed(tmp_path: Path) -> None:
     code, out = invoke("retry", "--db", str(tmp_path / "x.db"))
-    assert code == 2 and "give a row id or --all-dead" in out
+    assert code == 2 and "give a row id or --all-failed" in out
+
+
+# --- issue 28, item 19 -----------------------------------------------------------------
+
+
+def test_keys_create_json_gives_iso_times_as_the_api_does(tmp_path: Path) -> None:
+    db = str(tmp_path / "k.db")
+    code, out = invoke("keys", "create", "--db", db, "--name", "ci", "--plan", "free", "--json")
+    assert code == 0
+    made = json.loads(out)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", made["createdAt"])
+    assert made["revokedAt"] is None
+    assert invoke("keys", "revoke", "--db", db, "ci")[0] == 0
+    [listed] = [json.loads(x) for x in invoke("keys", "list", "--db", db, "--json")[1].splitlines()]
+    assert listed["createdAt"] == made["createdAt"] and listed["revokedAt"].endswith("Z")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        pytest.param("", "must not be empty", id="empty"),
+        pytest.param("   ", "must not be empty", id="blank"),
+        pytest.param("k" * 65, "must be at most 64 characters; got 65", id="65-characters"),
+        pytest.param("a\x1b[2Jb", "must not contain control characters", id="escape"),
+    ],
+)
+def test_keys_create_refuses_odd_names(tmp_path: Path, name: str, message: str) -> None:
+    db = tmp_path / "k.db"
+    code, out = invoke("keys", "create", "--db", str(db), "--name", name, "--plan", "free")
+    assert code == 2 and "--name" in out and message in out
+    assert not db.exists()  # refused before the store is opened
+    assert invoke("keys", "create", "--db", str(db), "--name", "k" * 64, "--plan", "free")[0] == 0
+
+
+@pytest.mark.parametrize("command", ["backtest", "check"])
+def test_a_file_that_is_not_rules_is_not_echoed(tmp_path: Path, command: str) -> None:
+    shadow = tmp_path / "shadow"
+    shadow.write_text("root:$6$s3cretHash:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n")
+    args = [command, str(shadow)] + (
+        ["--db", str(tmp_path / "x.db")] if command == "backtest" else []
+    )
+    code, out = invoke(*args)
+    assert code == 1
+    assert "not a rules file: none of the top-level keys notifiers, rules" in out
+    assert "(2 other keys, not shown)" in out
+    assert "s3cretHash" not in out and "daemon" not in out and "root:" not in out
+
+
+def test_db_copy_to_a_closed_port_says_connection_refused(tmp_path: Path) -> None:
+    db = str(tmp_path / "src.db")
+    assert invoke("keys", "create", "--db", db, "--name", "seed", "--plan", "free")[0] == 0
+    with socket.socket() as sock:  # a port nobody listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        started = time.monotonic()
+        code, out = invoke(
+            "db", "copy", "--db", db, "--to", f"postgresql://u:pw@127.0.0.1:{port}/x"
+        )
+    assert code == 1
+    assert f"Error: cannot connect to PostgreSQL at 127.0.0.1:{port}: connection refused" in out
+    assert "pool" not in out and ":pw@" not in out
+    assert time.monotonic() - started < 8  # not the pool's 10 s wait
+
+
+def test_alerts_json_is_one_document(server: Receiver) -> None:
+    server.send({**events.sample("score.drop", id="evt_alert_json"), "sessionId": "sess_aj"})
+    deadline = time.monotonic() + 30
+    while True:
+        code, out = invoke("alerts", "--db", str(server.db), "--json")
+        assert code == 0
+        found = json.loads(out)  # the whole output: one document
+        if any(a["opened_event"] == "evt_alert_json" for a in found):
+            break
+        assert time.monotonic() < deadline, out
+        time.sleep(0.1)
+    assert isinstance(found, list) and all(isinstance(a, dict) for a in found)

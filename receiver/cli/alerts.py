@@ -18,7 +18,7 @@ from receiver.store.base import Tx
 
 @click.group(invoke_without_command=True)
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: an array of alerts.")
 @click.pass_context
 def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
     """List the alerts open now: sessions whose attention dropped, interventions not resolved.
@@ -43,8 +43,7 @@ def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
 
     found = with_store(db, read)
     if as_json:
-        for row in found:
-            echo(json.dumps(row))
+        click.echo(json.dumps(found, indent=2))  # JSON escapes control characters
         return
     if not found:
         echo("no open alerts")

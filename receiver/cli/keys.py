@@ -9,6 +9,8 @@ import click
 
 from receiver.api.auth import PREFIX, hash_key, new_key
 from receiver.cli._common import db_option, echo, when, with_store
+from receiver.events import iso_epoch
+from receiver.logs import escape
 from receiver.store import Store
 from receiver.store.records import PLANS, ROLES, ApiKey
 
@@ -24,9 +26,30 @@ def keys() -> None:
     """
 
 
+# A key's name is shown in listings, logs and the admin page, and typed to revoke it.
+NAME_MAX = 64
+
+
+def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """--name: 1 to NAME_MAX characters once trimmed, none of them a control character."""
+    name = value.strip()
+    if not name:
+        raise click.BadParameter("must not be empty")
+    if len(name) > NAME_MAX:
+        raise click.BadParameter(f"must be at most {NAME_MAX} characters; got {len(name)}")
+    if escape(name) != name:
+        raise click.BadParameter(f"must not contain control characters; got {escape(name)!r}")
+    return name
+
+
 @keys.command("create")
 @db_option
-@click.option("--name", required=True, help="A name to list and revoke the key by.")
+@click.option(
+    "--name",
+    required=True,
+    callback=_name,
+    help=f"A name to list and revoke the key by (1 to {NAME_MAX} characters).",
+)
 @click.option("--plan", type=click.Choice(list(PLANS)), required=True)
 @click.option("--role", type=click.Choice(ROLES), default="reader", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="The key and its record as JSON.")
@@ -102,6 +125,6 @@ def _public(k: ApiKey) -> dict[str, object]:
         "prefix": k.prefix,
         "role": k.role,
         "plan": k.plan,
-        "createdAt": k.created_at,
-        "revokedAt": k.revoked_at,
+        "createdAt": iso_epoch(k.created_at),
+        "revokedAt": None if k.revoked_at is None else iso_epoch(k.revoked_at),
     }

@@ -21,13 +21,23 @@ from receiver.logs import escape
 from receiver.store import Store
 from receiver.store.base import OUTBOX_STATES
 
+# The store's "dead" (out of attempts or out of time) is "failed" here, as in the API's
+# deliveries and the service's own words; --state dead and --all-dead still work.
+FAILED = "failed"
+_STATES = tuple(FAILED if state == "dead" else state for state in OUTBOX_STATES)
+
+
+def _state(state: str) -> str:
+    """A stored outbox state as the CLI shows it."""
+    return FAILED if state == "dead" else state
+
 
 @click.command()
 @db_option
 @click.option(
     "--state",
-    type=click.Choice(OUTBOX_STATES),
-    help="Only rows in this state.",
+    type=click.Choice([*_STATES, "dead"]),
+    help="Only rows in this state (dead: the same as failed).",
 )
 @click.option("--event", "event_id", help="Only rows of this event id.")
 @click.option("--limit", type=int, default=50, show_default=True)
@@ -37,12 +47,13 @@ def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_
 
     Example:
 
-        receiver deliveries --state dead
+        receiver deliveries --state failed
     """
-    rows = with_store(db, lambda s: s.deliveries(state=state, event_id=event_id, limit=limit))
+    stored = "dead" if state == FAILED else state
+    rows = with_store(db, lambda s: s.deliveries(state=stored, event_id=event_id, limit=limit))
     if as_json:
         for row in rows:
-            echo(json.dumps(row.__dict__))
+            echo(json.dumps({**row.__dict__, "state": _state(row.state)}))
         return
     if not rows:
         echo("no deliveries match")
@@ -59,7 +70,7 @@ def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_
             row.event_id,
             row.rule,
             row.label,
-            row.state,
+            _state(row.state),
             str(row.attempts),
             when(row.updated_at),
             row.last_error or row.reason or "",
@@ -71,22 +82,24 @@ def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_
 @click.command()
 @db_option
 @click.argument("row_id", type=int, required=False)
-@click.option("--all-dead", is_flag=True, help="Retry every dead row.")
+@click.option(
+    "--all-failed", "--all-dead", "all_dead", is_flag=True, help="Retry every failed row."
+)
 def retry(db: str, row_id: int | None, all_dead: bool) -> None:
-    """Send a dead notification again (its id from `receiver deliveries`), or all of them.
+    """Send a failed notification again (its id from `receiver deliveries`), or all of them.
 
     A running server picks the rows up within a few seconds.
 
     Example:
 
         receiver retry 17
-        receiver retry --all-dead
+        receiver retry --all-failed
     """
     if (row_id is None) == (not all_dead):
-        raise click.UsageError("give a row id or --all-dead (not both)")
+        raise click.UsageError("give a row id or --all-failed (not both)")
     n = with_store(db, lambda s: s.retry_dead(row_id, now=time.time()))
     if row_id is not None and n == 0:
-        raise click.ClickException(f"no dead delivery with id {row_id}")
+        raise click.ClickException(f"no failed delivery with id {row_id}")
     echo(f"{n} notification(s) queued again")
 
 

@@ -116,6 +116,14 @@ def load_text(
     """
     env = os.environ if env is None else env
     raw = _parse_yaml(text, source)
+    if raw and not any(key in raw for key in TOP_KEYS):
+        # Some other file (`receiver backtest /etc/shadow`): its keys are its lines, and
+        # may be secret, so none is named.
+        raise ConfigError(
+            f"not a rules file: none of the top-level keys {', '.join(TOP_KEYS)}"
+            f" ({len(raw)} other key{'s' if len(raw) != 1 else ''}, not shown)",
+            source=source,
+        )
     problems: list[str] = []
     try:
         FileSpec.model_validate(raw)

@@ -85,6 +85,7 @@ def copy_to_postgres(
     psycopg's (None never prepares: behind PgBouncer in transaction mode)."""
     import psycopg
 
+    _reach(target)
     asyncio.run(_migrate_postgres(target, prepare_threshold))
     copied = dict.fromkeys(TABLES, 0)
     with (
@@ -111,6 +112,25 @@ def copy_to_postgres(
                 f" coalesce((SELECT max(id) FROM {table}), 0) + 1, false)"
             )
     return copied
+
+
+def _reach(target: str) -> None:
+    """Raise StoreError saying why, if the PostgreSQL server at target takes no connection:
+    the store's pool would only say "pool initialization incomplete" after 10 s."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        psycopg.connect(target, connect_timeout=10).close()
+    except psycopg.Error as exc:
+        info = conninfo_to_dict(target)
+        where = f"{info.get('host') or 'localhost'}:{info.get('port') or 5432}"
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        # 'connection to server at "127.0.0.1", port 1 failed: Connection refused'
+        reason = first.rpartition(" failed: ")[2].strip() or first
+        raise StoreError(
+            f"cannot connect to PostgreSQL at {where}: {reason[:1].lower()}{reason[1:]}"
+        ) from None
 
 
 def _adapt(table: str, columns: tuple[str, ...], row: tuple[Any, ...]) -> tuple[Any, ...]:
