@@ -147,6 +147,9 @@ class Settings(BaseSettings):
     webhook_schedule: str = "1m,5m,30m,2h,8h"
     webhook_allow_private: bool = False
     webhook_allow_http: bool = False
+    # Subscriptions one API key may have (not counting deleted ones); the CLI's are not
+    # counted against any key.
+    webhooks_per_key: int = Field(default=100, gt=0)
     # The admin page (/admin): "off" removes it entirely.
     admin: Literal["on", "off"] = "on"
     # The upstream service (receiver.upstream): its base URL (ending in /v1), our API key

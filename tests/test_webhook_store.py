@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from receiver.store import Notification, Store
 from receiver.store.records import WEBHOOK_NOTIFIER
 from tests.test_store_contract import event, queue, run
@@ -43,3 +45,94 @@ def test_prune_deletes_failed_rows_whose_event_was_pruned_while_they_waited(
     # waits for a retry: kept.
     assert second["outbox"] == 2
     assert left == [("evt_2", "pending")]
+
+
+def test_subscriptions_belong_to_their_key_and_a_key_has_at_most_cap(store_url: str) -> None:
+    async def go(store: Store) -> Any:
+        async def add(n: int, owner: int | None, cap: int | None = 2) -> Any:
+            return await store.add_webhook(
+                public_id=f"wh_{n}",
+                url="https://hooks.example.com/in",
+                events=["score.drop"],
+                threshold=None,
+                format="service",
+                secret="s",
+                now=1.0,
+                owner=owner,
+                cap=cap,
+            )
+
+        one, two = await add(1, owner=7), await add(2, owner=7)
+        refused = await add(3, owner=7)  # the key's third: over its cap of 2
+        other = await add(4, owner=8)
+        operator = await add(5, owner=None)  # the CLI's: no key, no cap
+        await store.set_webhook("wh_1", now=2.0, status="deleted")
+        again = await add(6, owner=7)  # a deleted one no longer counts
+        return (
+            [one.owner, two.owner, refused, other.owner, operator.owner, again.owner],
+            (await store.webhook("wh_2")).owner,  # type: ignore[union-attr]
+            [h.public_id for h in await store.webhooks(owner=7)],
+            [h.public_id for h in await store.webhooks()],
+            [h.owner for h in await store.webhooks(active_only=True)],
+        )
+
+    owners, read, sevens, every, active = run(store_url, go)
+    assert owners == [7, 7, None, 8, None, 7]
+    assert read == 7
+    assert sevens == ["wh_2", "wh_6"]
+    assert every == ["wh_2", "wh_4", "wh_5", "wh_6"]
+    assert active == [7, 8, None, 7]
+
+
+def test_the_api_answers_409_past_a_keys_cap(store_url: str) -> None:
+    """The API over a real store, in process, with a cap of 2 (RECEIVER_WEBHOOKS_PER_KEY):
+    the third is 409 invalid_webhook; a deleted one makes room; another key has its own."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+
+    from receiver.api.auth import Access, hash_key
+    from receiver.api.webhooks import WebhooksAPI
+    from receiver.errors import RequestError
+    from receiver.notify.webhook import WebhookChannel
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestError)
+        return JSONResponse(exc.to_dict(), status_code=exc.status)
+
+    async def go(store: Store) -> list[tuple[int, str]]:
+        for name in ("a", "b"):
+            await store.add_key(
+                name=name, key_hash=hash_key(name), prefix=name, plan="enterprise",
+                role="writer", now=1.0,
+            )  # fmt: skip
+        channel = WebhookChannel(store, allow_private=True, allow_http=True)
+        api = WebhooksAPI(store, Access(store), channel, per_key=2)
+        app = Starlette(routes=api.routes(), exception_handlers={RequestError: refused})
+        body = {"url": "http://127.0.0.1:9/hook", "events": ["score.drop"]}
+        seen: list[tuple[int, str]] = []
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+
+            async def post(key: str) -> httpx.Response:
+                r = await client.post(
+                    "/v1/webhooks", json=body, headers={"Authorization": f"Bearer {key}"}
+                )
+                seen.append((r.status_code, r.json().get("error", {}).get("message", "")))
+                return r
+
+            first = (await post("a")).json()["id"]
+            await post("a")
+            await post("a")  # the third: refused
+            await post("b")  # another key's first
+            await client.delete(f"/v1/webhooks/{first}", headers={"Authorization": "Bearer a"})
+            await post("a")  # room again
+        await channel.close()
+        return seen
+
+    seen = run(store_url, go)
+    assert [status for status, _ in seen] == [201, 201, 409, 201, 201]
+    assert seen[2][1] == (
+        "this API key already has 2 subscriptions, the most RECEIVER_WEBHOOKS_PER_KEY"
+        " allows; delete one first"
+    )

@@ -324,6 +324,32 @@ def test_api_bodies_have_a_small_limit(api: Client) -> None:
     assert api.request("GET", "").json() == {"webhooks": []}
 
 
+def test_a_subscription_is_its_keys_and_an_admin_keys(api: Client, http_sink: HTTPSink) -> None:
+    """Any writer key could list, delete and rotate every team's subscriptions."""
+    server = api.server
+    mine = api.add(f"{http_sink.url}/mine", ["score.drop"])
+    other = Client(server, server.make_key("other-team", role="writer"))
+    theirs = other.add(f"{http_sink.url}/theirs", ["score.drop"])
+    assert [h["id"] for h in api.request("GET", "").json()["webhooks"]] == [mine["id"]]
+    assert [h["id"] for h in other.request("GET", "").json()["webhooks"]] == [theirs["id"]]
+    for method, path in (
+        ("GET", ""),
+        ("DELETE", ""),
+        ("POST", "/rotate-secret"),
+        ("GET", "/deliveries"),
+        ("POST", "/deliveries/1/retry"),
+    ):
+        got = error(other.request(method, f"/{mine['id']}{path}"))
+        assert got[:2] == (404, "webhook_not_found") and mine["id"] in got[2], (method, path)
+    admin = Client(server, server.make_key("ops", role="admin"))
+    listed = {h["id"] for h in admin.request("GET", "").json()["webhooks"]}
+    assert {mine["id"], theirs["id"]} <= listed
+    assert admin.request("POST", f"/{theirs['id']}/rotate-secret").status_code == 200
+    assert admin.request("DELETE", f"/{theirs['id']}").status_code == 204
+    assert other.request("GET", "").json() == {"webhooks": []}
+    assert api.get(mine["id"])["id"] == mine["id"]  # untouched by the other key
+
+
 def test_unsafe_subscribers_are_refused_unless_allowed(
     start: Callable[..., Receiver], http_sink: HTTPSink
 ) -> None:

@@ -27,6 +27,7 @@ from receiver.store import OutboxRow, Store
 from receiver.store.records import Webhook
 
 FORMATS = ("service", "standard")
+PER_KEY = 100  # subscriptions an API key may have: RECEIVER_WEBHOOKS_PER_KEY's default
 MAX_URL = 2048
 # Outbox states as a subscriber's delivery list shows them.
 DELIVERY_STATES = {"delivered": "delivered", "dead": "failed", "cancelled": "failed"}
@@ -123,6 +124,12 @@ async def validate(
     return url, list(dict.fromkeys(events)), threshold, form
 
 
+class WebhookLimitError(InvalidWebhookError):
+    """The key already has as many subscriptions as RECEIVER_WEBHOOKS_PER_KEY allows."""
+
+    status = 409
+
+
 async def register(
     store: Store,
     body: Any,
@@ -130,11 +137,15 @@ async def register(
     allow_private: bool,
     allow_http: bool,
     now: float,
+    owner: int | None = None,
+    cap: int | None = None,
 ) -> Webhook:
+    """Validate and store a subscription made by the API key owner (None: an operator, at
+    the CLI or the admin page), at most cap of them a key."""
     url, events, threshold, form = await validate(
         body, allow_private=allow_private, allow_http=allow_http
     )
-    return await store.add_webhook(
+    hook = await store.add_webhook(
         public_id="wh_" + secrets.token_urlsafe(12),
         url=url,
         events=events,
@@ -142,7 +153,15 @@ async def register(
         format=form,
         secret=new_secret(form),
         now=now,
+        owner=owner,
+        cap=cap,
     )
+    if hook is None:
+        raise WebhookLimitError(
+            f"this API key already has {cap} subscriptions, the most"
+            " RECEIVER_WEBHOOKS_PER_KEY allows; delete one first"
+        )
+    return hook
 
 
 class WebhooksAPI:
@@ -154,8 +173,10 @@ class WebhooksAPI:
         *,
         wake_worker: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
+        per_key: int = PER_KEY,
     ) -> None:
         self.store = store
+        self.per_key = per_key
         self.access = access
         self.channel = channel
         self.wake_worker = wake_worker
@@ -174,16 +195,18 @@ class WebhooksAPI:
         ]
 
     async def _hook(self, request: Request) -> tuple[Webhook, dict[str, str]]:
-        _, headers = await self.access.check(request, "writer")
+        """The subscription the path names, if the request's key may manage it: its own,
+        or any with an admin key. Another key's is not found (its existence is not told)."""
+        key, headers = await self.access.check(request, "writer")
         found = await self.store.webhook(request.path_params["id"])
-        if found is None:
+        if found is None or (key.role != "admin" and found.owner != key.id):
             raise WebhookNotFoundError(
                 f"no webhook has the id {request.path_params['id'][:100]!r}", headers=headers
             )
         return found, headers
 
     async def create(self, request: Request) -> Response:
-        _, headers = await self.access.check(request, "writer")
+        key, headers = await self.access.check(request, "writer")
         try:
             body = json.loads(await limits.read_body(request))
         except ValueError:
@@ -194,13 +217,16 @@ class WebhooksAPI:
             allow_private=self.channel.allow_private,
             allow_http=self.channel.allow_http,
             now=self.clock(),
+            owner=key.id,
+            cap=self.per_key,
         )
         self.channel.forget()
         return JSONResponse(describe(hook, secret=True), status_code=201, headers=headers)
 
     async def list(self, request: Request) -> Response:
-        _, headers = await self.access.check(request, "writer")
-        hooks = [describe(h) for h in await self.store.webhooks()]
+        key, headers = await self.access.check(request, "writer")
+        owner = None if key.role == "admin" else key.id
+        hooks = [describe(h) for h in await self.store.webhooks(owner=owner)]
         return JSONResponse({"webhooks": hooks}, headers=headers)
 
     async def one(self, request: Request) -> Response:

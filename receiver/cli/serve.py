@@ -108,6 +108,11 @@ from receiver.settings import Settings
     help="Let subscribers use plain http [RECEIVER_WEBHOOK_ALLOW_HTTP].",
 )
 @click.option(
+    "--webhooks-per-key",
+    type=int,
+    help="Subscriptions one API key may make [RECEIVER_WEBHOOKS_PER_KEY, 100].",
+)
+@click.option(
     "--admin",
     type=click.Choice(["on", "off"]),
     help="The admin page at /admin; off removes it [RECEIVER_ADMIN, on].",

@@ -293,8 +293,18 @@ class Store(Protocol):
         format: str,
         secret: str,
         now: float,
-    ) -> Webhook: ...
-    async def webhooks(self, *, active_only: bool = False) -> list[Webhook]: ...
+        owner: int | None = None,
+        cap: int | None = None,
+    ) -> Webhook | None:
+        """Store a subscription made by the key owner (None: an operator); None, storing
+        nothing, if that key already has cap subscriptions (deleted ones not counted)."""
+
+    async def webhooks(
+        self, *, active_only: bool = False, owner: int | None = None
+    ) -> list[Webhook]:
+        """The subscriptions not deleted (active_only: the active ones); owner: of that
+        key only."""
+
     async def webhook(self, public_id: str) -> Webhook | None: ...
     async def set_webhook(
         self,

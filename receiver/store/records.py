@@ -209,6 +209,7 @@ class Webhook:
     status: str  # active, disabled (410 Gone) or deleted
     created_at: float
     status_reason: str | None = None
+    owner: int | None = None  # the API key that made it; None: an operator's (the CLI)
 
 
 # -- the admin page ----------------------------------------------------------------------------

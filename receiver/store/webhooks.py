@@ -6,13 +6,22 @@ subscription's id)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from receiver.store.records import WEBHOOK_NOTIFIER, OutboxRow, Webhook
 from receiver.store.sql import OUTBOX_COLUMNS, WEBHOOK_COLUMNS, Query, webhook
 
 T = TypeVar("T")
+
+# The subscriptions read here carry their owner too (routing's reads need not).
+_COLUMNS = WEBHOOK_COLUMNS + ", owner"
+
+WEBHOOK_OWNER_SCHEMA = """
+    ALTER TABLE webhooks ADD COLUMN owner BIGINT;
+    CREATE INDEX webhooks_owner ON webhooks (owner, status)
+"""
 
 WEBHOOKS_SCHEMA = """
     CREATE TABLE webhooks (
@@ -55,28 +64,42 @@ class SQLWebhooks:
         format: str,
         secret: str,
         now: float,
-    ) -> Webhook:
-        def insert(q: Query) -> Webhook:
+        owner: int | None = None,
+        cap: int | None = None,
+    ) -> Webhook | None:
+        def insert(q: Query) -> Webhook | None:
+            if owner is not None and cap is not None:
+                (count,) = q(
+                    "SELECT count(*) FROM webhooks WHERE owner = ? AND status <> 'deleted'",
+                    (owner,),
+                ).fetchone()
+                if count >= cap:
+                    return None
             row = q(
                 "INSERT INTO webhooks (public_id, url, events, threshold, format, secret, status,"
-                f" created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?)"
-                f" RETURNING {WEBHOOK_COLUMNS}",
-                (public_id, url, json.dumps(events), threshold, format, secret, now, now),
+                " created_at, updated_at, owner) VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?, ?)"
+                f" RETURNING {_COLUMNS}",
+                (public_id, url, json.dumps(events), threshold, format, secret, now, now, owner),
             ).fetchone()
-            return webhook(row)
+            return _webhook(row)
 
         return await self._statements(insert)
 
-    async def webhooks(self, *, active_only: bool = False) -> list[Webhook]:
-        """Every subscription but the deleted ones (with active_only: the active ones)."""
+    async def webhooks(
+        self, *, active_only: bool = False, owner: int | None = None
+    ) -> list[Webhook]:
+        """Every subscription but the deleted ones (with active_only: the active ones);
+        with owner, those of that API key only."""
         where = "status = 'active'" if active_only else "status <> 'deleted'"
+        params: tuple[int, ...] = ()
+        if owner is not None:
+            where += " AND owner = ?"
+            params = (owner,)
 
         def select(q: Query) -> list[Webhook]:
             return [
-                webhook(row)
-                for row in q(
-                    f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE {where} ORDER BY id", ()
-                )
+                _webhook(row)
+                for row in q(f"SELECT {_COLUMNS} FROM webhooks WHERE {where} ORDER BY id", params)
             ]
 
         return await self._statements(select, write=False)
@@ -84,11 +107,10 @@ class SQLWebhooks:
     async def webhook(self, public_id: str) -> Webhook | None:
         def select(q: Query) -> Webhook | None:
             row = q(
-                f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE public_id = ?"
-                " AND status <> 'deleted'",
+                f"SELECT {_COLUMNS} FROM webhooks WHERE public_id = ? AND status <> 'deleted'",
                 (public_id,),
             ).fetchone()
-            return webhook(row) if row else None
+            return _webhook(row) if row else None
 
         return await self._statements(select, write=False)
 
@@ -108,12 +130,12 @@ class SQLWebhooks:
             row = q(
                 "UPDATE webhooks SET status = coalesce(?, status), status_reason = ?,"
                 " secret = coalesce(?, secret), updated_at = ?"
-                f" WHERE public_id = ? AND status <> 'deleted' RETURNING {WEBHOOK_COLUMNS}",
+                f" WHERE public_id = ? AND status <> 'deleted' RETURNING {_COLUMNS}",
                 (status, reason, secret, now, public_id),
             ).fetchone()
             if row is None:
                 return None
-            found = webhook(row)
+            found = _webhook(row)
             if status in ("deleted", "disabled"):
                 q(
                     "UPDATE outbox SET state = 'cancelled', reason = ?, updated_at = ?"
@@ -158,3 +180,8 @@ class SQLWebhooks:
             return OutboxRow(*row) if row else None
 
         return await self._statements(update)
+
+
+def _webhook(row: Sequence[Any]) -> Webhook:
+    """A subscription from a row of _COLUMNS: WEBHOOK_COLUMNS, then its owner."""
+    return replace(webhook(row[:-1]), owner=row[-1])

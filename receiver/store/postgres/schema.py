@@ -12,7 +12,7 @@ from receiver.errors import StoreError
 from receiver.store.admin import ADMIN_SCHEMA
 from receiver.store.upstream import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
-from receiver.store.webhooks import WEBHOOKS_SCHEMA
+from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
 
 # Advisory lock key for migrations; timers lock by name (lock_key).
 _MIGRATE_LOCK = 0x5EC0DE01
@@ -148,6 +148,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     UPSTREAM_SCHEMA,
     # 8: the read API's totals and aggregates without a scan.
     AGGREGATES_SCHEMA,
+    # 9: a subscription belongs to the API key that made it (SQLite's 12).
+    WEBHOOK_OWNER_SCHEMA,
 ]
 
 

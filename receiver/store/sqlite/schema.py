@@ -12,7 +12,7 @@ import sqlite_utils
 from receiver.store.admin import ADMIN_SCHEMA
 from receiver.store.upstream import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
-from receiver.store.webhooks import WEBHOOKS_SCHEMA
+from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
 
 
 def _in(column: str, values: Iterable[Any]) -> tuple[str, Any]:
@@ -167,6 +167,9 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     UPSTREAM_SCHEMA,
     # 11: the read API's totals and aggregates without a scan.
     AGGREGATES_SCHEMA,
+    # 12: a subscription belongs to the API key that made it (NULL: an operator's, made
+    # with the CLI or before this step, which admin keys manage).
+    WEBHOOK_OWNER_SCHEMA,
 ]
 
 
