@@ -356,3 +356,23 @@ def test_a_cookie_issued_in_the_second_of_a_sign_out_ends_with_it(
             assert (await admin.get("/admin/events")).status_code == 200
 
     asyncio.run(main())
+
+
+def test_odd_ids_in_admin_urls_answer_pages_not_500s(tmp_path: Path, http_sink: HTTPSink) -> None:
+    """Ids past what a store's integer holds, or digits int() refuses ("²")."""
+    huge = "9" * 30
+
+    async def main() -> None:
+        async with running(tmp_path, hook=http_sink.json_url("/hook")) as admin:
+            for path in (
+                f"/admin/notifications?before={huge}",
+                "/admin/notifications?before=²",
+                f"/admin/events?state=quarantined&before={huge}",
+            ):
+                await admin.page(path)
+            for path in (f"/admin/notifications/{huge}/retry", "/admin/jobs/²"):
+                assert (await admin.get(path)).status_code == 404, path
+            assert (await admin.post(f"/admin/notifications/{huge}/retry", {})).status_code == 404
+            assert (await admin.post(f"/admin/silences/{huge}/expire", {})).status_code == 303
+
+    asyncio.run(main())

@@ -90,6 +90,12 @@ def _showable(ts: float) -> float:
     return ts if 0 <= ts <= LAST_DATE else (LAST_DATE if not ts < 0 else 0.0)
 
 
+def _row_id(text: str | None) -> int | None:
+    """A row id from the URL: 1 to 18 ASCII digits (what a store's integer holds), else
+    None; "²" passes str.isdigit but not int(), and 10**30 passes int() but no store."""
+    return int(text) if text and re.fullmatch(r"[0-9]{1,18}", text) else None
+
+
 def _delivery(row: OutboxRow) -> dict[str, Any]:
     """A subscriber delivery as the API shows it, its times made showable first."""
     shown = replace(row, created_at=_showable(row.created_at), next_at=_showable(row.next_at))
@@ -466,7 +472,7 @@ class AdminPages:
         p = request.query_params
         before = p.get("before")
         rows = await self.store.quarantined(
-            before=int(before) if before and before.isdigit() else None, limit=PAGE + 1
+            before=_row_id(before), limit=PAGE + 1
         )
         more = len(rows) > PAGE
         rows = rows[:PAGE]
@@ -579,7 +585,7 @@ class AdminPages:
                 limit=PAGE + 1,
                 state=state if state in OUTBOX_STATES else None,
                 notifier=notifier,
-                before=int(before) if before and before.isdigit() else None,
+                before=_row_id(before),
             )
         )
         more = len(rows) > PAGE
@@ -596,7 +602,7 @@ class AdminPages:
 
     async def retry(self, request: Request, session: Session) -> Response:
         row_id = request.path_params["id"]
-        if not row_id.isdigit():
+        if _row_id(row_id) is None:
             return await self._missing(request, session, "notification")
         if request.method == "GET":
             return await self._confirm(
@@ -659,7 +665,7 @@ class AdminPages:
 
     async def job(self, request: Request, session: Session) -> Response:
         job_id = request.path_params["id"]
-        job = self.jobs.get(int(job_id)) if job_id.isdigit() else None
+        job = self.jobs.get(_row_id(job_id) or 0)
         if job is None:
             return await self._missing(request, session, "job")
         return await self._view(request, session, "job.html", {"job": job})
@@ -762,7 +768,7 @@ class AdminPages:
                 "Matching events notify again from now on.",
                 request.url.path,
             )
-        if silence_id.isdigit():
+        if _row_id(silence_id) is not None:
             now = self.clock()
             await self.store.transact(lambda tx: tx.expire_silence(int(silence_id), now))
         return self._back("/admin/silences")
