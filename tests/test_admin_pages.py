@@ -359,7 +359,8 @@ def test_a_cookie_issued_in_the_second_of_a_sign_out_ends_with_it(
 
 
 def test_odd_ids_in_admin_urls_answer_pages_not_500s(tmp_path: Path, http_sink: HTTPSink) -> None:
-    """Ids past what a store's integer holds, or digits int() refuses ("²")."""
+    """Ids past what a store's integer holds, or digits int() refuses ("²"); a threshold
+    that is not a number."""
     huge = "9" * 30
 
     async def main() -> None:
@@ -374,5 +375,11 @@ def test_odd_ids_in_admin_urls_answer_pages_not_500s(tmp_path: Path, http_sink: 
                 assert (await admin.get(path)).status_code == 404, path
             assert (await admin.post(f"/admin/notifications/{huge}/retry", {})).status_code == 404
             assert (await admin.post(f"/admin/silences/{huge}/expire", {})).status_code == 303
+            for threshold in ("abc", "nan", "1e999"):
+                made = await admin.post(
+                    "/admin/webhooks",
+                    {"url": http_sink.url, "events": "score.drop", "threshold": threshold},
+                )
+                assert made.status_code == 200 and "threshold must be a number" in made.text
 
     asyncio.run(main())

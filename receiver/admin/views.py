@@ -96,6 +96,17 @@ def _row_id(text: str | None) -> int | None:
     return int(text) if text and re.fullmatch(r"[0-9]{1,18}", text) else None
 
 
+def _form_number(text: str) -> float | str | None:
+    """A number typed in a form: None if empty; as typed if it is none (for the API's
+    own check to refuse, with its message)."""
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _delivery(row: OutboxRow) -> dict[str, Any]:
     """A subscriber delivery as the API shows it, its times made showable first."""
     shown = replace(row, created_at=_showable(row.created_at), next_at=_showable(row.next_at))
@@ -471,9 +482,7 @@ class AdminPages:
     async def _quarantine(self, request: Request, session: Session) -> Response:
         p = request.query_params
         before = p.get("before")
-        rows = await self.store.quarantined(
-            before=_row_id(before), limit=PAGE + 1
-        )
+        rows = await self.store.quarantined(before=_row_id(before), limit=PAGE + 1)
         more = len(rows) > PAGE
         rows = rows[:PAGE]
         next_page = urlencode({**p, "before": str(rows[-1].id)}) if more else None
@@ -807,7 +816,7 @@ class AdminPages:
             body = {
                 "url": str(form.get("url", "")).strip(),
                 "events": form.getlist("events"),
-                "threshold": float(str(form["threshold"])) if form.get("threshold") else None,
+                "threshold": _form_number(str(form.get("threshold") or "").strip()),
                 "format": str(form.get("format") or "service"),
             }
             try:
