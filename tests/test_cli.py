@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from click.testing import CliRunner
 
@@ -287,3 +288,51 @@ def test_alerts_json_is_one_document(server: Receiver) -> None:
         assert time.monotonic() < deadline, out
         time.sleep(0.1)
     assert isinstance(found, list) and all(isinstance(a, dict) for a in found)
+
+
+# --- issue 28, item 18: what README says is true -----------------------------------------
+
+
+def test_readme_demo_resends_the_same_bytes_without_a_conflict(
+    server: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    demo = readme[: readme.index("and the server's log shows each notification")]
+    sends = [
+        x.split("#")[0].split()[2:] for x in demo.splitlines() if x.startswith("$ receiver send")
+    ]
+    assert len(sends) == 3 and "--save" in sends[1] and "--file" in sends[2]
+    monkeypatch.chdir(tmp_path)
+    url = f"{server.url}/v1/events"
+    answers = [invoke(*args, "--url", url, RECEIVER_SECRETS=SECRET) for args in sends]
+    assert [out.split()[0] for _, out in answers] == ["202", "202", "200"]
+    assert '"status": "duplicate"' in answers[2][1]
+    assert (tmp_path / "evt_1.json").exists()
+    assert "conflict: event evt_1 " not in server.logs()
+
+
+def test_admin_page_views_do_not_count_against_the_plan_limit(server: Receiver) -> None:
+    """README: the plan limits /v1 requests, not admin page views."""
+    key = server.make_key("admin-free", plan="free", role="admin")  # 60 requests a minute
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        signed_in = client.post("/admin/login", data={"key": key})
+        assert signed_in.status_code == 303
+        codes = {client.get("/admin/rules").status_code for _ in range(61)}
+        assert codes == {200}
+        api = [
+            client.get("/v1/sessions", headers={"Authorization": f"Bearer {key}"})
+            for _ in range(61)
+        ]
+        assert api[-1].status_code == 429  # the plan limits the API
+
+
+def test_readme_says_how_the_rules_page_shows_var_urls() -> None:
+    from receiver.admin.views import redact
+
+    assert redact('hook: "json://u:${TOKEN}@hooks.example.com/x"') == (
+        'hook: "json://u:${TOKEN}@hooks.example.com/x"'
+    )
+    assert redact('hook: "json://u:tok3n@hooks.example.com/x"') == 'hook: "json://…"'
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    assert "a URL holding a `${VAR}` reference is shown as written instead" in readme
+    assert "Admin page views count against" not in readme

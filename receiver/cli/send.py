@@ -45,16 +45,30 @@ def sign(file: Any, secret: str | None) -> None:
 )
 @secret_option
 @click.option("--unsigned", is_flag=True, help="Send without a signature header (to test 401).")
-def send(url: str, secret: str | None, unsigned: bool, **event_args: Any) -> None:
+@click.option(
+    "--save",
+    type=click.File("wb"),
+    help="Also write the body sent to this file, to send the same bytes again with --file.",
+)
+def send(url: str, secret: str | None, unsigned: bool, save: Any, **event_args: Any) -> None:
     """Sign a sample event and POST it; print the status and the answer.
 
-    Exits 1 unless the answer is 2xx.
+    Exits 1 unless the answer is 2xx. Each sample gets the time now as its
+    timestamp, so sending --id evt_1 twice sends two different bodies under one
+    id: the second is answered 200 duplicate, and the server logs it as a
+    conflict. To resend as the service does (the same bytes), --save the first
+    and send it again with --file.
 
     Example:
 
+    \b
         receiver send --type score.drop --id evt_1 --score 12 --field context=checkout
+        receiver send --id evt_2 --save evt_2.json && receiver send --file evt_2.json
     """
     body = build_body(**event_args)
+    if save is not None:
+        save.write(body)
+        save.close()
     headers = {"content-type": "application/json"}
     if not unsigned:
         headers[signature.SIGNATURE_HEADER] = signature.sign(signing_secret(secret), body)
