@@ -369,6 +369,10 @@ def test_odd_ids_in_admin_urls_answer_pages_not_500s(tmp_path: Path, http_sink: 
                 f"/admin/notifications?before={huge}",
                 "/admin/notifications?before=²",
                 f"/admin/events?state=quarantined&before={huge}",
+                "/admin/events?before_at=nan&before_id=x",
+                "/admin/events?before_at=1e400&before_id=x",
+                "/admin/events?since=0001-01-01&until=9999-12-31T23:59:59-12:00",
+                "/admin/events?user=u&since=99999-01-01",
             ):
                 await admin.page(path)
             for path in (f"/admin/notifications/{huge}/retry", "/admin/jobs/²"):
