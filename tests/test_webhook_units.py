@@ -139,6 +139,15 @@ def test_new_secrets_have_each_formats_shape_and_differ() -> None:
         pytest.param("::", "private", id="unspecified-v6"),
         pytest.param("224.0.0.1", "multicast", id="multicast"),
         pytest.param("100.64.0.1", "not a public address", id="carrier-nat"),
+        pytest.param("64:ff9b::7f00:1", "carries 127.0.0.1, which is loopback", id="nat64"),
+        pytest.param("64:ff9b::a9fe:a9fe", "carries 169.254.169.254", id="nat64-metadata"),
+        pytest.param("64:ff9b:1::808:808", "local-use NAT64", id="nat64-local-use"),
+        pytest.param("2002:7f00:1::", "carries 127.0.0.1, which is loopback", id="6to4"),
+        pytest.param("2002:a00:1::1", "carries 10.0.0.1, which is private", id="6to4-private"),
+        pytest.param("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo", id="teredo"),
+        pytest.param("::7f00:1", "IPv4-compatible", id="v4-compatible"),
+        pytest.param("::808:808", "IPv4-compatible", id="v4-compatible-public"),
+        pytest.param("::ffff:0:7f00:1", "IPv4-translated", id="siit"),
     ],
 )
 def test_non_public_addresses_are_refused(address: str, why: str) -> None:
@@ -146,7 +155,15 @@ def test_non_public_addresses_are_refused(address: str, why: str) -> None:
     assert reason is not None and why in reason and address in reason
 
 
-@pytest.mark.parametrize("address", ["93.184.215.14", "2606:4700:4700::1111"])
+@pytest.mark.parametrize(
+    "address",
+    [
+        "93.184.215.14",
+        "2606:4700:4700::1111",
+        "64:ff9b::808:808",  # NAT64 of a public address: DNS64 on an IPv6-only network
+        "2002:808:808::1",  # 6to4 of a public address
+    ],
+)
 def test_public_addresses_pass(address: str) -> None:
     assert webhook._refused(address) is None
 

@@ -6,16 +6,16 @@ subscription's id)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from receiver.store.records import WEBHOOK_NOTIFIER, OutboxRow, Webhook
 from receiver.store.sql import OUTBOX_COLUMNS, WEBHOOK_COLUMNS, Query, webhook
 
 T = TypeVar("T")
 
-# The subscriptions read here carry their owner too (routing's reads need not).
+# The subscriptions read here carry their owner too (routing's reads need not): the
+# record's last field, so receiver.store.sql.webhook reads either form.
 _COLUMNS = WEBHOOK_COLUMNS + ", owner"
 
 WEBHOOK_OWNER_SCHEMA = """
@@ -81,7 +81,7 @@ class SQLWebhooks:
                 f" RETURNING {_COLUMNS}",
                 (public_id, url, json.dumps(events), threshold, format, secret, now, now, owner),
             ).fetchone()
-            return _webhook(row)
+            return webhook(row)
 
         return await self._statements(insert)
 
@@ -98,7 +98,7 @@ class SQLWebhooks:
 
         def select(q: Query) -> list[Webhook]:
             return [
-                _webhook(row)
+                webhook(row)
                 for row in q(f"SELECT {_COLUMNS} FROM webhooks WHERE {where} ORDER BY id", params)
             ]
 
@@ -110,7 +110,7 @@ class SQLWebhooks:
                 f"SELECT {_COLUMNS} FROM webhooks WHERE public_id = ? AND status <> 'deleted'",
                 (public_id,),
             ).fetchone()
-            return _webhook(row) if row else None
+            return webhook(row) if row else None
 
         return await self._statements(select, write=False)
 
@@ -135,7 +135,7 @@ class SQLWebhooks:
             ).fetchone()
             if row is None:
                 return None
-            found = _webhook(row)
+            found = webhook(row)
             if status in ("deleted", "disabled"):
                 q(
                     "UPDATE outbox SET state = 'cancelled', reason = ?, updated_at = ?"
@@ -181,7 +181,3 @@ class SQLWebhooks:
 
         return await self._statements(update)
 
-
-def _webhook(row: Sequence[Any]) -> Webhook:
-    """A subscription from a row of _COLUMNS: WEBHOOK_COLUMNS, then its owner."""
-    return replace(webhook(row[:-1]), owner=row[-1])
