@@ -350,6 +350,23 @@ def test_a_subscription_is_its_keys_and_an_admin_keys(api: Client, http_sink: HT
     assert api.get(mine["id"])["id"] == mine["id"]  # untouched by the other key
 
 
+def test_405_names_every_method_the_path_takes(api: Client) -> None:
+    """/v1/webhooks said Allow: POST though GET works; /v1/webhooks/{id} said GET, HEAD
+    though DELETE works."""
+    hook_id = api.add("http://127.0.0.1:9/hook", ["score.drop"])["id"]
+    for method, path, allowed in (
+        ("PUT", "", {"GET", "HEAD", "POST"}),
+        ("DELETE", "", {"GET", "HEAD", "POST"}),
+        ("POST", f"/{hook_id}", {"GET", "HEAD", "DELETE"}),
+        ("GET", f"/{hook_id}/rotate-secret", {"POST"}),
+    ):
+        r = api.request(method, path)
+        assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+        assert set(r.headers["allow"].replace(" ", "").split(",")) == allowed, (method, path)
+    assert api.request("HEAD", "").status_code == 200
+    assert api.request("HEAD", f"/{hook_id}").status_code == 200
+
+
 def test_unsafe_subscribers_are_refused_unless_allowed(
     start: Callable[..., Receiver], http_sink: HTTPSink
 ) -> None:
@@ -362,6 +379,9 @@ def test_unsafe_subscribers_are_refused_unless_allowed(
         "https://169.254.169.254/latest/meta-data/": "169.254.169.254 is link-local",
         "https://localhost:8443/hook": "is loopback",
         f"https://127.0.0.1:{http_sink.port}/hook": "loopback",
+        "https://[64:ff9b::7f00:1]/": "carries 127.0.0.1, which is loopback",
+        "https://[2002:7f00:1::]/": "carries 127.0.0.1, which is loopback",
+        "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/": "Teredo",
     }
     for url, words in refused.items():
         got = error(api.request("POST", "", {"url": url, "events": ["score.drop"]}))
@@ -698,6 +718,18 @@ def test_a_hanging_subscriber_does_not_delay_another(api: Client, http_sink: HTT
 
 
 def test_cli_add_list_deliveries_retry_rm(api: Client, http_sink: HTTPSink) -> None:
+    server = api.server
+    # The CLI's subscriptions are an operator's: no key owns them, admin keys manage them.
+    admin = Client(server, server.make_key("cli-admin", role="admin"))
+    try:
+        _cli_add_list_deliveries_retry_rm(admin, http_sink)
+    finally:
+        for hook_id in admin.created:
+            admin.request("DELETE", f"/{hook_id}")
+    assert api.request("GET", "").json() == {"webhooks": []}  # none is the writer's
+
+
+def _cli_add_list_deliveries_retry_rm(api: Client, http_sink: HTTPSink) -> None:
     server = api.server
     added = server.cli("webhooks", "add", "--url", f"{http_sink.url}/cli", "--event", "score.drop")
     assert added.returncode == 0, added.stderr

@@ -240,7 +240,7 @@ def document(version: str) -> dict[str, Any]:
 
 _WEBHOOK_FIELDS: dict[str, Any] = {
     "id": {"type": "string"},
-    "url": {"type": "string"},
+    "url": {"type": "string", "format": "uri", "maxLength": 2048},
     "events": {"type": "array", "items": {"type": "string", "enum": list(EVENT_TYPES)}},
     "threshold": {"type": "number", "nullable": True},
     "format": {"type": "string", "enum": ["service", "standard"]},
@@ -265,7 +265,13 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["url", "events"],
         "properties": {
-            "url": {"type": "string", "description": "https:// address to deliver to"},
+            "url": {
+                "type": "string",
+                "format": "uri",
+                "maxLength": 2048,
+                "description": "https:// address to deliver to (a public one: see"
+                " RECEIVER_WEBHOOK_ALLOW_PRIVATE and RECEIVER_WEBHOOK_ALLOW_HTTP)",
+            },
             "events": {
                 "type": "array",
                 "minItems": 1,
@@ -335,6 +341,10 @@ def _webhook_op(
         responses["404"] = _error("webhook_not_found")
     op: dict[str, Any] = {"summary": summary, "parameters": parameters, "responses": responses}
     if body:
+        responses["409"] = _error(
+            "invalid_webhook: the key already has RECEIVER_WEBHOOKS_PER_KEY subscriptions"
+        )
+        responses["413"] = _error("payload_too_large: a body over 16 KB")
         op["requestBody"] = {
             "required": True,
             "content": {
@@ -344,6 +354,22 @@ def _webhook_op(
     return op
 
 
+def _linked(create: dict[str, Any]) -> dict[str, Any]:
+    """POST /v1/webhooks with links from its 201 to what may follow it (for clients, and
+    schemathesis' stateful runs): the new subscription's id feeds each operation on it."""
+    by_id = {"id": "$response.body#/id"}
+    create["responses"]["201"]["links"] = {
+        name: {"operationRef": f"#/paths/{path.replace('/', '~1')}/{method}", "parameters": by_id}
+        for name, path, method in (
+            ("GetWebhook", "/v1/webhooks/{id}", "get"),
+            ("DeleteWebhook", "/v1/webhooks/{id}", "delete"),
+            ("RotateSecret", "/v1/webhooks/{id}/rotate-secret", "post"),
+            ("ListDeliveries", "/v1/webhooks/{id}/deliveries", "get"),
+        )
+    }
+    return create
+
+
 def _webhook_paths() -> dict[str, Any]:
     one = [_WEBHOOK_ID]
     delivery = {
@@ -351,13 +377,15 @@ def _webhook_paths() -> dict[str, Any]:
     }  # fmt: skip
     return {
         "/v1/webhooks": {
-            "post": _webhook_op(
-                "Subscribe (role writer); the secret is shown only here",
-                ("201", "WebhookWithSecret"),
-                [],
-                body=True,
-                invalid=True,
-                found=False,
+            "post": _linked(
+                _webhook_op(
+                    "Subscribe (role writer); the secret is shown only here",
+                    ("201", "WebhookWithSecret"),
+                    [],
+                    body=True,
+                    invalid=True,
+                    found=False,
+                )
             ),
             "get": _webhook_op("The subscriptions", ("200", "WebhookList"), [], found=False),
         },

@@ -10,7 +10,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -79,6 +79,18 @@ ROW_ID = re.compile(r"[0-9]{1,18}")
 def _row_id(text: str) -> int | None:
     """text as a delivery's row id, or None if it cannot be one."""
     return int(text) if ROW_ID.fullmatch(text) else None
+
+
+def _by_method(
+    **handlers: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """One endpoint for a path's methods (HEAD answered as GET)."""
+
+    async def endpoint(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        return await handlers[method](request)
+
+    return endpoint
 
 
 def _number(value: float | None) -> float | int | None:
@@ -184,11 +196,15 @@ class WebhooksAPI:
 
     def routes(self) -> list[Route]:
         base = "/v1/webhooks"
+        # One route a path, so a 405 names every method the path takes in its Allow (two
+        # routes of one path: the first one's methods only).
         return [
-            Route(base, self.create, methods=["POST"]),
-            Route(base, self.list, methods=["GET"]),
-            Route(base + "/{id}", self.one, methods=["GET"]),
-            Route(base + "/{id}", self.delete, methods=["DELETE"]),
+            Route(base, _by_method(GET=self.list, POST=self.create), methods=["GET", "POST"]),
+            Route(
+                base + "/{id}",
+                _by_method(GET=self.one, DELETE=self.delete),
+                methods=["GET", "DELETE"],
+            ),
             Route(base + "/{id}/rotate-secret", self.rotate, methods=["POST"]),
             Route(base + "/{id}/deliveries", self.deliveries, methods=["GET"]),
             Route(base + "/{id}/deliveries/{delivery}/retry", self.retry, methods=["POST"]),
