@@ -29,6 +29,10 @@ from tests.harness import SECRET, STARTUP_TIMEOUT
 from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+# Deadlines for conditions, generous for a busy machine (a wait that holds returns at once):
+# a log line to appear, and a server to exit after SIGTERM (`serve`'s grace is 10 s).
+WAIT = 30.0
+STOP_TIMEOUT = 30.0
 
 
 # --- loopback or not ---------------------------------------------------------------------
@@ -135,19 +139,9 @@ def test_factory_refuses_a_missing_rules_file(
 def test_factory_refusal_stops_uvicorn_workers(tmp_path: Path) -> None:
     """Exit status 3 makes uvicorn's --workers parent stop instead of restarting workers."""
     argv = ["-m", "uvicorn", "--factory", "receiver.app:from_env", "--workers", "2"]
-    proc = subprocess.Popen(
-        [sys.executable, *argv, "--port", str(free_port())],
-        cwd=tmp_path,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        _, err = proc.communicate(timeout=20)
-    finally:
-        _stop(proc)
-    assert "Error: RECEIVER_SECRETS is not set" in err.decode()
-    assert "failed to start, stopping the parent process" in err.decode()
+    _, _, err = _run_to_exit(tmp_path, _env(), *argv, "--port", str(free_port()))
+    assert "Error: RECEIVER_SECRETS is not set" in err
+    assert "failed to start, stopping the parent process" in err
 
 
 def test_factory_starts_anywhere_with_a_secret(clean_env: pytest.MonkeyPatch) -> None:
@@ -179,14 +173,31 @@ def _serve(cwd: Path, env: dict[str, str], *args: str) -> subprocess.Popen[bytes
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int:
-    """SIGTERM, then SIGKILL if it is still there after 5 s; the exit status."""
+    """SIGTERM, then SIGKILL if it is still there after STOP_TIMEOUT; the exit status."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
-            return proc.wait(5)
+            return proc.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
             proc.kill()
-    return proc.wait(5)
+    return proc.wait(10)
+
+
+def _run_to_exit(cwd: Path, env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """`python ARGS` run until it exits by itself, as a refusal to start does: its exit
+    status, stdout and stderr. Still running after STARTUP_TIMEOUT, it is stopped and the
+    test fails; its pipes are closed either way."""
+    with subprocess.Popen(
+        [sys.executable, *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=STARTUP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            raise AssertionError(
+                f"{' '.join(args)} still running after {STARTUP_TIMEOUT:g}s; stopped it"
+            ) from None
+    return proc.returncode, out.decode(), err.decode()
 
 
 @pytest.fixture
@@ -213,7 +224,7 @@ def _wait_healthy(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
     raise AssertionError(f"receiver did not start in {STARTUP_TIMEOUT}s:\n{log.read_text()}")
 
 
-def _wait_for_line(log: Path, text: str, timeout: float = 10) -> str:
+def _wait_for_line(log: Path, text: str, timeout: float = WAIT) -> str:
     deadline = time.monotonic() + timeout
     while True:
         for line in log.read_text(errors="replace").splitlines():
@@ -232,24 +243,13 @@ def _listening(port: int) -> bool:
 
 def test_serve_on_every_interface_without_a_secret_exits_2(tmp_path: Path) -> None:
     port = free_port()
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "receiver", "serve", "--port", str(port)],
-        cwd=tmp_path,
-        env=_env(RECEIVER_HOST="0.0.0.0"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        out, err = proc.communicate(timeout=15)
-    finally:
-        _stop(proc)
-    assert proc.returncode == 2
-    assert time.monotonic() - started < 15
-    message = err.decode()
+    serve = ("-m", "receiver", "serve", "--port", str(port))
+    code, out, message = _run_to_exit(tmp_path, _env(RECEIVER_HOST="0.0.0.0"), *serve)
+    assert code == 2
     assert message.startswith("Error: RECEIVER_SECRETS is not set"), message
     assert '"0.0.0.0" is not a loopback address' in message
-    assert out == b""
+    assert "receiving on" not in message
+    assert out == ""
     assert not _listening(port)
     assert list(tmp_path.iterdir()) == []  # no database, nothing written
 
@@ -317,19 +317,9 @@ def test_zero_config_serves_on_the_built_in_rules_then_adopts_init(
 
 def test_a_missing_rules_file_named_by_receiver_rules_fails_clearly(tmp_path: Path) -> None:
     missing = tmp_path / "conf" / "rules.yaml"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "receiver", "serve", "--port", str(free_port())],
-        cwd=tmp_path,
-        env=_env(RECEIVER_RULES=str(missing)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        _, err = proc.communicate(timeout=15)
-    finally:
-        _stop(proc)
-    assert proc.returncode == 1
-    message = err.decode()
+    serve = ("-m", "receiver", "serve", "--port", str(free_port()))
+    code, _, message = _run_to_exit(tmp_path, _env(RECEIVER_RULES=str(missing)), *serve)
+    assert code == 1
     assert f"Error: {missing}: cannot read rules file: no such file or directory" in message
     assert f"RECEIVER_RULES (--rules) names this file: create it (`receiver init {missing}`)" in (
         message
