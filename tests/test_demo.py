@@ -45,11 +45,11 @@ def _count(summary: str, what: str) -> int:
 
 
 def test_a_short_demo_runs_the_whole_chain(tmp_path: Path) -> None:
-    demo = _demo("--seconds", "12", "--keep", str(tmp_path))
-    try:
-        out, _ = demo.communicate(timeout=120)
-    finally:
-        _kill_if_running(demo)
+    with _demo("--seconds", "12", "--keep", str(tmp_path)) as demo:  # closes its pipe
+        try:
+            out, _ = demo.communicate(timeout=120)
+        finally:
+            _kill_if_running(demo)
     assert demo.returncode == 0, out
     assert "receiver upstream register -> wh_" in out
     assert "receiver stopped for" in out and "receiver back" in out
@@ -66,18 +66,18 @@ def test_a_short_demo_runs_the_whole_chain(tmp_path: Path) -> None:
 
 
 def test_an_interrupted_demo_stops_everything_it_started(tmp_path: Path) -> None:
-    demo = _demo("--seconds", "60", "--keep", str(tmp_path))
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (tmp_path / "receiver.log").exists():
-            time.sleep(0.1)
-        time.sleep(1)
-        children = set(_descendants(demo.pid))
-        assert children  # the fake upstream at least
-        demo.send_signal(signal.SIGINT)
-        out, _ = demo.communicate(timeout=60)
-    finally:
-        _kill_if_running(demo)
+    with _demo("--seconds", "60", "--keep", str(tmp_path)) as demo:  # closes its pipe
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (tmp_path / "receiver.log").exists():
+                time.sleep(0.1)
+            time.sleep(1)
+            children = set(_descendants(demo.pid))
+            assert children  # the fake upstream at least
+            demo.send_signal(signal.SIGINT)
+            out, _ = demo.communicate(timeout=60)
+        finally:
+            _kill_if_running(demo)
     assert demo.returncode == 130, out
     assert "interrupted" in out and "demo summary" in out
     # Orphans would be reparented away from us: look each one up instead.

@@ -192,8 +192,14 @@ def test_processes_opening_a_new_file_together_migrate_it_once(tmp_path: Path) -
         subprocess.Popen([sys.executable, "-c", script, str(db)], stderr=subprocess.PIPE)
         for _ in range(8)
     ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err.decode()
+    try:
+        errors = [proc.communicate(timeout=60)[1].decode() for proc in procs]
+    finally:
+        for proc in procs:
+            with proc:  # on the way out: closes its pipe, waits for it
+                if proc.poll() is None:
+                    proc.kill()
+    for proc, err in zip(procs, errors, strict=True):
+        assert proc.returncode == 0, err
     versions = sqlite3.connect(db).execute("SELECT version FROM schema_version").fetchall()
     assert versions == [(v,) for v in range(1, len(MIGRATIONS) + 1)]
