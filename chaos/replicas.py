@@ -56,6 +56,7 @@ from chaos.scenarios import (
     delivered_titles,
     finish_simulator,
     start_simulator,
+    wait_for_load,
 )
 from tests.harness import Receiver
 from tests.pg import ThrowawayPostgres
@@ -187,6 +188,7 @@ def run(tmp: Path, *, faults: Faults, load: Load) -> Outcome:
             server.start()
         balancer = Balancer([s.url for s in servers]).start()
         sim = start_simulator(balancer.url, load, record)
+        wait_for_load(servers[0], sim)  # the replicas share one database
         first = faults.kills // 2 if faults.pg_after is None else faults.pg_after
         restarts += _kill_random(servers, first, rng, faults.gap, crashes)
         if faults.pg_down > 0:

@@ -21,6 +21,7 @@ runs them big and writes the figures. Sizes are parameters, never hidden.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import signal
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,6 +82,9 @@ ENV = {
     "RECEIVER_WEBHOOK_TIMEOUT": "1",
     "RECEIVER_LOG_LEVEL": "info",
 }
+# The longest a scenario waits for a condition (the load to arrive, a send to fail): a busy
+# machine takes seconds to start the simulator's process. A wait that holds returns at once.
+WAIT = 60.0
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,37 @@ def start_simulator(url: str, load: Load, record: Path) -> subprocess.Popen[byte
     ]
     env = {"RECEIVER_SIGN_SECRET": SECRET, "PATH": "/usr/bin:/bin"}
     return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@contextlib.contextmanager
+def simulator(url: str, load: Load, record: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """start_simulator's process for the block: killed if still running at its end (a
+    scenario that failed part-way), its pipes closed either way."""
+    with start_simulator(url, load, record) as proc:
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def until(check: Callable[[], object], what: str, timeout: float = WAIT) -> None:
+    """Poll check() until it is truthy; past the deadline, fail naming what."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def wait_for_load(server: Receiver, sim: subprocess.Popen[bytes]) -> None:
+    """Until the receiver has stored an event of the simulator's (or the simulator ended):
+    damage done before then would not be done under load."""
+    stored = "SELECT 1 FROM events LIMIT 1"
+    until(
+        lambda: sim.poll() is not None or dbview.query(server.db_url, stored),
+        "the simulator's first event",
+    )
 
 
 def finish_simulator(proc: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
@@ -336,6 +372,11 @@ def check(
     return outcome
 
 
+def _retried(server: Receiver) -> float:
+    """Sends that failed (refused, timed out) and wait for a retry, from /metrics."""
+    return server.metric("receiver_notifications_total", 'outcome="retried"')
+
+
 def _setup(tmp: Path, env: dict[str, str] | None = None) -> tuple[Receiver, HTTPSink]:
     sink = HTTPSink().start()
     server = Receiver(tmp, rules=RULES.format(url=sink.json_url("/n")), env={**ENV, **(env or {})})
@@ -354,14 +395,15 @@ def crash(
     restarts: list[float] = []
     try:
         server.start()
-        sim = start_simulator(server.url, load, record)
-        for _ in range(kills):
-            time.sleep(rng.uniform(*gap))
-            server.kill()
-            began = time.monotonic()
-            server.start()
-            restarts.append(time.monotonic() - began)
-        summary = finish_simulator(sim, timeout=load.duration + load.max_wait + 60)
+        with simulator(server.url, load, record) as sim:
+            wait_for_load(server, sim)
+            for _ in range(kills):
+                time.sleep(rng.uniform(*gap))
+                server.kill()
+                began = time.monotonic()
+                server.start()
+                restarts.append(time.monotonic() - began)
+            summary = finish_simulator(sim, timeout=load.duration + load.max_wait + 60)
         check(outcome, server, sink, summary, record, settle=settle)
     finally:
         if server.proc is not None:
@@ -386,16 +428,17 @@ def sigterm(tmp: Path, *, stops: int, load: Load, settle: float = 30) -> Outcome
     stop_times: list[float] = []
     try:
         server.start()
-        sim = start_simulator(server.url, load, record)
-        for _ in range(stops):
-            time.sleep(rng.uniform(1.0, 2.0))
-            began = time.monotonic()
-            code = server.stop(signal.SIGTERM, timeout=30)
-            stop_times.append(time.monotonic() - began)
-            if code not in (0, -signal.SIGTERM):
-                outcome.problems.append(f"SIGTERM exit code {code}")
-            server.start()
-        summary = finish_simulator(sim, timeout=load.duration + load.max_wait + 60)
+        with simulator(server.url, load, record) as sim:
+            wait_for_load(server, sim)
+            for _ in range(stops):
+                time.sleep(rng.uniform(1.0, 2.0))
+                began = time.monotonic()
+                code = server.stop(signal.SIGTERM, timeout=30)
+                stop_times.append(time.monotonic() - began)
+                if code not in (0, -signal.SIGTERM):
+                    outcome.problems.append(f"SIGTERM exit code {code}")
+                server.start()
+            summary = finish_simulator(sim, timeout=load.duration + load.max_wait + 60)
         check(outcome, server, sink, summary, record, settle=settle)
         closed = server.logs().count("; store closed")  # "stopped [in 0.2s]; store closed"
         if closed < stops:
@@ -415,8 +458,9 @@ def sigterm(tmp: Path, *, stops: int, load: Load, settle: float = 30) -> Outcome
 def outage(tmp: Path, *, down: float, load: Load, settle: float = 30) -> Outcome:
     """The notifier's endpoint refuses connections for `down` seconds under load, then returns.
 
-    Ingest must not notice: the simulator's latency is compared with a quiet
-    first phase, and every notification must arrive once the sink is back.
+    The outage begins once notifications reach the sink, and lasts until a send has
+    failed against it too. Ingest must not notice, and every notification must
+    arrive once the sink is back.
     """
     started = time.monotonic()
     server, sink = _setup(tmp)
@@ -424,14 +468,20 @@ def outage(tmp: Path, *, down: float, load: Load, settle: float = 30) -> Outcome
     record = tmp / "record.tsv"
     try:
         server.start()
-        sim = start_simulator(server.url, load, record)
-        time.sleep(min(1.0, load.duration / 4))
-        sink.stop()
-        time.sleep(down)
-        sink.start()
-        summary = finish_simulator(sim, timeout=load.duration + load.max_wait + down + 60)
+        with simulator(server.url, load, record) as sim:
+            until(lambda: sink.requests or sim.poll() is not None, "the first notification")
+            sink.stop()
+            down_at = time.monotonic()
+            time.sleep(down)
+            until(
+                lambda: _retried(server) > 0 or sim.poll() is not None,
+                "a send to fail while the sink is down",
+            )
+            sink.start()
+            down_s = time.monotonic() - down_at
+            summary = finish_simulator(sim, timeout=load.duration + load.max_wait + down + 60)
         check(outcome, server, sink, summary, record, settle=settle)
-        failed_tries = server.metric("receiver_notifications_total", 'outcome="retried"')
+        failed_tries = _retried(server)
     finally:
         if server.proc is not None:
             server.stop()
@@ -439,7 +489,7 @@ def outage(tmp: Path, *, down: float, load: Load, settle: float = 30) -> Outcome
     if summary.get("errors"):
         outcome.problems.append(f"ingest errors during the outage: {summary['errors']}")
     outcome.figures = {
-        "down_s": down,
+        "down_s": round(down_s, 1),
         "notification_retries": int(failed_tries),
         "ingest_p50_ms": summary.get("p50_ms"),
         "ingest_p99_ms": summary.get("p99_ms"),
@@ -449,7 +499,8 @@ def outage(tmp: Path, *, down: float, load: Load, settle: float = 30) -> Outcome
 
 
 def slow_sink(tmp: Path, *, answer_after: float, slow_for: float, load: Load) -> Outcome:
-    """The notifier's endpoint answers only after `answer_after` seconds for `slow_for` seconds.
+    """The notifier's endpoint answers only after `answer_after` seconds for `slow_for` seconds,
+    and until a send has timed out against it.
 
     Workers time out (RECEIVER_NOTIFY_TIMEOUT=1) and retry; ingest latency stays
     what it was, since sending never happens on the request path.
@@ -461,11 +512,16 @@ def slow_sink(tmp: Path, *, answer_after: float, slow_for: float, load: Load) ->
     try:
         server.start()
         sink.delay(answer_after)
-        sim = start_simulator(server.url, load, record)
-        time.sleep(slow_for)
-        timeouts = server.metric("receiver_notifications_total", 'outcome="retried"')
-        sink.ok()
-        summary = finish_simulator(sim, timeout=load.duration + load.max_wait + 60)
+        with simulator(server.url, load, record) as sim:
+            slow_until = time.monotonic() + slow_for
+            until(
+                lambda: _retried(server) > 0 or sim.poll() is not None,
+                "a send to the slow sink to time out",
+            )
+            time.sleep(max(0.0, slow_until - time.monotonic()))
+            timeouts = _retried(server)
+            sink.ok()
+            summary = finish_simulator(sim, timeout=load.duration + load.max_wait + 60)
         check(outcome, server, sink, summary, record, settle=30)
     finally:
         if server.proc is not None:
@@ -494,9 +550,8 @@ def baseline(tmp: Path, *, load: Load) -> Outcome:
     record = tmp / "record.tsv"
     try:
         server.start()
-        summary = finish_simulator(
-            start_simulator(server.url, load, record), timeout=load.duration + load.max_wait + 60
-        )
+        with simulator(server.url, load, record) as sim:
+            summary = finish_simulator(sim, timeout=load.duration + load.max_wait + 60)
         check(outcome, server, sink, summary, record, settle=30)
     finally:
         if server.proc is not None:

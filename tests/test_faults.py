@@ -14,9 +14,15 @@ from chaos.scenarios import Load
 from receiver.notify.worker import RECORD_RETRY
 from tests import pg
 
-pytestmark = pytest.mark.e2e
+# The sender retries 0.2, 1, 6, 24 and 96 s apart (127.2 s in all), and keeps at it for
+# MAX_WAIT after the load: its whole schedule for the last event, with room for attempts
+# that time out. So it gives up only when the service would, however long a busy machine
+# keeps the receiver down (three restarts took 21 s each once); a run ends as soon as every
+# event is acknowledged. Each test's time limit is above that wait.
+MAX_WAIT = 150
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
-SMALL = Load(sessions=30, duration=4, tick=0.05, max_wait=30)
+SMALL = Load(sessions=30, duration=4, tick=0.05, max_wait=MAX_WAIT)
 
 
 def _assert_held(outcome: scenarios.Outcome) -> None:
@@ -57,7 +63,7 @@ def test_replicas_lose_nothing_through_kills_and_a_postgres_crash(tmp_path: Path
         if os.environ.get("CI"):
             pytest.fail(f"PostgreSQL tests cannot run: {why}")
         pytest.skip(f"PostgreSQL tests SKIPPED: {why}")
-    load = Load(sessions=20, duration=12, tick=0.05, max_wait=30, timeout=10)
+    load = Load(sessions=20, duration=12, tick=0.05, max_wait=MAX_WAIT, timeout=10)
     # Every delivery beyond the first must follow a crash (or a send that timed out), and
     # no crash may resend more than was in flight; how many a kill costs depends on the
     # moment (the full run reports it against the one a kill), so not asserted here.
