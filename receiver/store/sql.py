@@ -447,6 +447,22 @@ class SQLTx:
 Query = Callable[[str, Sequence[Any]], Any]  # (sql with ? placeholders, params) -> cursor
 
 
+# A due row whose alert has an earlier message to the same target still to be sent waits
+# for it. The index below holds only rows still to be sent, so the check is one short range
+# whatever the history; without it SQLite walked every earlier row of the target (0.6 s a
+# claim with 50,000 rows kept, against 5 ms).
+OUTBOX_ORDER_SCHEMA = """
+CREATE INDEX outbox_alert_waiting ON outbox (alert, notifier, target, id)
+    WHERE alert IS NOT NULL AND state IN ('pending', 'sending', 'held')
+"""
+_IN_ORDER = (
+    "(due.alert IS NULL OR NOT EXISTS (SELECT 1 FROM outbox AS earlier"
+    " WHERE earlier.alert = due.alert AND earlier.notifier = due.notifier"
+    " AND earlier.target = due.target AND earlier.id < due.id"
+    " AND earlier.state IN ('pending', 'sending', 'held')))"
+)
+
+
 class SQLOutbox:
     """The Store's outbox and operator methods both stores share (claims under a lease,
     outcomes, listings), over the store's own way to run statements (_statements)."""
@@ -471,12 +487,18 @@ class SQLOutbox:
     ) -> list[OutboxRow]:
         """Lease due rows for sending, oldest due first: up to lanes[(notifier, target)]
         rows of each target named in lanes, and up to limit rows of all other targets
-        (of every target when lanes is None). Each claim counts as an attempt."""
+        (of every target when lanes is None). Each claim counts as an attempt.
+
+        The messages of one alert to one target go out in the order they were made: a row
+        waits (is not claimed) while an earlier row of its alert to the same notifier and
+        target is still to be sent (pending, held, or sending), so after an outage the
+        resolved message follows its opener instead of overtaking it."""
         update = (
             "UPDATE outbox SET state = 'sending', lease_until = ?, attempts = attempts + 1,"
-            " updated_at = ? WHERE id IN (SELECT id FROM outbox WHERE"
+            " updated_at = ? WHERE id IN (SELECT id FROM outbox AS due WHERE"
             " state IN ('pending', 'sending', 'held') AND next_at <= ?"
             " AND (state <> 'sending' OR lease_until <= ?) {where}"
+            f" AND {_IN_ORDER}"
             f" ORDER BY next_at LIMIT ?{self._claim_lock}) RETURNING {OUTBOX_COLUMNS}"
         )
         head = (now + lease, now, now, now)

@@ -10,6 +10,7 @@ from typing import Any
 
 from receiver.errors import StoreError
 from receiver.store.admin import ADMIN_SCHEMA
+from receiver.store.sql import OUTBOX_ORDER_SCHEMA
 from receiver.store.upstream import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
@@ -150,6 +151,9 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     AGGREGATES_SCHEMA,
     # 9: a subscription belongs to the API key that made it (SQLite's 12).
     WEBHOOK_OWNER_SCHEMA,
+    # 10: the messages of one alert to one target go out in order: a claim finds the rows
+    # still to be sent ahead of a row of its alert at once (SQLite's 13).
+    OUTBOX_ORDER_SCHEMA,
 ]
 
 

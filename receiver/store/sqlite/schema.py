@@ -10,6 +10,7 @@ from typing import Any
 import sqlite_utils
 
 from receiver.store.admin import ADMIN_SCHEMA
+from receiver.store.sql import OUTBOX_ORDER_SCHEMA
 from receiver.store.upstream import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
@@ -170,6 +171,9 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     # 12: a subscription belongs to the API key that made it (NULL: an operator's, made
     # with the CLI or before this step, which admin keys manage).
     WEBHOOK_OWNER_SCHEMA,
+    # 13: the messages of one alert to one target go out in order: a claim finds the rows
+    # still to be sent ahead of a row of its alert at once (PostgreSQL's 10).
+    OUTBOX_ORDER_SCHEMA,
 ]
 
 
