@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from receiver import events  # noqa: E402
-from tests.harness import Receiver  # noqa: E402
 from tests import servers  # noqa: E402
+from tests.harness import Receiver  # noqa: E402
 from tests.servers import HTTPSink  # noqa: E402
 
 # The sink's listen backlog: socketserver's 5 overflowed with hundreds of subscribers
@@ -59,12 +59,16 @@ def register(server: Receiver, sink: HTTPSink, count: int) -> None:
             r.raise_for_status()
 
 
-def poll(url: str, stop: threading.Event, latencies: list[float]) -> None:
+def poll(
+    url: str, stop: threading.Event, latencies: list[float], at: list[float] | None = None
+) -> None:
     with httpx.Client(timeout=60) as client:
         while not stop.is_set():
             started = time.perf_counter()
             client.get(f"{url}/healthz")
             latencies.append(time.perf_counter() - started)
+            if at is not None:
+                at.append(time.monotonic())
             stop.wait(0.01)
 
 
@@ -80,8 +84,9 @@ def main() -> None:
             server.stop()
             server.start()
             latencies: list[float] = []
+            at: list[float] = []  # when each probe started
             stop = threading.Event()
-            poller = threading.Thread(target=poll, args=(server.url, stop, latencies))
+            poller = threading.Thread(target=poll, args=(server.url, stop, latencies, at))
             poller.start()
             time.sleep(0.5)  # a baseline before the first event
             baseline = len(latencies)
@@ -96,6 +101,8 @@ def main() -> None:
             poller.join()
         finally:
             server.stop()
+    probes = list(zip(latencies[baseline:], at[baseline:], strict=True))
+    worst = sorted(probes, reverse=True)[:5]
     during = sorted(latencies[baseline:])
     p99 = during[min(len(during) - 1, int(len(during) * 0.99))]
     print(
@@ -103,6 +110,10 @@ def main() -> None:
         f" {took:.1f}s; /healthz during ({len(during)} requests): p50"
         f" {statistics.median(during) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms,"
         f" max {during[-1] * 1000:.1f} ms"
+    )
+    print(
+        "slowest probes (ms, answered at s after the first event): "
+        + ", ".join(f"{lat * 1000:.0f} @ {end - started:.1f}" for lat, end in worst)
     )
 
 
