@@ -808,6 +808,30 @@ def test_every_subscriber_shares_one_tls_context_built_off_the_loop(
     assert loads == [False]  # one load, in a worker thread
 
 
+def test_sends_in_flight_share_one_read_of_the_subscriptions() -> None:
+    """Every delivery asks for the subscriptions; each asking while a read was under way
+    read them all again: 1,000 first deliveries stalled /healthz for 47 s."""
+
+    class Subscriptions:
+        reads = 0
+
+        async def webhooks(self, *, active_only: bool) -> list[Webhook]:
+            self.reads += 1
+            await asyncio.sleep(0.05)  # a read takes a while
+            return [hook(i) for i in range(1, 1001)]
+
+    async def main() -> tuple[int, int]:
+        store = Subscriptions()
+        ch = WebhookChannel(store)  # type: ignore[arg-type]
+        try:
+            found = await asyncio.gather(*(ch.subscriptions() for _ in range(200)))
+            return store.reads, len({id(subs) for subs in found})
+        finally:
+            await ch.close()
+
+    assert asyncio.run(main()) == (1, 1)
+
+
 def test_share_cuts_the_room_to_the_budget_a_lane_at_a_time() -> None:
     lanes = {("a", 0): 8, ("b", 0): 8, ("c", 0): 0, ("d", 0): 2}
     for _ in range(20):  # the order is random; the shape is not
