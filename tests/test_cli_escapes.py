@@ -96,3 +96,9 @@ def test_silence_reasons_and_matchers_are_escaped(stored: Receiver) -> None:
 def test_json_output_stays_json(stored: Receiver) -> None:
     for line in run(stored, "deliveries", "--json").splitlines():
         assert json.loads(line)["event_id"] == HOSTILE
+
+
+def test_explain_escapes_the_event_id_and_values(stored: Receiver) -> None:
+    out = run(stored, "explain", "--id", HOSTILE, "--user", USER, "--rules", str(stored.rules))
+    assert_escaped(out)
+    assert out.startswith("event evt_\\x1b]0;pwned\\x07")

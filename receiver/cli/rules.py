@@ -131,7 +131,7 @@ def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -
         raise click.ClickException(f"not a valid event: {exc}") from exc
     payload = event.payload()
     enrichment = _enrichment(ruleset, payload, db)
-    echo_lines(ruleset.explain(payload, enrichment).format().splitlines())
+    echo_lines(ruleset.explain(payload, enrichment).lines())
     for note in env_notes(ruleset, no_env=no_env):
         echo(note)
     lines = _lifecycle_now(ruleset, payload, db)

@@ -89,6 +89,11 @@ class Explanation:
 
     def format(self) -> str:
         """Readable text for `receiver explain`."""
+        return "\n".join(self.lines())
+
+    def lines(self) -> list[str]:
+        """format()'s lines, each one line of text but for a value's own line breaks (an
+        event id with a newline), which a terminal shows escaped (cli echo_lines)."""
         head = f"event {self.event_id or '(no id)'} ({self.event_type or 'no type'})"
         lines = [head]
         for number, outcome in enumerate(self.rules, start=1):
@@ -118,7 +123,7 @@ class Explanation:
                 f"        + if an alert for {self.alert} is open: up to {more} resolved"
                 f" message{'s' if more != 1 else ''} ({count + more} notifications in all)"
             )
-        return "\n".join(lines)
+        return lines
 
 
 def explain(
