@@ -3,6 +3,8 @@ finished deliveries whose event went first, and subscriptions owned by the key t
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -136,3 +138,38 @@ def test_the_api_answers_409_past_a_keys_cap(store_url: str) -> None:
         "this API key already has 2 subscriptions, the most RECEIVER_WEBHOOKS_PER_KEY"
         " allows; delete one first"
     )
+
+
+def test_the_served_app_takes_its_cap_from_the_setting(tmp_path: Path) -> None:
+    """RECEIVER_WEBHOOKS_PER_KEY reaches the API of the app `receiver serve` runs."""
+    from receiver.api.auth import hash_key
+    from receiver.app import create_app
+    from receiver.settings import Settings
+
+    settings = Settings(
+        db=str(tmp_path / "r.db"),
+        secrets="a-test-secret-of-enough-length",
+        webhooks_per_key=1,
+        webhook_allow_private=True,
+        webhook_allow_http=True,
+    )
+    app = create_app(settings)
+    body = {"url": "http://127.0.0.1:9/hook", "events": ["score.drop"]}
+
+    async def go() -> list[int]:
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(transport=transport, base_url="http://t") as client,
+        ):
+            await app.state.store.add_key(
+                name="w", key_hash=hash_key("w"), prefix="w", plan="enterprise",
+                role="writer", now=1.0,
+            )  # fmt: skip
+            auth = {"Authorization": "Bearer w"}
+            return [
+                (await client.post("/v1/webhooks", json=body, headers=auth)).status_code
+                for _ in range(2)
+            ]
+
+    assert asyncio.run(go()) == [201, 409]
