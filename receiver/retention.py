@@ -23,7 +23,7 @@ log = logging.getLogger("receiver.retention")
 BATCH = 500  # rows a transaction
 PAUSE = 0.05  # seconds between two batches
 EVERY = 600.0  # seconds between two passes
-RETRY_AFTER = 60.0  # seconds to the next pass after the store refused one
+RETRY_AFTER = 5.0  # seconds to the next pass after the store refused one (/readyz waits on it)
 
 
 class Pruner:
@@ -63,8 +63,8 @@ class Pruner:
             await asyncio.sleep(self.pause)
 
     async def run(self, health: Health = IDLE) -> None:
-        """A pass every `every` seconds (a pass the store refused: again in a minute at
-        most), telling health how each went."""
+        """A pass every `every` seconds (a pass the store refused: again in RETRY_AFTER),
+        telling health how each went."""
         while True:
             try:
                 totals = await self.prune()
