@@ -97,7 +97,10 @@ def test_readme_and_rules_yaml_commands_work_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "event.json").write_text("{}")
+    # Files the commands read (click opens them while parsing): the README's own
+    # `send --save evt_1.json` would write this one before its `send --file evt_1.json`.
+    for name in ("event.json", "evt_1.json"):
+        (tmp_path / name).write_text("{}")
     written = _commands(README) + _commands(
         rules.starter_text().split("\nnotifiers:", 1)[0], comments=True
     )
