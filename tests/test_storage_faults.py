@@ -89,7 +89,9 @@ def test_full_disk_answers_503_keeps_no_partial_rows_and_recovers(
         # still commit on a full disk: the probe writes for real).
         ready = server.get("/readyz")
         assert ready.status_code == 503 and ready.json()["error"]["code"] == "not_ready"
+        # The probe's own one-row write may still fit in the WAL: the free space says it.
         assert "store is not writable: " in ready.json()["error"]["message"]
+        assert "disk is full" in ready.json()["checks"]["store"]
         assert server.get("/readyz").status_code == 503  # the probe does not pass by itself
         filler.unlink()
         # Ready again by itself, before any event is sent: the probe's own write succeeds,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -43,6 +44,9 @@ CACHE_KIB = 64 * 1024
 READERS = 2  # threads (each with its own connection) for the read API
 CROWD = 4  # accepts in one cycle that mean a burst
 PRESSURE_WINDOW = 0.25  # seconds a burst is remembered
+# Free space the readiness probe wants beside the database: the probe's own one-row write
+# can still commit into a WAL that has room while an event, which needs new pages, cannot.
+DISK_HEADROOM = 256 * 1024
 _INSERT_EVENT = (
     "INSERT OR IGNORE INTO events (id, type, session_id, user_id, score, threshold,"
     " event_ts, received_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -388,7 +392,9 @@ class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHi
     async def check_writable(self) -> None:
         """Commit a one-row write (the schema version, rewritten as it is): it needs a page
         of disk, as an event does, where an empty transaction needs none and would pass on
-        a full disk. Clears last_write_error when it commits."""
+        a full disk. Clears last_write_error when it commits. Then wants DISK_HEADROOM free
+        beside the database: the probe's row fits in a WAL page already there, where an
+        event may need pages the disk no longer has."""
         await self._call(
             lambda conn: conn.execute(
                 "UPDATE schema_version SET version = version"
@@ -396,6 +402,12 @@ class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHi
             ),
             write=True,
         )
+        free = await asyncio.to_thread(_free_bytes, self.path)
+        if free is not None and free < DISK_HEADROOM:
+            raise StorageUnavailableError(
+                f"storage unavailable: the database's disk is full ({free} bytes free,"
+                f" {DISK_HEADROOM} wanted to take events)"
+            )
 
     async def prune(self, before: float, *, limit: int) -> dict[str, int]:
         """Delete one batch of what is older than before (received_at, epoch seconds).
@@ -536,3 +548,15 @@ class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHi
             return replay_id
 
         return await self._call(request)
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Bytes an unprivileged writer may still use on the file system holding path (None
+    for an in-memory database or a path that cannot be looked at)."""
+    if str(path) == ":memory:":
+        return None
+    try:
+        stat = os.statvfs(path.parent)
+    except OSError:
+        return None
+    return stat.f_bavail * stat.f_frsize
