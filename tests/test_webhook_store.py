@@ -86,6 +86,62 @@ def test_subscriptions_belong_to_their_key_and_a_key_has_at_most_cap(store_url: 
     assert active == [7, 8, None, 7]
 
 
+def test_creates_of_one_key_at_once_keep_to_its_cap(pg_url: str) -> None:
+    """Replicas creating subscriptions of one key at the same moment: under READ COMMITTED
+    each counted the others' uncommitted rows out, and all got past the cap."""
+    from receiver.api.auth import hash_key
+    from receiver.store import open_store
+
+    import psycopg
+
+    # Each insert takes 0.2 s after its count (a trigger sleeps), so the creates overlap.
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS"
+            " $$ BEGIN PERFORM pg_sleep(0.2); RETURN NEW; END $$"
+        )
+
+    async def go() -> tuple[int, int]:
+        stores = [open_store(pg_url) for _ in range(6)]
+        for store in stores:
+            await store.open()
+        try:
+            key = await stores[0].add_key(
+                name="racer", key_hash=hash_key("racer"), prefix="racer", plan="enterprise",
+                role="writer", now=1.0,
+            )  # fmt: skip
+            with psycopg.connect(pg_url, autocommit=True) as conn:  # after the schema is made
+                conn.execute(
+                    "CREATE TRIGGER slow BEFORE INSERT ON webhooks"
+                    " FOR EACH ROW EXECUTE FUNCTION slow()"
+                )
+            made = await asyncio.gather(
+                *(
+                    s.add_webhook(
+                        public_id=f"wh_race_{n}_{i}",
+                        url="https://hooks.example.com/in",
+                        events=["score.drop"],
+                        threshold=None,
+                        format="service",
+                        secret="s",
+                        now=1.0,
+                        owner=key.id,
+                        cap=3,
+                    )
+                    for n, s in enumerate(stores)
+                    for i in range(2)
+                )
+            )
+            return sum(hook is not None for hook in made), len(
+                await stores[0].webhooks(owner=key.id)
+            )
+        finally:
+            for store in stores:
+                await store.close()
+
+    assert asyncio.run(go()) == (3, 3)
+
+
 def test_the_api_answers_409_past_a_keys_cap(store_url: str) -> None:
     """The API over a real store, in process, with a cap of 2 (RECEIVER_WEBHOOKS_PER_KEY):
     the third is 409 invalid_webhook; a deleted one makes room; another key has its own."""

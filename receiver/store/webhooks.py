@@ -69,6 +69,10 @@ class SQLWebhooks:
     ) -> Webhook | None:
         def insert(q: Query) -> Webhook | None:
             if owner is not None and cap is not None:
+                # The key's row, locked for this transaction (PostgreSQL: a row lock; SQLite
+                # writes one at a time anyway): two creates of one key at once counted the
+                # same subscriptions under READ COMMITTED and both got past the cap.
+                q("UPDATE api_keys SET plan = plan WHERE id = ?", (owner,))
                 (count,) = q(
                     "SELECT count(*) FROM webhooks WHERE owner = ? AND status <> 'deleted'",
                     (owner,),
