@@ -378,3 +378,46 @@ class SMTPSink:
             f"mailto://{auth}{HOST}:{self.port}/"
             f"?mode=insecure&from={quote(sender)}&to={quote(','.join(targets))}"
         )
+
+
+class EndlessAnswer:
+    """A real local HTTP server answering every POST with status and a body of `size`
+    bytes (300 MB by default), written 64 KB at a time until the client hangs up; counts
+    in `written` what it managed to write. For the caps on what we read from a target."""
+
+    def __init__(self, status: int = 200, size: int = 300 * 2**20) -> None:
+        self.written = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(status)
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                chunk = b"x" * 65536 if size > 4096 else b"boom\n  went the subscriber"
+                try:
+                    while outer.written < size:
+                        self.wfile.write(chunk)
+                        outer.written += len(chunk)
+                except OSError:
+                    pass  # the client hung up: what the tests want
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((HOST, 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://{HOST}:{self.server.server_address[1]}"
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def __enter__(self) -> EndlessAnswer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)

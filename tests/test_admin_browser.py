@@ -225,8 +225,7 @@ def outbox(server: Receiver, event_id: str) -> list[tuple[int, str]]:
     """The rules' notifications of an event (not its deliveries to the subscribers that
     the module's `subscribers` fixture may have made by then: tests run in any order)."""
     return server.query(
-        "SELECT id, state FROM outbox WHERE event_id = ? AND notifier != '@subscriber'"
-        " ORDER BY id",
+        "SELECT id, state FROM outbox WHERE event_id = ? AND notifier != '@subscriber' ORDER BY id",
         (event_id,),
     )
 

@@ -11,7 +11,7 @@ import pytest
 from apprise.plugins.mattermost import NotifyMattermost
 
 from receiver.notify.targets import DeliveryError, Targets, redact, url_secrets
-from tests.servers import HTTPSink, SMTPSink
+from tests.servers import EndlessAnswer, HTTPSink, SMTPSink
 
 TITLE = "Attention dropped: user_42"
 BODY = "Session sess_1 at 20 (threshold 40)"
@@ -49,6 +49,19 @@ def test_json_reaches_http_sink_with_title_and_body(targets: Targets, http_sink:
     assert (req.method, req.path) == ("POST", "/notify")
     assert req.json["title"] == TITLE
     assert req.json["message"] == BODY
+
+
+def test_a_huge_answer_from_a_target_is_not_read_past_a_cap(targets: Targets) -> None:
+    """requests, which apprise sends through, read a target's whole answer into memory: a
+    target answering 200 with 300 MB took that much. Now 64 KiB, and the connection is
+    dropped."""
+    with EndlessAnswer() as target:
+        send(targets, target.url.replace("http://", "json://") + "/in")
+    # What the sockets' buffers hold, at most: nowhere near the 300 MB offered.
+    assert target.written < 32 * 2**20, target.written
+    with EndlessAnswer(status=500) as target:
+        error = send_error(targets, target.url.replace("http://", "json://") + "/in")
+    assert "500" in str(error) and target.written < 32 * 2**20, target.written
 
 
 def test_mattermost_posts_slack_style_webhook(targets: Targets, http_sink: HTTPSink) -> None:

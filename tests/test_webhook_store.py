@@ -89,10 +89,10 @@ def test_subscriptions_belong_to_their_key_and_a_key_has_at_most_cap(store_url: 
 def test_creates_of_one_key_at_once_keep_to_its_cap(pg_url: str) -> None:
     """Replicas creating subscriptions of one key at the same moment: under READ COMMITTED
     each counted the others' uncommitted rows out, and all got past the cap."""
+    import psycopg
+
     from receiver.api.auth import hash_key
     from receiver.store import open_store
-
-    import psycopg
 
     # Each insert takes 0.2 s after its count (a trigger sleeps), so the creates overlap.
     with psycopg.connect(pg_url, autocommit=True) as conn:

@@ -27,6 +27,7 @@ from receiver.notify.webhook import Outcome, UnsafeURLError, WebhookChannel
 from receiver.settings import Settings, webhook_delays
 from receiver.store import OutboxRow
 from receiver.store.records import WEBHOOK_NOTIFIER, Webhook
+from tests.servers import EndlessAnswer
 
 # The Standard Webhooks specification's published test vector (also in the svix and
 # standard-webhooks reference libraries' tests).
@@ -364,66 +365,24 @@ def test_a_subscriber_that_never_answers_times_out() -> None:
     assert not outcome.delivered and outcome.error == "no answer within 0.2s"
 
 
-class _Endless:
-    """A real local HTTP server answering with status and a body of `size` bytes (300 MB
-    by default), written 64 KB at a time until the client hangs up; counts what it wrote."""
+def send_to(server: EndlessAnswer) -> Outcome:
+    """One delivery to the local server, through the real channel."""
 
-    def __init__(self, status: int = 200, size: int = 300 * 2**20) -> None:
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    async def main() -> Outcome:
+        ch = channel(allow_http=True, allow_private=True, timeout=20.0)
+        try:
+            return await ch.send(hook(url=f"{server.url}/in"), row())
+        finally:
+            await ch.close()
 
-        self.written = 0
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(status)
-                self.send_header("Content-Length", str(size))
-                self.end_headers()
-                chunk = b"x" * 65536 if size > 4096 else b"boom\n  went the subscriber"
-                try:
-                    while outer.written < size:
-                        self.wfile.write(chunk)
-                        outer.written += len(chunk)
-                except OSError:
-                    pass  # the receiver hung up: what this test wants
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def __enter__(self) -> _Endless:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(5)
-
-    def send(self) -> Outcome:
-        port = self.server.server_address[1]
-
-        async def main() -> Outcome:
-            ch = channel(allow_http=True, allow_private=True, timeout=20.0)
-            try:
-                return await ch.send(hook(url=f"http://127.0.0.1:{port}/in"), row())
-            finally:
-                await ch.close()
-
-        return asyncio.run(main())
+    return asyncio.run(main())
 
 
 def test_a_huge_answer_is_not_read_past_an_excerpt() -> None:
     """A subscriber answering 200 with 300 MB took the process from 92 to 568 MB."""
-    with _Endless() as subscriber:
+    with EndlessAnswer() as subscriber:
         started = time.monotonic()
-        outcome = subscriber.send()
+        outcome = send_to(subscriber)
         took = time.monotonic() - started
     assert outcome.delivered and outcome.status == 200
     # What the sockets' buffers hold, at most: nowhere near the 300 MB offered.
@@ -432,11 +391,11 @@ def test_a_huge_answer_is_not_read_past_an_excerpt() -> None:
 
 
 def test_a_failed_answer_keeps_an_excerpt_of_its_body_on_one_line() -> None:
-    with _Endless(status=500, size=26) as subscriber:
-        outcome = subscriber.send()
+    with EndlessAnswer(status=500, size=26) as subscriber:
+        outcome = send_to(subscriber)
     assert outcome.error == "HTTP 500 Internal Server Error: boom went the subscriber"
-    with _Endless(status=503) as subscriber:
-        outcome = subscriber.send()
+    with EndlessAnswer(status=503) as subscriber:
+        outcome = send_to(subscriber)
     assert outcome.error is not None and outcome.error.startswith("HTTP 503 Service Unavailable: x")
     assert len(outcome.error) < 400 and subscriber.written < 32 * 2**20
 
@@ -780,7 +739,6 @@ def test_every_subscriber_shares_one_tls_context_built_off_the_loop(
     """Two TLS contexts a subscriber (43 ms each, on the event loop) stalled /healthz for
     20 s after a start with 300 subscribers."""
     import ssl
-    import threading
 
     loads: list[bool] = []  # one per CA bundle load; True if on the event loop's thread
     real = ssl.SSLContext.load_verify_locations

@@ -9,6 +9,10 @@ goes through apprise in a thread pool. A send that fails or outlives `timeout` r
 DeliveryError, whose message names the label and scheme but never the URL or its
 secrets. Apprise, requests and urllib3 log URLs and tokens at DEBUG (and hosts at
 WARNING), so every record from those loggers is redacted before any handler sees it.
+
+A target's answer is read up to ANSWER_CAP bytes, never decompressed (requests, which
+apprise sends through, would otherwise read a 300 MB answer whole into memory): see
+_CappedAdapter.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import apprise
+import requests.adapters
+import requests.sessions
 
 from receiver.errors import ReceiverError
 
@@ -168,6 +174,47 @@ class _Redactor(logging.Filter):
         return True
 
 
+ANSWER_CAP = 64 * 1024  # bytes of a target's answer apprise gets to read, at most
+
+
+class _CappedBody:
+    """A target's answer as requests reads it: raw bytes (never inflated), ANSWER_CAP of
+    them at most, and the connection dropped rather than drained past that. Everything
+    else is urllib3's response."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def stream(self, amt: int | None = 2**16, decode_content: bool | None = None) -> Any:
+        left = ANSWER_CAP
+        while left > 0:
+            chunk = self._raw.read(min(amt or left, left), decode_content=False)
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+        self._raw.close()  # the rest is never read
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+class _CappedAdapter(requests.adapters.HTTPAdapter):
+    """requests' adapter, asking for an answer as it is (identity) and reading it through
+    _CappedBody. Apprise builds its own sessions in each plugin, so prepare_apprise puts
+    this in place of the adapter every requests session mounts (only apprise sends
+    through requests in this process)."""
+
+    def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        request.headers["Accept-Encoding"] = "identity"
+        return super().send(request, *args, **kwargs)
+
+    def build_response(self, req: Any, resp: Any) -> Any:
+        response = super().build_response(req, resp)
+        response.raw = _CappedBody(resp)
+        return response
+
+
 _REDACTOR = _Redactor()
 _setup_lock = threading.Lock()
 _setup_done = False
@@ -185,6 +232,7 @@ def prepare_apprise() -> None:
             return
         # Loading the email plugin imports `imghdr` (for PGPy), deprecated in 3.11+;
         # nothing we can fix, and `filterwarnings = error` would turn it into a failure.
+        requests.sessions.HTTPAdapter = _CappedAdapter  # type: ignore[attr-defined]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*imghdr.*", category=DeprecationWarning)
             apprise.Apprise.instantiate("json://localhost")

@@ -184,4 +184,3 @@ class SQLWebhooks:
             return OutboxRow(*row) if row else None
 
         return await self._statements(update)
-
