@@ -398,7 +398,8 @@ def from_env() -> Starlette:
     README (How fast) for why one process is the better default.
 
     Without RECEIVER_SECRETS it refuses to start unless RECEIVER_HOST is set to a
-    loopback address: it cannot see uvicorn's own --host, so it must be told. Refused
+    loopback address: it cannot see uvicorn's own --host, so it must be told; a weak
+    secret (short, or a placeholder) is refused the same way. Refused
     settings or rules print "Error: ..." to stderr and exit with status 3, uvicorn's
     own for a failed start, so that with --workers the parent stops instead of
     starting the worker again and again.
@@ -414,7 +415,12 @@ def from_env() -> Starlette:
                 " to use the development secret, set RECEIVER_HOST to the loopback address"
                 " given to uvicorn --host (the factory cannot see uvicorn's flags)"
             )
-        settings.check_exposure()
+        if "host" in settings.model_fields_set:
+            settings.check_exposure()
+        else:  # uvicorn's --host may be anything: a weak secret is refused as off loopback
+            settings.check_exposure(
+                "RECEIVER_HOST is not set (the factory cannot see uvicorn's --host)"
+            )
         logs.configure(settings.log_format, settings.log_level)
         return create_app(settings)
     except ConfigError as exc:

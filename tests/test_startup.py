@@ -126,6 +126,21 @@ def test_factory_refuses_the_dev_secret_unless_told_the_host_is_loopback(
     assert from_env().state.rules.builtin
 
 
+def test_factory_refuses_a_weak_secret_unless_told_the_host_is_loopback(
+    clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A short secret passed when RECEIVER_HOST was unset: uvicorn's --host 0.0.0.0 would
+    then have taken deliveries signed with a guessable key."""
+    clean_env.setenv("RECEIVER_SECRETS", "s3cr3t-9")
+    err = _factory_refusal(capsys)
+    assert err.startswith(
+        "Error: RECEIVER_SECRETS is shorter than 16 characters, and RECEIVER_HOST is not set"
+    )
+    assert "s3cr3t-9" not in err
+    clean_env.setenv("RECEIVER_HOST", "127.0.0.1")
+    assert from_env().state.rules.builtin
+
+
 def test_factory_refuses_a_missing_rules_file(
     clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
