@@ -102,3 +102,42 @@ def test_explain_escapes_the_event_id_and_values(stored: Receiver) -> None:
     out = run(stored, "explain", "--id", HOSTILE, "--user", USER, "--rules", str(stored.rules))
     assert_escaped(out)
     assert out.startswith("event evt_\\x1b]0;pwned\\x07")
+
+
+def test_a_subscribers_answer_is_escaped_in_webhook_listings(stored: Receiver) -> None:
+    """A delivery's last error quotes the subscriber's answer, which can carry ESC."""
+    import asyncio
+
+    from receiver.store import Notification, open_store
+    from receiver.store.records import WEBHOOK_NOTIFIER
+
+    async def go() -> str:
+        store = open_store(str(stored.db))
+        await store.open()
+        try:
+            hook = await store.add_webhook(
+                public_id="wh_hostile", url="https://hooks.example.com/in\u202e",
+                events=["score.drop"], threshold=None, format="service", secret="s",
+                now=time.time(),
+            )  # fmt: skip
+            assert hook is not None
+            note = Notification(
+                rule="@subscriber", notifier=WEBHOOK_NOTIFIER, target=hook.id, title="d",
+                body="{}",
+            )  # fmt: skip
+            await store.transact(
+                lambda tx: tx.add(HOSTILE, note, state="pending", now=time.time(), kind="webhook")
+            )
+            [row] = await store.claim_due(now=time.time() + 1, limit=5, lease=30)
+            await store.mark_failed(
+                row.id, error="HTTP 500: \x1b]0;pwned\x07\x1b[2J", now=time.time(), retry_at=None
+            )
+            return hook.public_id
+        finally:
+            await store.close()
+
+    public_id = asyncio.run(go())
+    out = run(stored, "webhooks", "deliveries", public_id)
+    assert_escaped(out)
+    assert "\\x1b]0;pwned\\x07" in out
+    assert_escaped(run(stored, "webhooks", "list"))

@@ -9,7 +9,7 @@ import time
 import click
 
 from receiver.api.webhooks import delivery, describe, register
-from receiver.cli._common import db_option, with_store
+from receiver.cli._common import db_option, echo, with_store
 from receiver.errors import InvalidWebhookError
 from receiver.events import EVENT_TYPES
 from receiver.settings import Settings
@@ -107,7 +107,7 @@ def list_hooks(db: str, as_json: bool) -> None:
     for h in found:
         threshold = f", threshold {h.threshold:g}" if h.threshold is not None else ""
         reason = f" ({h.status_reason})" if h.status_reason else ""
-        click.echo(
+        echo(
             f"{h.public_id}  {h.status}{reason}  {h.url}  {', '.join(h.events)}{threshold},"
             f" {h.format} format"
         )
@@ -148,7 +148,7 @@ def deliveries(db: str, webhook_id: str, limit: int, as_json: bool) -> None:
             click.echo(json.dumps(d))
             continue
         last = d["lastError"] or "-"
-        click.echo(
+        echo(  # the last error quotes the subscriber's answer: escaped
             f"{d['id']}  {d['state']}  event {d['eventId']}  attempts {d['attempts']}  "
             f"last {last}  next {d['nextAttemptAt'] or '-'}"
         )
