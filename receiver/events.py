@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -269,6 +270,20 @@ def iso_epoch(ts: float, *, digits: int = 3) -> str:
     '1970-01-01T00:00:00.000Z'
     """
     return iso(datetime.fromtimestamp(ts, UTC), digits=digits)
+
+
+def date_or_why(ts: float, render: Callable[[float], str]) -> str:
+    """render(ts), or what ts is if no date can show it (past the year 9999, before 1970
+    where the platform refuses): a stored row written by hand, or before a duration cap,
+    must not fail the page, command or explanation that shows it.
+
+    >>> date_or_why(1e20, iso_epoch), date_or_why(-1e20, iso_epoch)
+    ('after 9999', 'not a date')
+    """
+    try:
+        return render(ts)
+    except (OverflowError, OSError, ValueError):
+        return "after 9999" if ts > 0 else "not a date"
 
 
 def _describe(exc: _ValidationError) -> str:

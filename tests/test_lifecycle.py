@@ -474,3 +474,18 @@ def test_a_stored_silence_that_no_longer_compiles_silences_nothing(
     assert [silence.id for silence, _ in active] == [8]
     [line] = [r.getMessage() for r in caplog.records]
     assert line.startswith("silence #7 is ignored: match.userId: invalid regex")
+
+
+def test_explain_names_a_silence_that_ends_after_the_year_9999() -> None:
+    """A silence stored before durations were capped (or by hand) ends past any date:
+    `receiver explain` said nothing then, it failed on formatting the end."""
+    from receiver import events
+    from receiver.dispatch.pipeline import explain_now
+    from receiver.rules import load_text
+    from receiver.store.records import Silence
+
+    ruleset = load_text("rules:\n  - name: drop\n    notify: console\n", env={})
+    payload = events.sample("score.drop")
+    forever = Silence(3, {"type": "score.drop"}, "for ever", 0.0, 1e20)
+    lines = explain_now(ruleset, payload, 1000.0, silences=[forever])
+    assert "silenced by #3 until after 9999 (for ever)" in lines

@@ -32,7 +32,7 @@ from receiver.api.auth import PREFIX, hash_key, new_key
 from receiver.api.webhooks import delivery, describe, register
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.errors import InvalidWebhookError, ReceiverError
-from receiver.events import EVENT_TYPES, iso_epoch
+from receiver.events import EVENT_TYPES, date_or_why, iso_epoch
 from receiver.logs import LogLimiter
 from receiver.notify.webhook import WebhookChannel
 from receiver.rules.match import compile_match
@@ -76,10 +76,7 @@ def _when(ts: float | None) -> str:
     by an older version without the duration cap) says so instead of failing the page."""
     if not ts:
         return "-"
-    try:
-        return iso_epoch(ts)[:19].replace("T", " ")
-    except (OverflowError, OSError, ValueError):
-        return "after 9999" if ts > 0 else "not a date"
+    return date_or_why(ts, lambda t: iso_epoch(t)[:19].replace("T", " "))
 
 
 LAST_DATE = 253402300799.0  # 9999-12-31T23:59:59Z, the last second a date can show

@@ -11,6 +11,7 @@ import click
 
 from receiver.cli._common import db_option, echo, when, with_store
 from receiver.durations import MAX_SPAN, parse_duration
+from receiver.events import date_or_why
 from receiver.rules.match import compile_match
 from receiver.store import Store
 from receiver.store.base import Tx
@@ -171,10 +172,7 @@ def silence_list(db: str, show_all: bool) -> None:
 
 def _when(ts: float) -> str:
     """when(ts), or what it is if no date can show it (a row written before the cap)."""
-    try:
-        return when(ts)
-    except (OverflowError, OSError, ValueError):
-        return "after 9999" if ts > 0 else "(not a date)"
+    return date_or_why(ts, when)
 
 
 @silence.command("expire")

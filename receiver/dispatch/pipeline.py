@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from receiver.events import to_utc, utc_z
+from receiver.events import date_or_why, to_utc, utc_z
 from receiver.rules import Decision, Rule, Ruleset, format_duration
 from receiver.rules.match import Condition, compile_match
 from receiver.rules.options import CLOSES, OPENS
@@ -544,7 +544,10 @@ def explain_now(
             lines.append(_resolves_now(ruleset, alert, notified))
     for silence, conditions in active_silences(silences):
         if _holds(conditions, payload):
-            until = datetime.fromtimestamp(silence.ends_at, UTC).strftime("%Y-%m-%d %H:%M UTC")
+            until = date_or_why(
+                silence.ends_at,
+                lambda ts: datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            )
             lines.append(f"silenced by #{silence.id} until {until} ({silence.reason})")
     opening = payload.get("type") in OPENS
     for name in dict.fromkeys(d.rule for d in ruleset.route(payload)):
