@@ -851,3 +851,91 @@ def test_a_stop_during_a_claim_waits_for_it_and_gives_its_rows_back() -> None:
         return store.released, waited, len(worker._in_flight)
 
     assert asyncio.run(main()) == ([7], True, 0)
+
+
+def test_sends_start_at_most_a_cap_at_once_and_hanging_ones_stop_counting() -> None:
+    """1,000 subscribers' first deliveries all started in one claim and put /healthz 1.0 to
+    1.9 s behind them (bench/webhook_start.py). At most MAX_STARTING sends in their first
+    FRESH_SEND seconds are in flight; sends still waiting after that stop counting, so 300
+    subscribers that never answer all get their send, the cap holding up each by FRESH_SEND
+    at most (no subscriber is stuck behind the others for good)."""
+    from dataclasses import replace
+
+    from receiver.metrics import Metrics
+    from receiver.notify.backoff import Backoff
+    from receiver.notify.worker import FRESH_SEND, MAX_STARTING, Worker
+    from receiver.rules import Ruleset
+
+    count = 300
+    asked = [0.0]  # when the subscriptions were last asked for: before a claim's own clock
+    claims: list[tuple[float, float, int]] = []  # (asked before, claimed after, rows)
+    rows = {(WEBHOOK_NOTIFIER, i): [replace(row(), id=i, target=i)] for i in range(1, count + 1)}
+    hooks = {i: hook(i) for i in range(1, count + 1)}
+
+    class Due:
+        def under_pressure(self) -> bool:
+            return False
+
+        async def next_due(self) -> float | None:
+            return 0.0 if any(rows.values()) else None
+
+        async def claim_due(self, *, lanes: dict[Any, int], **kwargs: Any) -> list[OutboxRow]:
+            claimed = []
+            for key, room in lanes.items():
+                claimed += rows.get(key, [])[:room]
+                rows[key] = rows.get(key, [])[room:]
+            claims.append((asked[0], time.monotonic(), len(claimed)))
+            return claimed
+
+        async def release(self, row_ids: list[int], *, now: float) -> int:
+            return len(row_ids)
+
+    class Hanging(WebhookChannel):
+        def __init__(self) -> None:
+            super().__init__(Due())  # type: ignore[arg-type]
+            self.started: list[float] = []
+            self.never = asyncio.Event()
+
+        async def subscriptions(self) -> dict[int, Webhook]:
+            asked[0] = time.monotonic()
+            return hooks
+
+        async def send(self, sub: Webhook, row: OutboxRow) -> Outcome:
+            self.started.append(time.monotonic())
+            await self.never.wait()
+            return Outcome(True, status=200)
+
+    async def main() -> tuple[int, list[float]]:
+        channel = Hanging()
+        worker = Worker(
+            Due(),  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            lambda: Ruleset(rules=[], notifiers={}, digest=""),
+            metrics=Metrics(),
+            backoff=Backoff(),
+            webhooks=channel,
+        )
+        running = asyncio.create_task(worker.run())
+        try:
+            deadline = time.monotonic() + 120
+            while len(channel.started) < count:
+                assert time.monotonic() < deadline, f"{len(channel.started)} sends started"
+                await asyncio.sleep(0.01)
+            return len(worker._in_flight), channel.started
+        finally:
+            await worker.stop(0.0)
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+
+    in_flight, _ = asyncio.run(main())
+    assert in_flight == count  # every subscriber got its send, though none answered
+    # No claim started more than MAX_STARTING together with the claims surely in its last
+    # FRESH_SEND by the worker's clock (one asked less than FRESH_SEND before this one
+    # ended): a bound that holds however slow the machine. Without the cap, one claim
+    # started all 300.
+    for asked_b, claimed_b, _ in claims:
+        recent = sum(
+            n for asked_a, _, n in claims if asked_a <= asked_b and claimed_b - asked_a < FRESH_SEND
+        )
+        assert recent <= MAX_STARTING, (recent, [c for c in claims if c[2]])
+    assert len([c for c in claims if c[2]]) >= count // MAX_STARTING

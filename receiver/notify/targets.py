@@ -12,7 +12,11 @@ WARNING), so every record from those loggers is redacted before any handler sees
 
 A target's answer is read up to ANSWER_CAP bytes, never decompressed (requests, which
 apprise sends through, would otherwise read a 300 MB answer whole into memory): see
-_CappedAdapter.
+_capped_adapter.
+
+apprise is imported and its plugins loaded at the first send to a target other than
+console:// (or by the rules' check of such a URL): 0.7 s of CPU that a receiver sending
+to the console only never spends.
 """
 
 from __future__ import annotations
@@ -25,14 +29,14 @@ import re
 import threading
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-import apprise
-import requests.adapters
-import requests.sessions
-
 from receiver.errors import ReceiverError
+
+if TYPE_CHECKING:
+    import apprise
 
 __all__ = ["CONSOLE_LOGGER", "DeliveryError", "Targets", "prepare_apprise", "redact", "url_secrets"]
 
@@ -199,20 +203,24 @@ class _CappedBody:
         return getattr(self._raw, name)
 
 
-class _CappedAdapter(requests.adapters.HTTPAdapter):
+def _capped_adapter() -> type:
     """requests' adapter, asking for an answer as it is (identity) and reading it through
     _CappedBody. Apprise builds its own sessions in each plugin, so prepare_apprise puts
     this in place of the adapter every requests session mounts (only apprise sends
     through requests in this process)."""
+    import requests.adapters
 
-    def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        request.headers["Accept-Encoding"] = "identity"
-        return super().send(request, *args, **kwargs)
+    class CappedAdapter(requests.adapters.HTTPAdapter):
+        def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+            request.headers["Accept-Encoding"] = "identity"
+            return super().send(request, *args, **kwargs)
 
-    def build_response(self, req: Any, resp: Any) -> Any:
-        response = super().build_response(req, resp)
-        response.raw = _CappedBody(resp)
-        return response
+        def build_response(self, req: Any, resp: Any) -> Any:
+            response = super().build_response(req, resp)
+            response.raw = _CappedBody(resp)
+            return response
+
+    return CappedAdapter
 
 
 _REDACTOR = _Redactor()
@@ -220,11 +228,20 @@ _setup_lock = threading.Lock()
 _setup_done = False
 
 
+def loaded_apprise() -> ModuleType:
+    """apprise, prepared (prepare_apprise)."""
+    prepare_apprise()
+    import apprise
+
+    return apprise
+
+
 def prepare_apprise() -> None:
     """Load apprise's plugins once, and put the redactor on every library logger.
 
-    Targets() calls it; call it yourself before any other use of apprise (checking
-    URLs in rules.yaml, say), so its plugins load without the warning below.
+    The first send through apprise calls it; call it yourself before any other use of
+    apprise (checking URLs in rules.yaml, say), so its plugins load without the warning
+    below.
     """
     global _setup_done
     with _setup_lock:
@@ -232,7 +249,10 @@ def prepare_apprise() -> None:
             return
         # Loading the email plugin imports `imghdr` (for PGPy), deprecated in 3.11+;
         # nothing we can fix, and `filterwarnings = error` would turn it into a failure.
-        requests.sessions.HTTPAdapter = _CappedAdapter  # type: ignore[attr-defined]
+        import apprise
+        import requests.sessions
+
+        requests.sessions.HTTPAdapter = _capped_adapter()  # type: ignore[attr-defined,assignment]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*imghdr.*", category=DeprecationWarning)
             apprise.Apprise.instantiate("json://localhost")
@@ -273,11 +293,8 @@ class Targets:
     """
 
     def __init__(self, *, timeout: float = 10.0) -> None:
-        prepare_apprise()
         self.timeout = timeout
-        # service_timeout=0 keeps apprise from handing each send to its own shared
-        # thread pool: the send runs in our thread, under our timeout.
-        self._asset = apprise.AppriseAsset(service_timeout=0)
+        self._asset: apprise.AppriseAsset | None = None  # at the first send through apprise
         self._secrets: dict[str, frozenset[str]] = {}
         self._threads: set[threading.Thread] = set()
         self._closed = False
@@ -356,6 +373,11 @@ class Targets:
     def _send(self, url: str, title: str, body: str, label: str, secrets: frozenset[str]) -> None:
         """Runs in its own thread: build the plugin, notify, explain any failure."""
         scheme = _scheme(url)
+        apprise = loaded_apprise()
+        if self._asset is None:
+            # service_timeout=0 keeps apprise from handing each send to its own shared
+            # thread pool: the send runs in our thread, under our timeout.
+            self._asset = apprise.AppriseAsset(service_timeout=0)
         plugin = apprise.Apprise.instantiate(url, asset=self._asset)
         if plugin is None:
             message = f"{label}: invalid {scheme} URL, apprise could not load it"
@@ -401,6 +423,8 @@ def _body_format(plugin: Any) -> apprise.NotifyFormat | None:
     in any HTML part, and email goes as text only unless its URL asks for `format=html`.
     Other targets (Markdown chats) get the body as written, Markdown a rule may use included.
     """
+    import apprise
+
     resolve = getattr(plugin, "resolve_format", None)  # apprise 2; before, notify_format
     shown = resolve(None) if callable(resolve) else getattr(plugin, "notify_format", None)
     return apprise.NotifyFormat.TEXT if shown == apprise.NotifyFormat.HTML else None

@@ -35,6 +35,14 @@ COALESCE = 0.01
 # the event loop from ingest (1,000 events/s offered, 141 accepted a second).
 PRESSED_SENDS = 8
 PRESSED_PAUSE = 0.05
+# At most this many sends in their first FRESH_SEND seconds in flight at once: starting a
+# send (a client, a connection, the request, the record) is what costs the event loop, and
+# 1,000 subscribers' first deliveries started at once put /healthz 1.0-1.9 s behind them.
+# A send waiting longer on a slow target costs nothing and stops counting, so targets that
+# hang hold up the others by FRESH_SEND at most.
+MAX_STARTING = 48
+FRESH_SEND = 1.0
+CAPPED_POLL = 0.05  # how soon to look again while the cap held sends back
 
 
 class Worker:
@@ -71,6 +79,8 @@ class Worker:
         self._wake = asyncio.Event()
         self._wake.set()  # send what a previous run left due
         self._in_flight: dict[asyncio.Task[None], OutboxRow] = {}
+        self._started: dict[asyncio.Task[None], float] = {}  # monotonic start of each
+        self._capped = False  # the last claim left sends for later (MAX_STARTING)
         self._stopping = False
         self._starved = False  # the last claim found nothing it could start
         self._others_at = float("-inf")  # when rows of targets not in the rules were last claimed
@@ -163,6 +173,8 @@ class Worker:
             if timeout == 0 and self._starved:
                 # What is due waits for a busy lane: a send ending wakes us, or look again soon.
                 timeout = BUSY_POLL
+        if self._capped:  # sends age past FRESH_SEND without ending: room by then
+            timeout = min(timeout, CAPPED_POLL)
         # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancel that arrives in the
         # same loop turn as the wake (bpo-42130), and shutdown would wait for ever.
         try:
@@ -196,8 +208,15 @@ class Worker:
             keys += [(WEBHOOK_NOTIFIER, hook) for hook in await self.webhooks.subscriptions()]
         # A drained lane claims nothing (0), but stays named: its rows are not "others".
         lanes = {key: 0 if key in self._drained else self.concurrency - busy[key] for key in keys}
+        # Room for sends to start: MAX_STARTING less those in their first FRESH_SEND.
+        now = time.monotonic()
+        young = sum(1 for at in self._started.values() if now - at < FRESH_SEND)
+        budget = max(0, MAX_STARTING - young)
         if pressed:
-            lanes = share(lanes, PRESSED_SENDS)
+            budget = min(budget, PRESSED_SENDS)
+        self._capped = sum(lanes.values()) > budget
+        if self._capped:
+            lanes = share(lanes, budget)
         # Rows whose notifier left the rules fail at once; looking for them costs a scan of
         # what is due, so only now and then.
         others = 0
@@ -214,6 +233,7 @@ class Worker:
         for row in rows:
             task = asyncio.create_task(self._deliver(row))
             self._in_flight[task] = row
+            self._started[task] = now
             task.add_done_callback(self._done)
         claimed = Counter((row.notifier, row.target) for row in rows)
         self._drained.update(key for key, n in lanes.items() if n > 0 and claimed[key] < n)
@@ -222,6 +242,7 @@ class Worker:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.pop(task, None)
+        self._started.pop(task, None)
         self._wake.set()
         if not task.cancelled() and (exc := task.exception()) is not None:
             # _deliver records any send that raises as a failed attempt; this is a failure
