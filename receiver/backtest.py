@@ -368,15 +368,22 @@ async def replay_period(
     started = time.perf_counter()
     start, end = backtests[0].result.start, backtests[0].result.end
     reading = asyncio.ensure_future(store.events_between(start, end, after=None, limit=page))
-    while events := await reading:
-        last = events[-1]
-        reading = asyncio.ensure_future(
-            store.events_between(start, end, after=(last.received_at, last.id), limit=page)
-        )
-        for event in events:
-            route_all(backtests, event, load_stored(event.body))
-        if progress is not None:
-            progress(len(events))
+    try:
+        while events := await reading:
+            last = events[-1]
+            reading = asyncio.ensure_future(
+                store.events_between(start, end, after=(last.received_at, last.id), limit=page)
+            )
+            for event in events:
+                route_all(backtests, event, load_stored(event.body))
+            if progress is not None:
+                progress(len(events))
+    finally:
+        # Routing a page failed (or was interrupted): the next page's read is not waited
+        # for, so it is cancelled rather than left to fail unseen.
+        if not reading.done():
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
     return time.perf_counter() - started
 
 

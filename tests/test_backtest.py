@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from receiver import backtest, events, rules
@@ -423,3 +424,34 @@ def test_the_scratch_store_forgets_an_alerts_ended_episodes() -> None:
     alert = "session:s1"
     assert [run.tx.notices(alert, n) != [] for n in (1, 2, 3, 4)] == [False] * 3 + [True]
     assert [run.tx.sent(alert, n, "drop") for n in (1, 2, 3, 4)] == [False] * 3 + [True]
+
+
+def test_a_page_that_fails_to_route_leaves_no_read_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next page is read while this one is routed: when routing raised, that read was
+    left running, and its end (or its error) was never looked at."""
+    import asyncio
+
+    from receiver import backtest as bt
+
+    reads: list[asyncio.Task[Any]] = []
+
+    class Pages:
+        async def events_between(self, *args: Any, **kwargs: Any) -> list[Any]:
+            reads.append(asyncio.current_task())  # type: ignore[arg-type]
+            await asyncio.sleep(0.05)
+            return [type("E", (), {"received_at": 1.0, "id": "e", "body": b"{}"})()]
+
+    def broken(*args: Any) -> None:
+        raise RuntimeError("a rule failed")
+
+    monkeypatch.setattr(bt, "route_all", broken)
+    period = type("R", (), {"start": 0.0, "end": 2.0})()
+    backtests = [type("B", (), {"result": period})()]
+
+    async def go() -> set[asyncio.Task[Any]]:
+        with pytest.raises(RuntimeError, match="a rule failed"):
+            await bt.replay_period(Pages(), backtests)  # type: ignore[arg-type]
+        return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+
+    assert asyncio.run(go()) == set()  # the next page's read is not left running
+    assert len(reads) == 1

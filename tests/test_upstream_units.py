@@ -175,6 +175,32 @@ def test_the_enricher_rests_after_the_upstream_times_out() -> None:
     assert calls == ["/v1/sessions/s1"]
 
 
+def test_a_fetch_that_fails_after_its_waiters_gave_up_is_not_left_unread() -> None:
+    """Every waiter timed out, then the shared fetch failed: nobody read its error, and
+    asyncio logged "Future exception was never retrieved" with a traceback."""
+    unread: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.1)
+        return httpx.Response(500, json={"error": {"code": "internal", "message": "x"}})
+
+    async def go() -> tuple[Any, str | None]:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: unread.append(context["message"]))
+        async with _client(handler) as client:
+            enricher = Enricher(client, timeout=0.02)
+            found = await enricher.enrichment("s1")
+            await asyncio.sleep(0.3)  # the fetch fails meanwhile
+            import gc
+
+            gc.collect()  # an unread future logs when it is collected
+            return found
+
+    enrichment, why = asyncio.run(go())
+    assert enrichment is None and why is not None
+    assert unread == []
+
+
 @pytest.mark.parametrize(
     ("title", "body", "enriches"),
     [

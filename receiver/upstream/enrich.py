@@ -18,6 +18,7 @@ notification wait out the timeout.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -70,9 +71,16 @@ class Enricher:
         if pending is None:
             pending = asyncio.ensure_future(self._fetch(session_id))
             self._fetching[session_id] = pending
-            pending.add_done_callback(lambda _: self._fetching.pop(session_id, None))
+            pending.add_done_callback(functools.partial(self._fetched, session_id))
         # shield: one waiter timing out must not cancel the fetch the others share.
         return await asyncio.shield(pending)
+
+    def _fetched(self, session_id: str, fetch: asyncio.Future[Enrichment]) -> None:
+        self._fetching.pop(session_id, None)
+        if not fetch.cancelled():
+            # Read here: when every waiter timed out first, nobody else reads the error,
+            # and asyncio would log "exception was never retrieved" with a traceback.
+            fetch.exception()
 
     async def _fetch(self, session_id: str) -> Enrichment:
         session = await self.client.session(session_id)
