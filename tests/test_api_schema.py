@@ -33,7 +33,7 @@ from tests.harness import Receiver
 
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = 100  # generated requests per operation and kind (valid, invalid)
+EXAMPLES = 50  # generated requests per operation and kind (valid, invalid)
 FUZZ = settings(
     max_examples=EXAMPLES,
     derandomize=True,  # the same requests every run: a failure here is reproducible

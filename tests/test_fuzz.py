@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from receiver import events, signature
 from tests.harness import SECRET, Receiver, signed
 
-EXAMPLES = 1500  # per property; two properties plus the fixed hostile list
+EXAMPLES = 500  # per property; two properties plus the fixed hostile list
 # A fixed count of requests to a real server, not a wait: 21 s for the longer property on
 # a quiet machine, past the default 120 s limit on one running two suites at once. The
 # limit is there to catch a hang.

@@ -62,6 +62,12 @@ def start(tmp_path: Path, routing_db: str | None) -> Iterator[Callable[..., Rece
             server.stop()
 
 
+# Tests of what routing does, not of how the store keeps it: on SQLite and PostgreSQL,
+# not again through PgBouncer (each PgBouncer run costs a server and a database; the
+# tests left on all three are those that claim, retry, restart and lock).
+STORES_ONLY = pytest.mark.parametrize("routing_db", ["sqlite", "postgres"], indirect=True)
+
+
 def drop(event_id: str, **fields: object) -> dict[str, object]:
     values = {"sessionId": "sess_7", "userId": "user_42", "score": 12, "threshold": 40, **fields}
     return events.sample("score.drop", id=event_id, **values)
@@ -83,6 +89,7 @@ def test_a_drop_reaches_json_chat_and_email(
     until(lambda: [s for _, _, s in outbox(server)] == ["delivered"] * 3, what="3 delivered rows")
 
 
+@STORES_ONLY
 @pytest.mark.parametrize("extra", ["", "&format=html"], ids=["default", "format-html"])
 def test_event_values_reach_email_as_text_never_as_markup(
     start: Callable[..., Receiver], smtp_sink: SMTPSink, extra: str
@@ -124,6 +131,7 @@ def test_a_duplicate_delivery_notifies_nobody_again(
     assert sorted(e for e, _, _ in outbox(server)) == ["evt_after"] * 2 + ["evt_dup"] * 2
 
 
+@STORES_ONLY
 def test_an_event_no_rule_matches_notifies_nobody(
     start: Callable[..., Receiver], http_sink: HTTPSink
 ) -> None:
@@ -148,6 +156,7 @@ rules:
 """
 
 
+@STORES_ONLY
 @pytest.mark.parametrize("cont", [True, False], ids=["continue", "first-match-wins"])
 def test_continue_and_first_match(
     start: Callable[..., Receiver], http_sink: HTTPSink, cont: bool
@@ -186,6 +195,7 @@ rules:
     assert server.metric("receiver_notifications_total", 'outcome="throttled"') == 2
 
 
+@STORES_ONLY
 def test_a_template_that_fails_sends_a_fallback(
     start: Callable[..., Receiver], http_sink: HTTPSink
 ) -> None:
@@ -204,6 +214,7 @@ rules:
     assert server.metric("receiver_notifications_total", 'outcome="fallback"') == 1
 
 
+@STORES_ONLY
 def test_hot_reload_takes_a_good_file_and_refuses_a_bad_one(
     start: Callable[..., Receiver], http_sink: HTTPSink
 ) -> None:
@@ -292,6 +303,7 @@ def test_an_event_stored_but_not_routed_is_routed_on_start(
     assert request.json["message"] == "Session sess_7 at 12 (threshold 40)"
 
 
+@STORES_ONLY
 def test_logs_name_notifiers_never_their_urls(
     start: Callable[..., Receiver], smtp_sink: SMTPSink, http_sink: HTTPSink
 ) -> None:
