@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run demo test lint clean bench bench-check audit chaos postgres screenshots chromium promtool
+.PHONY: run demo test lint docs clean bench bench-check audit chaos postgres screenshots chromium promtool
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,8 +69,14 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check receiver tests bench chaos
 	$(BIN)/mypy
 
+# The documentation site (mkdocs.yml, docs/) into site/. --strict: a broken link or anchor, a
+# page left out of the navigation, or docs/settings.yaml disagreeing with receiver/settings.py
+# fails it. .ci/run calls it.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
 
 # Not part of `make test`: the receiver vs a ceiling and adnanh/webhook, writes bench/RESULTS.md.
 # BENCH_ARGS="--soak 600" for the issue's ten minutes of memory; bench/run.py --help for more.
@@ -97,6 +103,6 @@ audit: $(VENV)/.installed-dev
 chaos: $(VENV)/.installed-dev $(if $(REPLICAS),postgres)
 	$(BIN)/python chaos/run.py $(if $(REPLICAS),--replicas $(REPLICAS)) $(CHAOS_ARGS)
 
-# README's pictures of the admin page, taken by its browser tests (docs/screenshots/).
+# The admin page's pictures in docs/admin.md, taken by its browser tests (docs/screenshots/).
 screenshots: $(VENV)/.installed-dev chromium
 	SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/test_admin_browser.py -k screenshots_of_every_page -p no:randomly

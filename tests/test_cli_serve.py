@@ -1,6 +1,8 @@
-"""`receiver serve` and the README agree: every setting is a flag, every command written in the
-README (and in the shipped rules.yaml) parses, and a start that fails says why in one line."""
+"""`receiver serve` and the docs agree: every setting is a flag, every command written in the
+README, the docs/ pages (and the shipped rules.yaml) parses, and a start that fails says why in
+one line."""
 
+import importlib.util
 import logging
 import os
 import re
@@ -24,6 +26,7 @@ from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+PAGES = {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))}
 # Variables that are not `receiver serve` settings: its secrets (never a flag: the signing
 # secrets and the upstream API key), what `receiver send` / `sign` read, and the keys of
 # `receiver simulate --serve-api` (the fake upstream).
@@ -47,10 +50,21 @@ def test_every_setting_is_a_serve_flag() -> None:
     assert missing == []
 
 
-def test_every_setting_in_the_readme_table_is_a_serve_flag() -> None:
-    table = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
-    listed = set(re.findall(r"^\| `(RECEIVER_[A-Z_]+)` \|", table, flags=re.MULTILINE))
+def _configuration_table() -> str:
+    """docs/configuration.md's table of settings, as `make docs` writes it (docs/hooks.py)."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    assert "<!-- generated: settings -->" in PAGES["configuration.md"]
+    table: str = hooks.configuration_markdown()
+    return table
+
+
+def test_every_setting_in_the_docs_table_is_a_serve_flag() -> None:
+    listed = set(re.findall(r"^\| `(RECEIVER_[A-Z_]+)` \|", _configuration_table(), flags=re.M))
     assert {"RECEIVER_NOTIFY_TIMEOUT", "RECEIVER_RETRY_FOR"} <= listed
+    assert {f"RECEIVER_{name.upper()}" for name in Settings.model_fields} | NOT_SERVE == listed
     flags = {opt for param in serve.params for opt in param.opts}
     assert sorted(_flag(v) for v in listed - NOT_SERVE if _flag(v) not in flags) == []
     help_text = CliRunner().invoke(cli, ["serve", "--help"], terminal_width=200).output
@@ -101,11 +115,11 @@ def test_readme_and_rules_yaml_commands_work_as_written(
     # `send --save evt_1.json` would write this one before its `send --file evt_1.json`.
     for name in ("event.json", "evt_1.json"):
         (tmp_path / name).write_text("{}")
-    written = _commands(README) + _commands(
-        rules.starter_text().split("\nnotifiers:", 1)[0], comments=True
-    )
+    written = [line for text in (README, *PAGES.values()) for line in _commands(text)]
+    written += _commands(rules.starter_text().split("\nnotifiers:", 1)[0], comments=True)
     assert "receiver explain --file event.json" in written  # the rules.yaml comment
-    assert len(written) > 10
+    assert "receiver backtest rules.new.yaml --since 24h --json" in written  # docs/backtest.md
+    assert len(written) > 30
     for line in written:
         try:
             _parse(line)
