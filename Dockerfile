@@ -1,5 +1,5 @@
 # attention-receiver: one process, SQLite on a volume at /data.
-# Not built in this project's CI (no Docker engine there); see README "Deploying".
+# Not built in this project's CI (no Docker engine there); see docs/operations.md, "Deploying".
 #
 # RECEIVER_SECRETS is required: the container listens on 0.0.0.0, where the public
 # development secret is refused, so without it `receiver serve` exits with status 2:

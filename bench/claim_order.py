@@ -4,8 +4,8 @@
 
 DB is a new SQLite path or an empty PostgreSQL URL. DUE rows wait to be sent and
 DELIVERED rows are history, over 2,000 alerts and 10 targets of one notifier; each claim
-asks for 8 rows a target (80), as the worker does, and gives them back. Figures in README
-("One alert's messages in order").
+asks for 8 rows a target (80), as the worker does, and gives them back. Figures in
+docs/event-flow.md ("One alert's messages in order").
 """
 
 from __future__ import annotations

@@ -40,8 +40,7 @@ from tests.servers import HTTPSink
 
 # Titled with the event id (and what sent it), so the sink can count deliveries of each.
 # The plain rule forwards every event, in any order; the lifecycle rule notifies about the
-# alert, so a drop older than its alert's newest event is stale for it (README, "The alert
-# lifecycle").
+# alert, so a drop older than its alert's newest event is stale for it (docs/alert-lifecycle.md).
 PLAIN_RULE, LIFECYCLE_RULE = "every-event", "alerts"
 RULES = """
 notifiers:
