@@ -311,6 +311,10 @@ class Targets:
             return
         if self._closed:
             raise DeliveryError(f"{label}: not sent, notifier is closed", label=label)
+        if not _setup_done:
+            # apprise's first load (0.5 s of CPU, more on a busy machine) is no part of a
+            # send's time: it is done here, off the event loop, before the clock starts.
+            await asyncio.to_thread(prepare_apprise)
         secrets = self._register(url)
         job = self._start(self._send, url, title, body, label, secrets)
         try:
