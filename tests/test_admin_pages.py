@@ -387,3 +387,51 @@ def test_odd_ids_in_admin_urls_answer_pages_not_500s(tmp_path: Path, http_sink: 
                 assert made.status_code == 200 and "threshold must be a number" in made.text
 
     asyncio.run(main())
+
+
+def test_the_admin_form_and_the_cli_read_silence_matchers_alike(
+    tmp_path: Path, http_sink: HTTPSink
+) -> None:
+    """`receiver silence add --match userId=42` stored the number 42 while the admin form
+    stored the text "42": the same lines now make the same silence (one parser)."""
+    from click.testing import CliRunner
+
+    from receiver.cli import cli
+
+    async def read(db: Path, keep: bool = True) -> Any:
+        from receiver.store import open_store
+
+        store = open_store(str(db))
+        await store.open()
+        try:
+            if keep:
+                [silence] = await store.transact(lambda tx: tx.all_silences())
+                return silence.matchers
+        finally:
+            await store.close()
+
+    lines = ["userId=42", 'cohort="42"', "page=/checkout*", "signals=true", "sessionId=~^s_"]
+
+    async def main() -> Any:
+        async with running(tmp_path, hook=http_sink.json_url("/hook")) as admin:
+            made = await admin.post(
+                "/admin/silences",
+                {"matchers": "\n".join(lines), "duration": "1h", "reason": "form"},
+            )
+            assert made.status_code == 303, made.text
+            [silence] = await admin.store.transact(lambda tx: tx.all_silences())
+            return silence.matchers
+
+    from_form = asyncio.run(main())
+    db = tmp_path / "cli.db"
+    asyncio.run(read(db, keep=False))  # a database for the CLI to add to
+    args = ["silence", "add", "--db", str(db), "--for", "1h", "--reason", "cli"]
+    for line in lines:
+        args += ["--match", line]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+
+    expected = {
+        "userId": 42, "cohort": "42", "page": "/checkout*", "signals": True, "sessionId": "~^s_"
+    }  # fmt: skip
+    assert from_form == asyncio.run(read(db)) == expected

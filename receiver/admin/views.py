@@ -35,7 +35,7 @@ from receiver.errors import InvalidWebhookError, ReceiverError
 from receiver.events import EVENT_TYPES, date_or_why, iso_epoch
 from receiver.logs import LogLimiter
 from receiver.notify.webhook import WebhookChannel
-from receiver.rules.match import compile_match
+from receiver.rules.match import parse_matchers
 from receiver.store import Store
 from receiver.store.base import Tx
 from receiver.store.records import (
@@ -736,17 +736,7 @@ class AdminPages:
 
     async def _add_silence(self, form: FormData) -> str | None:
         """Create a silence from the form; why not, if it cannot be."""
-        matchers: dict[str, Any] = {}
-        for line in str(form.get("matchers", "")).splitlines():
-            if not line.strip():
-                continue
-            name, sep, value = line.partition("=")
-            if not sep or not name.strip():
-                return f"matcher {line.strip()[:60]!r} is not FIELD=VALUE"
-            matchers[name.strip()] = value.strip()
-        if not matchers:
-            return "at least one matcher (FIELD=VALUE) is needed"
-        _, problems = compile_match(matchers)
+        matchers, problems = parse_matchers(str(form.get("matchers", "")).splitlines())
         if problems:
             return "; ".join(problems)
         try:

@@ -12,7 +12,7 @@ import click
 from receiver.cli._common import db_option, echo, when, with_store
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.events import date_or_why
-from receiver.rules.match import compile_match
+from receiver.rules.match import parse_matchers
 from receiver.store import Store
 from receiver.store.base import Tx
 
@@ -111,8 +111,9 @@ def silence() -> None:
     multiple=True,
     required=True,
     metavar="FIELD=VALUE",
-    help="A payload field and a rules.yaml match value: exact, glob (user_*) or "
-    "~regex. Repeat for several; all must hold.",
+    help="A payload field and a rules.yaml match value: exact, glob (user_*), ~regex, "
+    'a number or true/false ("42" in double quotes for the text). Repeat for several; '
+    "all must hold.",
 )
 @click.option("--for", "duration", required=True, help="How long: 30m, 2h, 1d.")
 @click.option("--reason", required=True, help="Why; shown with every silenced notification.")
@@ -123,17 +124,7 @@ def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -
 
         receiver silence add --match userId=user_42 --for 2h --reason "load test"
     """
-    matchers: dict[str, Any] = {}
-    for item in matches:
-        field, sep, raw = item.partition("=")
-        if not sep or not field:
-            raise click.BadParameter(f"{item!r} is not FIELD=VALUE", param_hint="--match")
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            value = raw
-        matchers[field] = value if isinstance(value, int | float | bool) else raw
-    _, problems = compile_match(matchers)
+    matchers, problems = parse_matchers(matches)
     if problems:
         raise click.BadParameter("; ".join(problems), param_hint="--match")
     try:

@@ -19,7 +19,7 @@ import math
 import operator
 import re
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from fnmatch import translate
@@ -309,6 +309,41 @@ def _walk(payload: Mapping[str, Any], parts: tuple[str, ...] | list[str]) -> Any
         else:
             return _MISSING
     return value
+
+
+def parse_matchers(lines: Iterable[str]) -> tuple[dict[str, Any], list[str]]:
+    """FIELD=VALUE lines (a silence's matchers, from `receiver silence add --match` or the
+    admin page's form) as a `match:` mapping, and every problem found. A value is read as
+    a rules.yaml scalar would be: true/false and JSON numbers typed (a score, a flag), a
+    JSON string in double quotes as that text (`userId="42"` for the text 42), anything
+    else as the text written (exact, glob or ~regex).
+
+    >>> parse_matchers(["userId=42", 'cohort="42"', "page=/checkout*", "signals=true"])
+    ({'userId': 42, 'cohort': '42', 'page': '/checkout*', 'signals': True}, [])
+    """
+    matchers: dict[str, Any] = {}
+    problems: list[str] = []
+    for line in lines:
+        if not line.strip():
+            continue
+        field, sep, raw = line.partition("=")
+        field, raw = field.strip(), raw.strip()
+        if not sep or not field:
+            problems.append(f"{show(line.strip()[:60])} is not FIELD=VALUE")
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if not isinstance(value, str | bool | int | float) or (
+            isinstance(value, str) and not raw.startswith('"')
+        ):
+            value = raw  # null, lists, objects: the text as written
+        matchers[field] = value
+    if not matchers and not problems:
+        problems.append("at least one matcher (FIELD=VALUE) is needed")
+    _, invalid = compile_match(matchers)
+    return matchers, problems + invalid
 
 
 def compile_match(raw: Mapping[Any, Any] | None) -> tuple[tuple[Condition, ...], list[str]]:
