@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from receiver.durations import format_duration
 from receiver.errors import ConfigError
 from receiver.events import SENDER_RETRIES
 
@@ -37,6 +38,8 @@ MIN_SECRET_LENGTH = 16
 DEFAULT_RULES = Path("./rules.yaml")
 # The sender retries a failed delivery after 1m, 5m, 30m, 2h and 8h: 10h36m in all.
 SENDER_RETRY_SPAN = sum(SENDER_RETRIES)
+# The service's schedule as RECEIVER_WEBHOOK_SCHEDULE writes it: 1m,5m,30m,2h,8h.
+SENDER_SCHEDULE = ",".join(format_duration(delay) for delay in SENDER_RETRIES)
 # The PostgreSQL driver's own default: a statement run this many times on one connection is
 # prepared there.
 DB_PREPARE_THRESHOLD = 5
@@ -144,7 +147,7 @@ class Settings(BaseSettings):
     # delays between attempts (the service's own: 1m, 5m, 30m, 2h, 8h; failed after the
     # last), and whether subscribers may be private addresses or plain http.
     webhook_timeout: float = Field(default=10.0, gt=0)
-    webhook_schedule: str = "1m,5m,30m,2h,8h"
+    webhook_schedule: str = SENDER_SCHEDULE
     webhook_allow_private: bool = False
     webhook_allow_http: bool = False
     # Subscriptions one API key may have (not counting deleted ones); the CLI's are not

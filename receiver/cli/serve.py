@@ -15,7 +15,7 @@ from receiver.cli._common import (
     with_store,
 )
 from receiver.errors import ConfigError
-from receiver.settings import Settings
+from receiver.settings import SENDER_SCHEDULE, Settings
 
 
 @click.command()
@@ -95,7 +95,7 @@ from receiver.settings import Settings
 )
 @click.option(
     "--webhook-schedule",
-    help="Delays between a subscriber's attempts [RECEIVER_WEBHOOK_SCHEDULE, 1m,5m,30m,2h,8h].",
+    help=f"Delays between a subscriber's attempts [RECEIVER_WEBHOOK_SCHEDULE, {SENDER_SCHEDULE}].",
 )
 @click.option(
     "--webhook-allow-private/--no-webhook-allow-private",

@@ -36,7 +36,8 @@ import httpcore
 import httpx
 from httpcore._utils import is_socket_readable
 
-from receiver import __version__
+from receiver import __version__, signature
+from receiver.events import SENDER_RETRIES
 from receiver.signature import SIGNATURE_HEADER
 from receiver.store import OutboxRow, Store
 from receiver.store.records import Webhook
@@ -102,8 +103,11 @@ def sign(sub: Webhook, delivery_id: str, body: bytes, now: float) -> dict[str, s
             "webhook-timestamp": stamp,
             "webhook-signature": f"v1,{digest}",
         }
-    digest = hmac.new(sub.secret.encode(), body, hashlib.sha256).hexdigest()
-    return {SIGNATURE_HEADER: f"sha256={digest}", EVENT_ID_HEADER: delivery_id}
+    # The service's own form, made as the receiver checks it (receiver.signature).
+    return {
+        SIGNATURE_HEADER: signature.sign(sub.secret.encode(), body),
+        EVENT_ID_HEADER: delivery_id,
+    }
 
 
 # IPv6 prefixes that carry an IPv4 address, which a translator or relay on the way may
@@ -293,7 +297,7 @@ class WebhookChannel:
         store: Store,
         *,
         timeout: float = 10.0,
-        delays: tuple[float, ...] = (60.0, 300.0, 1800.0, 7200.0, 28800.0),
+        delays: tuple[float, ...] = SENDER_RETRIES,
         allow_private: bool = False,
         allow_http: bool = False,
         connections: int = 8,
