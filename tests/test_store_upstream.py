@@ -1,4 +1,4 @@
-"""The store contract of the upstream client (receiver.store.upstream): the shared request
+"""The store contract of the upstream client (receiver.store.upstream_state): the shared request
 budget, its hold, the sync cursor and sessions imported into the projection; on SQLite and
 PostgreSQL alike."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from receiver.store import Store, open_store
 from receiver.store.records import SessionQuery
-from receiver.store.upstream import bucket_shape, take
+from receiver.store.upstream_state import bucket_shape, take
 from tests.test_store_contract import run
 from tests.test_store_views import accept, ev, route
 

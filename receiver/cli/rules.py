@@ -144,7 +144,7 @@ def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -
 def _enrichment(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> Any:
     """What the upstream says of the event's session, printed and returned, when a rule's
     templates use it and RECEIVER_UPSTREAM_URL and _KEY are set (else None)."""
-    from receiver.upstream.explain import fetch_for_explain
+    from receiver.upstream.explain_enrichment import fetch_for_explain
 
     enrichment, lines = fetch_for_explain(ruleset, payload, db)
     for line in lines:

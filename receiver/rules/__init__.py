@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from receiver.durations import format_duration, parse_duration
 from receiver.rules.builtin import BUILTIN_SOURCE, load_builtin, starter_text
-from receiver.rules.explain import ConditionOutcome, Explanation, RuleOutcome
 from receiver.rules.load import load_file, load_text
 from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, Notifier
 from receiver.rules.rule import RULE_WIDE_KEY, Decision, Rule
 from receiver.rules.ruleset import Ruleset
+from receiver.rules.verdict import ConditionOutcome, Explanation, RuleOutcome
 
 __all__ = [
     "BUILTIN_SOURCE",

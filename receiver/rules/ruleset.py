@@ -6,11 +6,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from receiver.durations import format_duration
-from receiver.rules.explain import Explanation, explain
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import Heartbeat
 from receiver.rules.rule import Decision, Rule
+from receiver.rules.verdict import Explanation, explain
 
 MAX_INDEXED_TYPES = 256  # event types remembered by the index; others are worked out each time
 

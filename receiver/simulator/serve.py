@@ -1,4 +1,4 @@
-"""`receiver simulate --serve-api`: the fake upstream (receiver.simulator.upstream) under
+"""`receiver simulate --serve-api`: the fake upstream (receiver.simulator.fake_service) under
 uvicorn, until SIGINT/SIGTERM or for a given duration."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import click
 import uvicorn
 
+from receiver.simulator.fake_service import FakeUpstream
 from receiver.simulator.population import Population
-from receiver.simulator.upstream import FakeUpstream
 from receiver.store.records import PLANS
 
 

@@ -325,7 +325,7 @@ class Store(Protocol):
         self, webhook_id: int, delivery_id: int, *, now: float
     ) -> OutboxRow | None: ...
 
-    # -- the upstream service (receiver.store.upstream) -------------------------------------
+    # -- the upstream service (receiver.store.upstream_state) -------------------------------------
 
     async def take_upstream(self, name: str, *, per_minute: int, now: float) -> float:
         """Draw one request from the shared bucket: 0.0 when drawn, else seconds to wait."""

@@ -25,7 +25,7 @@ from receiver import __version__
 from receiver.errors import UpstreamError
 from receiver.store import Store
 from receiver.store.records import PLANS
-from receiver.store.upstream import bucket_shape, take
+from receiver.store.upstream_state import bucket_shape, take
 
 MAX_ATTEMPTS = 5  # tries of one request that keeps being answered 429
 MAX_WAITS = 10_000  # budget waits of one request (each at most MAX_SLEEP): a bound, not a goal

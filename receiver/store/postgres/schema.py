@@ -11,7 +11,7 @@ from typing import Any
 from receiver.errors import StoreError
 from receiver.store.admin import ADMIN_SCHEMA
 from receiver.store.sql import OUTBOX_ORDER_SCHEMA
-from receiver.store.upstream import UPSTREAM_SCHEMA
+from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
 

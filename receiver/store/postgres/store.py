@@ -43,7 +43,7 @@ from receiver.store.history import SQLHistory
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
 from receiver.store.sql import Query, SQLOutbox, event_row
-from receiver.store.upstream import SQLUpstream
+from receiver.store.upstream_state import SQLUpstream
 from receiver.store.views import SQLViews
 from receiver.store.webhooks import SQLWebhooks
 

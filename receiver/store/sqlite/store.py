@@ -30,7 +30,7 @@ from receiver.store.history import SQLHistory
 from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
-from receiver.store.upstream import SQLUpstream
+from receiver.store.upstream_state import SQLUpstream
 from receiver.store.views import SQLViews
 from receiver.store.webhooks import SQLWebhooks
 
