@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 from receiver import signature  # noqa: E402
 from receiver.sessions import COLUMNS, Fact, Summary  # noqa: E402
-from receiver.simulate import event_stream, timestamp  # noqa: E402
+from receiver.simulator.walk import event_stream, timestamp  # noqa: E402
 from receiver.store.sqlite.schema import MIGRATIONS  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef"

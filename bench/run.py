@@ -63,7 +63,7 @@ import pg  # noqa: E402  (bench/pg.py: the postgres part)
 import statements  # noqa: E402  (bench/statements.py: SQL statements per event)
 
 from receiver import rules, signature  # noqa: E402
-from receiver.simulate import event_stream, timestamp  # noqa: E402
+from receiver.simulator.walk import event_stream, timestamp  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef"
 SERVER_CPU = "0"

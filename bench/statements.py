@@ -31,7 +31,7 @@ from bench.admin import write_section  # noqa: E402
 from receiver import events, rules  # noqa: E402
 from receiver.dispatch.router import Router  # noqa: E402
 from receiver.metrics import Metrics  # noqa: E402
-from receiver.simulate import event_stream  # noqa: E402
+from receiver.simulator.walk import event_stream  # noqa: E402
 from receiver.store.sqlite import SQLiteStore  # noqa: E402
 
 SECTION = "## SQL statements per event"

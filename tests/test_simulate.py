@@ -20,16 +20,8 @@ from click.testing import CliRunner
 from receiver import events, signature
 from receiver.cli import cli
 from receiver.events import SENDER_RETRIES
-from receiver.simulate import (
-    Options,
-    Simulation,
-    Summary,
-    Walk,
-    event_stream,
-    percentile,
-    retry_delays,
-    wants_duplicate,
-)
+from receiver.simulator.sender import Options, Simulation, Summary, percentile
+from receiver.simulator.walk import Walk, event_stream, retry_delays, wants_duplicate
 from tests.harness import SECRET, STARTUP_TIMEOUT, Receiver
 
 START = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)

@@ -15,9 +15,9 @@ from receiver.cli.outbox import deliveries, replay, retry
 from receiver.cli.rules import check, explain, init
 from receiver.cli.send import send, sign
 from receiver.cli.serve import serve, server_config
+from receiver.cli.simulate import simulate
 from receiver.cli.upstream import upstream
 from receiver.cli.webhooks import webhooks
-from receiver.simulate import simulate
 
 __all__ = ["cli", "serve", "server_config"]
 

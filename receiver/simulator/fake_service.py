@@ -55,8 +55,8 @@ from receiver.errors import (
 from receiver.events import iso
 from receiver.notify.webhook import new_secret
 from receiver.sessions import STATUSES, Aggregate
-from receiver.simulate import retry_delays, timestamp
 from receiver.simulator.population import FakeSession, Population
+from receiver.simulator.walk import retry_delays, timestamp
 from receiver.store.records import PLANS, RateLimit
 
 WINDOW = 60.0  # seconds the plan limits count requests over, as the receiver does

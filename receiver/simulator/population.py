@@ -4,7 +4,7 @@ with the fields of part 2 of the document and a score history.
     population = Population.generate(seed=1, sessions=50, threshold=40, now=datetime.now(UTC))
     events = population.tick(datetime.now(UTC))   # live sessions move; the events they made
 
-The live ones are the sender emulator's random walks (receiver.simulate.Walk): drops,
+The live ones are the sender emulator's random walks (receiver.simulator.walk.Walk): drops,
 recoveries, interventions fired and resolved, and a stop now and then, after which a new
 session starts. Pure and deterministic given the seed and the instants passed in.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from receiver.simulate import Walk, new_walk, timestamp
+from receiver.simulator.walk import Walk, new_walk, timestamp
 
 PAGES = ("/checkout", "/search", "/lesson/1", "/lesson/2", "/dashboard", "/video")
 COHORTS = ("a", "b", "control")
