@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run demo test lint docs clean bench bench-check audit chaos postgres screenshots chromium promtool
+.PHONY: run demo test test-fast lint docs clean bench bench-check audit chaos postgres screenshots chromium promtool
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ PYTEST_ARGS ?= -n 3 --dist loadfile
 
 test: $(VENV)/.installed-dev postgres chromium promtool
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The tests that start no server (the harness refuses to start one for a test not marked
+# e2e): units, stores, rules, CLI parsing. PostgreSQL's store tests still run.
+test-fast: $(VENV)/.installed-dev postgres
+	$(BIN)/python -m pytest -m "not e2e" $(PYTEST_ARGS)
 
 # The store tests run on SQLite and on a throwaway PostgreSQL that the tests start
 # themselves (initdb, a free port), some also through a throwaway PgBouncer in transaction

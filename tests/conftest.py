@@ -43,6 +43,12 @@ def smtp_sink() -> Iterator[SMTPSink]:
         sink.stop()
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The harness refuses to start a server for a test not marked e2e (harness.current_test);
+    set before the test's fixtures, module-scoped ones included."""
+    harness.current_test = item
+
+
 @pytest.fixture(autouse=True)
 def _stop_what_the_test_started() -> Iterator[None]:
     """A receiver a test started and left running (it failed, or timed out, before its

@@ -19,6 +19,20 @@ from tests import dbview
 from tests.servers import free_port
 
 SECRET = "test-secret-0123456789"
+# The pytest test running now (tests/conftest.py sets it before its fixtures): a real
+# server may start only for a test marked e2e, so `make test-fast` (-m "not e2e") never
+# waits on one. None outside pytest (the benchmarks use the harness too).
+current_test: Any = None
+
+
+def _must_be_e2e(what: str) -> None:
+    if current_test is not None and current_test.get_closest_marker("e2e") is None:
+        raise AssertionError(
+            f"{current_test.nodeid} starts {what} but is not marked e2e"
+            " (pytestmark = pytest.mark.e2e, or @pytest.mark.e2e on the test)"
+        )
+
+
 # How long a start may take before the test fails: /healthz answering is the condition
 # (a start that holds returns at once). Generous, since a busy machine takes seconds to
 # import the receiver, and a test that restarts one under load often more than 9.
@@ -90,6 +104,7 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Receiver:
+        _must_be_e2e("a real server")
         log = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "receiver", "serve"], env=self.env, stdout=log, stderr=log
@@ -225,6 +240,7 @@ class InProcessReceiver:
         self.thread: Any = None
 
     def start(self) -> InProcessReceiver:
+        _must_be_e2e("the app under uvicorn")
         import threading
 
         import uvicorn

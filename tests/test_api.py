@@ -13,6 +13,8 @@ import pytest
 from receiver import events
 from tests.harness import Receiver
 
+pytestmark = pytest.mark.e2e
+
 
 def at(minutes_ago: float) -> str:
     return events.iso(datetime.now(UTC) - timedelta(minutes=minutes_ago), digits=3)

@@ -49,6 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Receiver]:
     receiver.stop()
 
 
+@pytest.mark.e2e
 def test_send_twice_is_accepted_then_duplicate(server: Receiver) -> None:
     url = f"{server.url}/v1/events"
     args = ("send", "--type", "score.drop", "--id", "evt_cli_1", "--url", url)
@@ -62,6 +63,7 @@ def test_send_twice_is_accepted_then_duplicate(server: Receiver) -> None:
     )
 
 
+@pytest.mark.e2e
 def test_send_builds_every_field_from_flags(server: Receiver) -> None:
     code, _ = invoke(
         "send",
@@ -103,6 +105,7 @@ def test_send_builds_every_field_from_flags(server: Receiver) -> None:
     }
 
 
+@pytest.mark.e2e
 def test_send_exits_1_on_a_refusal(server: Receiver) -> None:
     code, out = invoke("send", "--url", f"{server.url}/v1/events", "--secret", "wrong")
     assert code == 1 and out.startswith("401 ") and "invalid_signature" in out
@@ -154,6 +157,7 @@ def test_explain_refuses_an_invalid_event(tmp_path: Path) -> None:
     assert code == 1 and "not a valid event" in out and "id: field required" in out
 
 
+@pytest.mark.e2e
 def test_deliveries_retry_and_replay(tmp_path: Path, http_sink: HTTPSink) -> None:
     http_sink.fail_with(500)
     rules = (
@@ -276,6 +280,7 @@ def test_db_copy_to_a_closed_port_says_connection_refused(tmp_path: Path) -> Non
     assert time.monotonic() - started < 8  # not the pool's 10 s wait
 
 
+@pytest.mark.e2e
 def test_alerts_json_is_one_document(server: Receiver) -> None:
     server.send({**events.sample("score.drop", id="evt_alert_json"), "sessionId": "sess_aj"})
     deadline = time.monotonic() + 30
@@ -293,6 +298,7 @@ def test_alerts_json_is_one_document(server: Receiver) -> None:
 # --- issue 28, item 18: what README says is true -----------------------------------------
 
 
+@pytest.mark.e2e
 def test_readme_demo_resends_the_same_bytes_without_a_conflict(
     server: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,6 +317,7 @@ def test_readme_demo_resends_the_same_bytes_without_a_conflict(
     assert "conflict: event evt_1 " not in server.logs()
 
 
+@pytest.mark.e2e
 def test_admin_page_views_do_not_count_against_the_plan_limit(server: Receiver) -> None:
     """README: the plan limits /v1 requests, not admin page views."""
     key = server.make_key("admin-free", plan="free", role="admin")  # 60 requests a minute

@@ -149,6 +149,7 @@ def _serve(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tup
     return run.returncode, run.stdout + run.stderr
 
 
+@pytest.mark.e2e
 def test_a_corrupt_database_is_one_clear_line(tmp_path: Path) -> None:
     (tmp_path / "receiver.db").write_bytes(os.urandom(8192))
     code, out = _serve(tmp_path, "--db", "receiver.db", "--port", str(free_port()))
@@ -156,6 +157,7 @@ def test_a_corrupt_database_is_one_clear_line(tmp_path: Path) -> None:
     assert out == "Error: cannot open database receiver.db: file is not a database\n"
 
 
+@pytest.mark.e2e
 def test_a_busy_port_is_one_clear_line_and_nothing_says_receiving(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -169,6 +171,7 @@ def test_a_busy_port_is_one_clear_line_and_nothing_says_receiving(tmp_path: Path
     )
 
 
+@pytest.mark.e2e
 def test_invalid_settings_are_said_in_our_words(tmp_path: Path) -> None:
     code, out = _serve(tmp_path, "--port", "99999", "--retry-max", "soon")
     assert code == 1
@@ -205,6 +208,7 @@ def test_a_bad_db_prepare_threshold_is_said_in_our_words(tmp_path: Path, bad: st
     assert not (tmp_path / "r.db").exists()
 
 
+@pytest.mark.e2e
 def test_serve_still_needs_the_variables_that_check_does_not(tmp_path: Path) -> None:
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(

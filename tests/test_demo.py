@@ -12,7 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import _descendants
+
+pytestmark = pytest.mark.e2e
 
 
 def _demo(*args: str) -> subprocess.Popen[str]:

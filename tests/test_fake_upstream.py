@@ -14,6 +14,8 @@ from receiver import signature
 from tests.fake_upstream import KEYS, FakeUpstream
 from tests.servers import HTTPSink
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeUpstream]:

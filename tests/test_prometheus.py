@@ -19,6 +19,8 @@ from receiver import events
 from tests.harness import Receiver
 from tests.servers import HTTPSink
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus-rules.yaml"
 RULE_TESTS = ROOT / "tests" / "testdata" / "prometheus-rules.test.yaml"

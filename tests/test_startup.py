@@ -150,6 +150,7 @@ def test_factory_refuses_a_missing_rules_file(
     assert "missing.yaml: cannot read rules file: no such file or directory" in err
 
 
+@pytest.mark.e2e
 def test_factory_refusal_stops_uvicorn_workers(tmp_path: Path) -> None:
     """Exit status 3 makes uvicorn's --workers parent stop instead of restarting workers."""
     argv = ["-m", "uvicorn", "--factory", "receiver.app:from_env", "--workers", "2"]
@@ -255,6 +256,7 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.mark.e2e
 def test_serve_on_every_interface_without_a_secret_exits_2(tmp_path: Path) -> None:
     port = free_port()
     serve = ("-m", "receiver", "serve", "--port", str(port))
@@ -268,6 +270,7 @@ def test_serve_on_every_interface_without_a_secret_exits_2(tmp_path: Path) -> No
     assert list(tmp_path.iterdir()) == []  # no database, nothing written
 
 
+@pytest.mark.e2e
 def test_serve_on_every_interface_with_a_secret_starts(
     tmp_path: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -282,6 +285,7 @@ def test_serve_on_every_interface_with_a_secret_starts(
     assert "store closed" in log
 
 
+@pytest.mark.e2e
 def test_zero_config_serves_on_the_built_in_rules_then_adopts_init(
     tmp_path: Path, procs: list[subprocess.Popen[bytes]]
 ) -> None:
@@ -329,6 +333,7 @@ def test_zero_config_serves_on_the_built_in_rules_then_adopts_init(
     assert "store closed" in log.read_text()
 
 
+@pytest.mark.e2e
 def test_a_missing_rules_file_named_by_receiver_rules_fails_clearly(tmp_path: Path) -> None:
     missing = tmp_path / "conf" / "rules.yaml"
     serve = ("-m", "receiver", "serve", "--port", str(free_port()))

@@ -26,6 +26,8 @@ from tests.fake_upstream import KEYS, FakeUpstream
 from tests.harness import Receiver
 from tests.servers import HTTPSink, free_port
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def fake(tmp_path: Path) -> Iterator[FakeUpstream]:
