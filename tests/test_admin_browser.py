@@ -717,7 +717,9 @@ def subscribers(
             tab.go("/admin/webhooks")
             return (
                 "delivered" in tab.row(urls["active"]).inner_text()
-                and "failed" in tab.row(urls["failing"]).inner_text()
+                # Its last attempt made, not just its first failed: the first one's error
+                # ("All connection attempts failed") says "failed" too.
+                and "2 attempts" in tab.row(urls["failing"]).inner_text()
                 and "disabled" in tab.row(urls["disabled"]).inner_text()
             )
 

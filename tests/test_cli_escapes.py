@@ -7,6 +7,8 @@ import json
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -104,15 +106,24 @@ def test_explain_escapes_the_event_id_and_values(stored: Receiver) -> None:
     assert out.startswith("event evt_\\x1b]0;pwned\\x07")
 
 
-def test_a_subscribers_answer_is_escaped_in_webhook_listings(stored: Receiver) -> None:
-    """A delivery's last error quotes the subscriber's answer, which can carry ESC."""
+def test_a_subscribers_answer_is_escaped_in_webhook_listings(
+    stored: Receiver, tmp_path: Path
+) -> None:
+    """A delivery's last error quotes the subscriber's answer, which can carry ESC. On a
+    copy of the module's database: a row added to it changed the other tests' tables."""
     import asyncio
+    import sqlite3
+    from types import SimpleNamespace
+
+    copy: Any = SimpleNamespace(db=tmp_path / "copy.db")  # what run() reads of a Receiver
+    with sqlite3.connect(stored.db) as source, sqlite3.connect(copy.db) as target:
+        source.backup(target)
 
     from receiver.store import Notification, open_store
     from receiver.store.records import WEBHOOK_NOTIFIER
 
     async def go() -> str:
-        store = open_store(str(stored.db))
+        store = open_store(str(copy.db))
         await store.open()
         try:
             hook = await store.add_webhook(
@@ -137,7 +148,7 @@ def test_a_subscribers_answer_is_escaped_in_webhook_listings(stored: Receiver) -
             await store.close()
 
     public_id = asyncio.run(go())
-    out = run(stored, "webhooks", "deliveries", public_id)
+    out = run(copy, "webhooks", "deliveries", public_id)
     assert_escaped(out)
     assert "\\x1b]0;pwned\\x07" in out
-    assert_escaped(run(stored, "webhooks", "list"))
+    assert_escaped(run(copy, "webhooks", "list"))

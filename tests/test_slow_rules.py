@@ -33,10 +33,14 @@ pytestmark = pytest.mark.e2e
 HONEST_SENDERS = 2
 HONEST_POSTS = 100  # each
 PATHOLOGICAL = 128  # two routing batches' worth, posted while the honest senders post
-# A stall is seconds; the receiver normally answers in a few milliseconds. Generous, for
-# a loaded machine: what fails here is an event loop held by a rule, not a slow one.
-P99_BOUND = 1.0
-HEALTHZ_BOUND = 2.0
+# A stall held the event loop for seconds an event (20 s for the silence, several for the
+# template), 128 events in a row: the honest POSTs' median was then seconds and their p99
+# tens of seconds. The bounds sit far below that and far above what a busy machine adds
+# (p99 1.56 s seen with both cores taken, against a p99 bound of 1 s this test once had):
+# what fails here is an event loop held by a rule, not a slow machine.
+MEDIAN_BOUND = 0.5
+P99_BOUND = 5.0
+HEALTHZ_BOUND = 5.0
 BACKTRACKS = "a" * 28 + "!"  # against (a+)+$: 2**28 paths on a backtracking engine
 NOTE = "n" * 2000  # a loop over it nested in another: 4,000,000 steps
 
@@ -77,9 +81,12 @@ def post(client: httpx.Client, server: Receiver, payload: dict[str, Any]) -> flo
     return time.perf_counter() - started
 
 
-def ingest_while(server: Receiver, pathological: list[dict[str, Any]]) -> tuple[float, float]:
+def ingest_while(
+    server: Receiver, pathological: list[dict[str, Any]]
+) -> tuple[float, float, float]:
     """Post the pathological events from two threads while HONEST_SENDERS post honest
-    ones and a third polls /healthz; the honest POSTs' p99 and the slowest /healthz."""
+    ones and a third polls /healthz; the honest POSTs' median and p99, and the slowest
+    /healthz."""
     honest: list[float] = []
     health: list[float] = []
     done = threading.Event()
@@ -128,10 +135,17 @@ def ingest_while(server: Receiver, pathological: list[dict[str, Any]]) -> tuple[
     poller.join(60)
     assert not failures, failures
     assert len(honest) == HONEST_SENDERS * HONEST_POSTS
-    p99, slowest = statistics.quantiles(honest, n=100)[98], max(health)
-    print(f"POST p50 {statistics.median(honest) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms;"
+    p50, p99 = statistics.median(honest), statistics.quantiles(honest, n=100)[98]
+    slowest = max(health)
+    print(f"POST p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms;"
           f" /healthz max {slowest * 1000:.1f} ms")  # fmt: skip
-    return p99, slowest
+    return p50, p99, slowest
+
+
+def assert_not_stalled(p50: float, p99: float, healthz: float) -> None:
+    assert p50 < MEDIAN_BOUND, f"POST /v1/events median {p50 * 1000:.0f} ms while routing"
+    assert p99 < P99_BOUND, f"POST /v1/events p99 {p99 * 1000:.0f} ms while routing"
+    assert healthz < HEALTHZ_BOUND, f"/healthz took {healthz * 1000:.0f} ms while routing"
 
 
 def wait_routed(server: Receiver, timeout: float = 60) -> None:
@@ -163,9 +177,9 @@ def test_a_backtracking_silence_does_not_stall_ingest(server: Receiver) -> None:
     out = CliRunner().invoke(cli, [*add, "--for", "1h", "--reason", "backtracking"])
     assert out.exit_code == 0, out.output
     matching = [event("a" * 28) for _ in range(8)]  # silenced: the pattern matches them
-    p99, healthz = ingest_while(server, [event(BACKTRACKS) for _ in range(PATHOLOGICAL)] + matching)
-    assert p99 < P99_BOUND, f"POST /v1/events p99 {p99 * 1000:.0f} ms while routing"
-    assert healthz < HEALTHZ_BOUND, f"/healthz took {healthz * 1000:.0f} ms while routing"
+    assert_not_stalled(
+        *ingest_while(server, [event(BACKTRACKS) for _ in range(PATHOLOGICAL)] + matching)
+    )
     wait_routed(server)
     # The verdicts are right, and were reached at once: (a+)+$ does not match the 28 a's
     # and the "!", so those are sent; the 8 ids of a's alone are silenced.
@@ -179,9 +193,7 @@ def test_a_template_looping_over_an_event_field_does_not_stall_ingest(
     server: Receiver, http_sink: HTTPSink
 ) -> None:
     pathological = [event("user_loops", note=NOTE) for _ in range(PATHOLOGICAL)]
-    p99, healthz = ingest_while(server, pathological)
-    assert p99 < P99_BOUND, f"POST /v1/events p99 {p99 * 1000:.0f} ms while routing"
-    assert healthz < HEALTHZ_BOUND, f"/healthz took {healthz * 1000:.0f} ms while routing"
+    assert_not_stalled(*ingest_while(server, pathological))
     wait_routed(server)
     # Each was cut off at the loop cap and sent as the fallback, counted and logged.
     bodies = server.query(
