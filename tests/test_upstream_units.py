@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -190,7 +191,10 @@ def test_a_fetch_that_fails_after_its_waiters_gave_up_is_not_left_unread() -> No
         async with _client(handler) as client:
             enricher = Enricher(client, timeout=0.02)
             found = await enricher.enrichment("s1")
-            await asyncio.sleep(0.3)  # the fetch fails meanwhile
+            deadline = time.monotonic() + 30
+            while enricher._fetching:  # until the fetch has failed and been let go
+                assert time.monotonic() < deadline, "the fetch never ended"
+                await asyncio.sleep(0.01)
             import gc
 
             gc.collect()  # an unread future logs when it is collected
