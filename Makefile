@@ -110,4 +110,4 @@ chaos: $(VENV)/.installed-dev $(if $(REPLICAS),postgres)
 
 # The admin page's pictures in docs/admin.md, taken by its browser tests (docs/screenshots/).
 screenshots: $(VENV)/.installed-dev chromium
-	SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/test_admin_browser.py -k screenshots_of_every_page -p no:randomly
+	SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/admin/test_admin_browser.py -k screenshots_of_every_page -p no:randomly

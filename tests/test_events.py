@@ -10,16 +10,9 @@ from hypothesis import strategies as st
 from receiver import events
 from receiver.errors import InvalidEventError, InvalidJSONError
 from receiver.events import iso
+from tests.samples import sample
 
-DROP = {
-    "id": "evt_1",
-    "type": "score.drop",
-    "sessionId": "sess_1",
-    "userId": "user_42",
-    "score": 22,
-    "threshold": 40,
-    "timestamp": "2026-11-21T10:00:00Z",
-}
+DROP = sample(score=22)
 
 
 def body(**changes: Any) -> bytes:

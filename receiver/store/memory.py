@@ -4,7 +4,7 @@ clock and must change nothing in the real store.
 
 Why not a scratch SQLite file: the pipeline costs about ten statements an event there, and
 a backtest has to run millions of events while an operator waits. This keeps the same
-contract (tests/test_store_contract.py runs its routing-transaction tests on it too), plus
+contract (tests/store/test_store_contract.py runs its routing-transaction tests on it too), plus
 what a backtest needs besides: a journal of every outbox row written or changed, the
 notify worker's part (deliver_due: a due row is sent at its time), and a lean mode that
 forgets rows that can no longer change, so memory stays bounded by what is open.

@@ -11,22 +11,18 @@ import yaml
 
 from receiver import rules
 from receiver.rules.match import compile_match, lookup
+from tests.samples import sample
 
-EVENT = {
-    "id": "evt_1",
-    "type": "score.drop",
-    "sessionId": "sess_1",
-    "userId": "user_42",
-    "score": 20,
-    "threshold": 40,
-    "timestamp": "2026-11-21T10:00:00Z",
-    "ratio": 0.5,
-    "flagged": True,
-    "note": None,
-    "tags": ["urgent", "mobile"],
-    "meta": {"page": "/checkout", "step": 3, "items": [{"sku": "a1"}]},
-    "a.b": "literal dotted key",
-}
+EVENT = sample(
+    **{
+        "ratio": 0.5,
+        "flagged": True,
+        "note": None,
+        "tags": ["urgent", "mobile"],
+        "meta": {"page": "/checkout", "step": 3, "items": [{"sku": "a1"}]},
+        "a.b": "literal dotted key",
+    }
+)
 
 
 def verdicts(match_yaml: str, payload: dict[str, Any] = EVENT) -> list[tuple[bool, str]]:

@@ -18,13 +18,13 @@ import pytest
 from click.testing import CliRunner
 
 from receiver import logs, rules
-from receiver.app import RulesHolder
+from receiver.reloader import RulesHolder
 from receiver.cli import cli, serve
 from receiver.metrics import Metrics
 from receiver.settings import Settings, env_prepare_threshold
 from tests.servers import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 PAGES = {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))}
 # Variables that are not `receiver serve` settings: its secrets (never a flag: the signing

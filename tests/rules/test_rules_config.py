@@ -10,7 +10,7 @@ import pytest
 from receiver import rules
 from receiver.errors import ConfigError
 
-TESTDATA = Path(__file__).parent / "testdata"
+TESTDATA = Path(__file__).resolve().parents[1] / "testdata"
 SLACK_BOT_TOKEN = "xoxb-1234-1234-4ddbc191d40ee098cbaae6f3523ada2d"
 
 

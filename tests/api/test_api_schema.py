@@ -55,7 +55,7 @@ ALL_OPERATIONS = [
     for method in item
 ]
 # Generated requests go to the read API. The subscriptions take writer keys and would
-# have the server resolve generated host names; tests/test_webhooks.py drives them, and
+# have the server resolve generated host names; tests/api/test_webhooks.py drives them, and
 # test_subscriptions_refuse_a_reader_as_documented holds them to the document here.
 OPERATIONS = [(m, p) for m, p in ALL_OPERATIONS if not p.startswith("/v1/webhooks")]
 WEBHOOK_OPERATIONS = [(m, p) for m, p in ALL_OPERATIONS if p.startswith("/v1/webhooks")]

@@ -3,7 +3,7 @@
 The sender retries for hours, so events arrive out of order. An event older than
 its alert's newest is stale for lifecycle rules (hold, resolve, repeat): it sends
 nothing for them and never moves the alert back. Every other rule forwards each
-matching event exactly once, whatever the order (tests/test_lifecycle.py does the
+matching event exactly once, whatever the order (tests/dispatch/test_lifecycle.py does the
 same end to end).
 """
 

@@ -31,7 +31,7 @@ from receiver.settings import Settings
 from tests.harness import SECRET
 from tests.servers import HTTPSink, free_port
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "receiver" / "admin" / "templates"
+TEMPLATES = Path(__file__).resolve().parents[2] / "receiver" / "admin" / "templates"
 DEADLINE = 20.0
 RULES = """
 notifiers:

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from receiver import rules
 from receiver.errors import ConfigError
 from receiver.rules import Ruleset, ruleset
+from tests.samples import sample
 
-ROOT = Path(__file__).parent.parent
-TESTDATA = Path(__file__).parent / "testdata"
+ROOT = Path(__file__).resolve().parents[2]
+TESTDATA = Path(__file__).resolve().parents[1] / "testdata"
 ISSUE_EXAMPLE = TESTDATA / "rules.issue-example.yaml"
 
 SLACK_BOT_TOKEN = "xoxb-1234-1234-4ddbc191d40ee098cbaae6f3523ada2d"
@@ -25,16 +26,7 @@ ENV = {"SLACK_TOKEN": SLACK_BOT_TOKEN, "SMTP_USER": "alerts", "SMTP_PASS": "s3cr
 
 
 def event(**fields: Any) -> dict[str, Any]:
-    base = {
-        "id": "evt_1",
-        "type": "score.drop",
-        "sessionId": "sess_1",
-        "userId": "user_42",
-        "score": 20,
-        "threshold": 40,
-        "timestamp": "2026-11-21T10:00:00Z",
-    }
-    return base | fields
+    return sample(**fields)
 
 
 def with_rule(rule_yaml: str) -> str:

@@ -11,20 +11,9 @@ from jinja2 import UndefinedError
 
 from receiver import rules
 from receiver.rules import templates
+from tests.samples import sample
 
-EVENT = {
-    "id": "evt_1",
-    "type": "score.drop",
-    "sessionId": "sess_1",
-    "userId": "user_42",
-    "score": 20,
-    "threshold": 40,
-    "timestamp": "2026-11-21T10:00:00Z",
-    "meta": {"page": "/checkout"},
-    "flagged": True,
-    "note": None,
-    "elapsed": 5400,
-}
+EVENT = sample(meta={"page": "/checkout"}, flagged=True, note=None, elapsed=5400)
 
 
 def render(body: str, payload: dict[str, Any] = EVENT) -> rules.Decision:

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.e2e
 
 # `make screenshots` (SCREENSHOTS=1) writes README's pictures; a plain run takes them in a
 # temporary folder, so the suite never changes the checkout.
-DOCS_SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 WAIT = 15.0  # the longest any wait for the server or the sink may take

@@ -155,7 +155,9 @@ def test_an_admin_bulk_retry_that_fails_unexpectedly_says_so_on_its_page(
 ) -> None:
     """A bulk action runs as a task of its own: an error nobody expected ends the job with
     its error shown, and logged, instead of "Task exception was never retrieved"."""
-    from receiver.admin.views import AdminPages, Job
+    from receiver.admin.jobs import Job
+    from receiver.admin.notifications import run_bulk
+    from receiver.admin.views import AdminPages
 
     class Store:
         async def retry_dead_batch(self, notifier: str | None, *, limit: int, now: float) -> int:
@@ -170,7 +172,7 @@ def test_an_admin_bulk_retry_that_fails_unexpectedly_says_so_on_its_page(
     )
     job = Job(1, "Retry all 3 dead notifications", 3)
     with caplog.at_level(logging.ERROR, logger="receiver"):
-        asyncio.run(pages._run_bulk(job, None))
+        asyncio.run(run_bulk(pages, job, None))
     assert job.finished and job.done == 0
     assert job.error == "failed unexpectedly: UnicodeEncodeError; see the receiver's log"
     [line] = [r for r in caplog.records if "admin job 1" in r.getMessage()]

@@ -28,9 +28,9 @@ from receiver.settings import DB_PREPARE_THRESHOLD, Settings
 from receiver.store import open_store
 from receiver.store.postgres import PostgresStore
 from receiver.store.postgres.store import PREPARE_THRESHOLD
-from tests import test_store_contract
 from tests.harness import Receiver
 from tests.servers import HTTPSink
+from tests.store import test_store_contract
 
 pytestmark = pytest.mark.e2e
 
