@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from receiver import logs, rules
-from receiver.reloader import RulesHolder
 from receiver.cli import cli, serve
 from receiver.metrics import Metrics
+from receiver.reloader import RulesHolder
 from receiver.settings import Settings, env_prepare_threshold
 from tests.servers import free_port
 
