@@ -277,8 +277,6 @@ def simulate(
     until stopped (or for --duration when given): `receiver upstream register`
     points it at a receiver, and the live sessions' events are delivered there.
     """
-    from rich.console import Console
-
     if serve_api:
         from receiver.simulator.serve import serve_fake
 
@@ -309,15 +307,33 @@ def simulate(
         timeout=timeout,
         max_wait=max_wait,
     )
+    ok = _run(url, signing_secret(secret), options, seed, record, as_json, progress=not no_progress)
+    sys.exit(0 if ok else 1)
+
+
+def _run(
+    url: str,
+    secret: str,
+    options: Options,
+    seed: int | None,
+    record: Path | None,
+    as_json: bool,
+    *,
+    progress: bool,
+) -> bool:
+    """Send the simulation's events to `url`, print its summary; True when every event was
+    acknowledged with a 2xx in the end."""
+    from rich.console import Console
+
     err = Console(stderr=True)
     sim = Simulation(
         url,
-        signing_secret(secret),
+        secret,
         options,
         seed=seed,
         on_warning=lambda message: err.print(f"warning: {message}"),
     )
-    show = not no_progress and err.is_terminal
+    show = progress and err.is_terminal
 
     async def main() -> Summary:
         return await (_with_progress(sim, err) if show else sim.run())
@@ -329,4 +345,4 @@ def simulate(
         click.echo(json.dumps(summary.as_dict()))
     else:
         _print_summary(summary, Console())
-    sys.exit(0 if summary.ok else 1)
+    return summary.ok
