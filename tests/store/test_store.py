@@ -190,7 +190,7 @@ def test_processes_opening_a_new_file_together_migrate_it_once(tmp_path: Path) -
     )
     procs = [
         subprocess.Popen([sys.executable, "-c", script, str(db)], stderr=subprocess.PIPE)
-        for _ in range(8)
+        for _ in range(4)
     ]
     try:
         errors = [proc.communicate(timeout=60)[1].decode() for proc in procs]
