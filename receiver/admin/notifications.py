@@ -1,0 +1,114 @@
+"""The notifications pages (/admin/notifications): the outbox with its filters, retrying a
+dead notification, and retrying all of them as a background job with a progress page."""
+
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from receiver.admin._common import PAGE, Admin, log, row_id
+from receiver.admin.auth import Session
+from receiver.admin.jobs import Job
+from receiver.errors import ReceiverError
+from receiver.store.records import OUTBOX_STATES, WEBHOOK_NOTIFIER, OutboxQuery
+
+BULK_BATCH = 200
+
+
+async def listing(admin: Admin, request: Request, session: Session) -> Response:
+    p = request.query_params
+    state = p.get("state") or None
+    notifier = p.get("notifier") or None
+    before = p.get("before")
+    rows = await admin.store.outbox_page(
+        OutboxQuery(
+            limit=PAGE + 1,
+            state=state if state in OUTBOX_STATES else None,
+            notifier=notifier,
+            before=row_id(before),
+        )
+    )
+    more = len(rows) > PAGE
+    rows = rows[:PAGE]
+    next_page = urlencode({**p, "before": str(rows[-1].id)}) if more else None
+    notifiers = sorted({*admin.rules.current.notifiers, WEBHOOK_NOTIFIER})
+    return await admin.view(
+        request,
+        session,
+        "notifications.html",
+        {"rows": rows, "state": state or "", "notifier": notifier or "",
+         "states": OUTBOX_STATES, "notifiers": notifiers, "next": next_page},
+    )  # fmt: skip
+
+
+async def retry(admin: Admin, request: Request, session: Session) -> Response:
+    notification_id = request.path_params["id"]
+    if row_id(notification_id) is None:
+        return await admin.missing(request, session, "notification")
+    if request.method == "GET":
+        return await admin.confirm(
+            request,
+            session,
+            f"Retry notification #{notification_id}?",
+            "It is queued again now, with its attempts counted afresh.",
+            request.url.path,
+        )
+    done = await admin.store.retry_dead(int(notification_id), now=admin.clock())
+    if not done:
+        return await admin.message(
+            request, session, "Not retried", f"Notification #{notification_id} is not dead."
+        )
+    log.info("admin %s retried notification %s", session.key_name, notification_id)
+    admin.wake()
+    return admin.back("/admin/notifications", retried=notification_id)
+
+
+async def bulk_retry(admin: Admin, request: Request, session: Session) -> Response:
+    notifier = request.query_params.get("notifier") or None
+    count = await admin.store.count_dead(notifier)
+    target = f" to `{notifier}`" if notifier else ""
+    title = f"Retry all {count:,} dead notifications{target}?"
+    if request.method == "GET":
+        return await admin.confirm(
+            request,
+            session,
+            title,
+            "They are queued again in the background, a batch at a time; a page shows"
+            " the progress.",
+            str(request.url.path) + (f"?{request.url.query}" if request.url.query else ""),
+            count=count,
+        )
+    started = admin.jobs.start(title.rstrip("?"), count, lambda j: run_bulk(admin, j, notifier))
+    log.info("admin %s started: %s", session.key_name, started.title)
+    return RedirectResponse(f"/admin/jobs/{started.id}", status_code=303)
+
+
+async def run_bulk(admin: Admin, job: Job, notifier: str | None) -> None:
+    """Retry the dead notifications (to notifier, or all), a batch at a time, into job."""
+    try:
+        while job.done < job.total:
+            n = await admin.store.retry_dead_batch(
+                notifier, limit=min(BULK_BATCH, job.total - job.done), now=admin.clock()
+            )
+            if n == 0:
+                break
+            job.done += n
+            admin.wake()
+            await asyncio.sleep(0)
+    except ReceiverError as exc:
+        job.error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - shown on the job's page, never lost
+        log.exception("admin job %d (%s) failed", job.id, job.title)
+        job.error = f"failed unexpectedly: {type(exc).__name__}; see the receiver's log"
+    finally:
+        job.finished = True
+
+
+async def job(admin: Admin, request: Request, session: Session) -> Response:
+    found = admin.jobs.get(row_id(request.path_params["id"]) or 0)
+    if found is None:
+        return await admin.missing(request, session, "job")
+    return await admin.view(request, session, "job.html", {"job": found})

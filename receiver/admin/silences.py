@@ -1,0 +1,67 @@
+"""The silences page (/admin/silences): the list, adding one from its form, expiring one."""
+
+from __future__ import annotations
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import Response
+
+from receiver.admin._common import Admin, row_id
+from receiver.admin.auth import Session
+from receiver.durations import MAX_SPAN, parse_duration
+from receiver.errors import ReceiverError
+from receiver.rules.match import parse_matchers
+from receiver.store.base import Tx
+
+
+async def listing(admin: Admin, request: Request, session: Session) -> Response:
+    error = None
+    if request.method == "POST":
+        error = await _add(admin, await request.form())
+        if error is None:
+            return admin.back("/admin/silences")
+    now = admin.clock()
+    found = await admin.store.transact(lambda tx: tx.all_silences(200))
+    return await admin.view(
+        request,
+        session,
+        "silences.html",
+        {"silences": found, "now": now, "error": error},
+    )
+
+
+async def _add(admin: Admin, form: FormData) -> str | None:
+    """Create a silence from the form; why not, if it cannot be."""
+    matchers, problems = parse_matchers(str(form.get("matchers", "")).splitlines())
+    if problems:
+        return "; ".join(problems)
+    try:
+        seconds = parse_duration(str(form.get("duration", "")).strip(), limit=MAX_SPAN)
+    except (ValueError, ReceiverError) as exc:
+        return str(exc)
+    reason = str(form.get("reason", "")).strip()
+    if not reason:
+        return "a reason is needed: it is shown with every silenced notification"
+    now = admin.clock()
+
+    def add(tx: Tx) -> int:
+        return tx.add_silence(matchers, reason, now, now + seconds)
+
+    await admin.store.transact(add)
+    return None
+
+
+async def expire(admin: Admin, request: Request, session: Session) -> Response:
+    silence_id = request.path_params["id"]
+    if request.method == "GET":
+        return await admin.confirm(
+            request,
+            session,
+            f"Expire silence #{silence_id} now?",
+            "Matching events notify again from now on.",
+            request.url.path,
+        )
+    if row_id(silence_id) is not None:
+        now = admin.clock()
+        await admin.store.transact(lambda tx: tx.expire_silence(int(silence_id), now))
+    return admin.back("/admin/silences")

@@ -1,0 +1,81 @@
+"""The webhooks page (/admin/webhooks): the subscribers with their last delivery,
+registering one from its form (as POST /v1/webhooks does), deleting one."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from receiver.admin._common import Admin, showable, shown_delivery
+from receiver.admin.auth import Session
+from receiver.api.webhooks import describe, register
+from receiver.errors import InvalidWebhookError
+from receiver.events import EVENT_TYPES
+from receiver.store.records import Webhook
+
+
+def _form_number(text: str) -> float | str | None:
+    """A number typed in a form: None if empty; as typed if it is none (for the API's
+    own check to refuse, with its message)."""
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+async def listing(admin: Admin, request: Request, session: Session) -> Response:
+    created = error = None
+    if request.method == "POST":
+        form = await request.form()
+        body = {
+            "url": str(form.get("url", "")).strip(),
+            "events": form.getlist("events"),
+            "threshold": _form_number(str(form.get("threshold") or "").strip()),
+            "format": str(form.get("format") or "service"),
+        }
+        try:
+            hook = await register(
+                admin.store,
+                body,
+                allow_private=admin.webhooks.allow_private,
+                allow_http=admin.webhooks.allow_http,
+                now=admin.clock(),
+            )
+            admin.webhooks.forget()
+            created = describe(hook, secret=True)
+        except InvalidWebhookError as exc:
+            error = exc.message
+    hooks = [await _row(admin, h) for h in await admin.store.webhooks()]
+    return await admin.view(
+        request,
+        session,
+        "webhooks.html",
+        {"hooks": hooks, "created": created, "error": error, "types": EVENT_TYPES},
+    )
+
+
+async def _row(admin: Admin, hook: Webhook) -> dict[str, Any]:
+    """A subscriber as its table row shows it: what the API shows (statusReason only
+    when there is one, so it is set here for every row) and its last delivery."""
+    last = await admin.store.webhook_deliveries(hook.id, limit=1)
+    shown = describe(replace(hook, created_at=showable(hook.created_at)))
+    return {"statusReason": None, **shown, "last": shown_delivery(last[0]) if last else None}
+
+
+async def delete(admin: Admin, request: Request, session: Session) -> Response:
+    if request.method == "GET":
+        return await admin.confirm(
+            request,
+            session,
+            f"Delete webhook {request.path_params['id']}?",
+            "Its deliveries not sent yet are cancelled; it gets nothing more.",
+            request.url.path,
+        )
+    await admin.store.set_webhook(request.path_params["id"], now=admin.clock(), status="deleted")
+    admin.webhooks.forget()
+    return admin.back("/admin/webhooks")
