@@ -313,7 +313,7 @@ def simulate(
 
 def _run(
     url: str,
-    secret: str,
+    secret: bytes,
     options: Options,
     seed: int | None,
     record: Path | None,
