@@ -367,12 +367,12 @@ async def replay_period(
     next page read while this one is routed; the seconds it took."""
     started = time.perf_counter()
     start, end = backtests[0].result.start, backtests[0].result.end
-    reading = asyncio.ensure_future(store.events_between(start, end, after=None, limit=page))
+    reading = asyncio.ensure_future(store.history.between(start, end, after=None, limit=page))
     try:
         while events := await reading:
             last = events[-1]
             reading = asyncio.ensure_future(
-                store.events_between(start, end, after=(last.received_at, last.id), limit=page)
+                store.history.between(start, end, after=(last.received_at, last.id), limit=page)
             )
             for event in events:
                 route_all(backtests, event, load_stored(event.body))

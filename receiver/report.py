@@ -1,7 +1,7 @@
 """The noise report, as `receiver report` prints it and the admin page's Report shows it: one
 reading of the store (Store.noise) summed per rule and per notifier, with a bar per day.
 
-    found = await store.noise(since, until)
+    found = await store.history.noise(since, until)
     print("\\n".join(text(found, flapping=3)))
 """
 

@@ -436,10 +436,13 @@ def test_a_page_that_fails_to_route_leaves_no_read_behind(monkeypatch: pytest.Mo
     reads: list[asyncio.Task[Any]] = []
 
     class Pages:
-        async def events_between(self, *args: Any, **kwargs: Any) -> list[Any]:
+        async def between(self, *args: Any, **kwargs: Any) -> list[Any]:
             reads.append(asyncio.current_task())  # type: ignore[arg-type]
             await asyncio.sleep(0.05)
             return [type("E", (), {"received_at": 1.0, "id": "e", "body": b"{}"})()]
+
+    class Store:
+        history = Pages()
 
     def broken(*args: Any) -> None:
         raise RuntimeError("a rule failed")
@@ -450,7 +453,7 @@ def test_a_page_that_fails_to_route_leaves_no_read_behind(monkeypatch: pytest.Mo
 
     async def go() -> set[asyncio.Task[Any]]:
         with pytest.raises(RuntimeError, match="a rule failed"):
-            await bt.replay_period(Pages(), backtests)  # type: ignore[arg-type]
+            await bt.replay_period(Store(), backtests)  # type: ignore[arg-type]
         return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
 
     assert asyncio.run(go()) == set()  # the next page's read is not left running

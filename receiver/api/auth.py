@@ -2,7 +2,7 @@
 key stops at once, on every replica), with the key's plan limit counted in the store.
 
     key = new_key()                       # shown once, to whoever created it
-    store.add_key(key_hash=hash_key(key), prefix=key[:PREFIX], ...)
+    store.keys.add(key_hash=hash_key(key), prefix=key[:PREFIX], ...)
     api_key, headers = await Access(store).check(request, "reader")
 """
 
@@ -70,7 +70,7 @@ class Access:
         token = token.strip()
         if scheme.lower() != "bearer" or not token or " " in token:
             raise UnauthorizedError("malformed Authorization header: expected Bearer <key>")
-        key, limit = await self.store.authorize(hash_key(token), now=self.clock())
+        key, limit = await self.store.keys.authorize(hash_key(token), now=self.clock())
         if key is None:
             raise UnauthorizedError("unknown or revoked API key")
         headers = limit_headers(limit)

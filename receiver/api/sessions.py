@@ -115,7 +115,7 @@ class SessionsAPI:
             cursor=text_param(params, "cursor"),
         )
         try:
-            page = await self.store.list_sessions(query)
+            page = await self.store.sessions.page(query)
         except KeyError:
             raise InvalidParameterError(
                 f"cursor {query.cursor!r} names no session: pass the cursor of the previous"
@@ -131,7 +131,7 @@ class SessionsAPI:
     async def _session(self, request: Request) -> tuple[Summary, dict[str, str]]:
         _, headers = await self.access.check(request)
         session_id = request.path_params["id"]
-        found = None if _NUL in session_id else await self.store.session(session_id)
+        found = None if _NUL in session_id else await self.store.sessions.get(session_id)
         return _found(request, found, headers), headers
 
     async def one(self, request: Request) -> Response:
@@ -150,7 +150,7 @@ class SessionsAPI:
     async def history(self, request: Request) -> Response:
         _, headers = await self.access.check(request)
         session_id = request.path_params["id"]
-        found = None if _NUL in session_id else await self.store.score_history(session_id)
+        found = None if _NUL in session_id else await self.store.sessions.score_history(session_id)
         points = _found(request, found, headers)
         history = [{"score": int(s) if s.is_integer() else s, "timestamp": ts} for s, ts in points]
         return JSONResponse({"sessionId": session_id, "history": history}, headers=headers)
@@ -164,7 +164,8 @@ class SessionsAPI:
         assert group_by is not None and metric is not None and window is not None
         since = iso(datetime.fromtimestamp(self.clock() - WINDOWS[window], UTC))
         groups = [
-            g.as_dict(p95=metric == "p95") for g in await self.store.score_groups(group_by, since)
+            g.as_dict(p95=metric == "p95")
+            for g in await self.store.sessions.score_groups(group_by, since)
         ]
         groups.sort(key=lambda g: (_metric(g, metric), g["key"]))
         return JSONResponse({"groups": groups}, headers=headers)

@@ -148,7 +148,7 @@ def backtest(
         with _Progress(quiet=as_json) as progress:
             counting = None
             if progress.shown:  # the bar's length, counted beside the replay (a week: 5 s)
-                counting = asyncio.ensure_future(store.count_between(start_at, end_at))
+                counting = asyncio.ensure_future(store.history.count_between(start_at, end_at))
                 counting.add_done_callback(progress.total_from)
             try:
                 return await bt.run(
@@ -370,7 +370,7 @@ def report(
         receiver report --since 24h --json
     """
     start_at, end_at = period(since, start, end)
-    found = with_store(db, lambda store: store.noise(start_at, end_at, flapping=flapping))
+    found = with_store(db, lambda store: store.history.noise(start_at, end_at, flapping=flapping))
     if as_json:
         click.echo(json.dumps(noise.as_json(found, flapping), indent=2))  # JSON escapes
     else:

@@ -63,7 +63,7 @@ def create(db: str, name: str, plan: str, role: str, as_json: bool) -> None:
     key = new_key()
 
     async def add(store: Store) -> ApiKey:
-        return await store.add_key(
+        return await store.keys.add(
             name=name,
             key_hash=hash_key(key),
             prefix=key[:PREFIX],
@@ -94,7 +94,7 @@ def create(db: str, name: str, plan: str, role: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
 def list_keys(db: str, as_json: bool) -> None:
     """List the keys (their names and first characters, never the keys)."""
-    found = with_store(db, lambda store: store.keys())
+    found = with_store(db, lambda store: store.keys.all())
     if as_json:
         for record in found:
             echo(json.dumps(_public(record)))
@@ -114,7 +114,7 @@ def list_keys(db: str, as_json: bool) -> None:
 @click.argument("name")
 def revoke(db: str, name: str) -> None:
     """Revoke a key by name: refused from the next request on, on every replica."""
-    if not with_store(db, lambda store: store.revoke_key(name, now=time.time())):
+    if not with_store(db, lambda store: store.keys.revoke(name, now=time.time())):
         raise click.ClickException(f"no active key named {name!r} (see: receiver keys list)")
     echo(f"key {name!r} revoked")
 

@@ -50,20 +50,9 @@ OnAccepted = Callable[[], None]
 Accepted = Literal["new", "duplicate", "conflict"]
 
 
-class Tx(Protocol):
-    """One write transaction of the router, the alert lifecycle or an operator command.
-
-    Synchronous: the store runs the whole function it is given (Store.transact) inside
-    one transaction, on SQLite on the event loop, on PostgreSQL in a pool thread. Every
-    read and write below sees the transaction's own writes; all commit, or none.
-    """
-
-    def savepoint(self) -> AbstractContextManager[None]:
-        """A nested transaction: an exception inside rolls back its writes alone."""
-
-    def try_lock(self, name: str) -> bool:
-        """Whether this transaction holds the named timer for this turn (with several
-        replicas, one at a time runs it); always True with one process."""
+class _FlatTx(Protocol):
+    """The Tx's methods before the roles (transitional: each is the role method named in
+    receiver.store.legacy, until the last caller has moved)."""
 
     # events
     def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
@@ -159,35 +148,19 @@ class Tx(Protocol):
     def set_state(self, name: str, value: Any) -> None: ...
 
 
-class Store(Protocol):
-    on_accepted: OnAccepted | None
-    # Why the last write failed, while no write has succeeded since; else None.
-    last_write_error: str | None
-    # Once open: the schema version it was migrated to (opening migrates, under a lock).
-    schema_version: int
+class _FlatStore(Protocol):
+    """The Store's methods before the roles (transitional, as _FlatTx)."""
 
-    async def open(self) -> None: ...
-    async def close(self) -> None: ...
     async def accept(self, event: Event, raw: bytes) -> Accepted:
         """Keep event durably: "new"; or, its id already stored, "duplicate" if the stored
         raw body is the same bytes, "conflict" if not (the stored one is kept)."""
 
-    def under_pressure(self) -> bool:
-        """Whether ingest is in a burst just now (routing then gives way)."""
-
     async def quarantine(
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
     ) -> None: ...
-    async def check_writable(self) -> None:
-        """Raise StorageUnavailableError unless a small write commits (a real one, which
-        needs the disk: an empty transaction commits even on a full disk)."""
-
     async def prune(self, before: float, *, limit: int) -> dict[str, int]:
         """Delete one batch (at most limit rows a table) received before `before`; the
         counts deleted by table: events, outbox, quarantine."""
-
-    async def transact(self, fn: Callable[[Tx], T]) -> T:
-        """Run fn in one write transaction: all of its writes commit, or none."""
 
     async def claim_due(
         self,
@@ -240,7 +213,6 @@ class Store(Protocol):
     ) -> ApiKey:
         """Store a new API key's hash; KeyError if the name is taken."""
 
-    async def keys(self) -> list[ApiKey]: ...
     async def revoke_key(self, name: str, *, now: float) -> bool: ...
     async def authorize(
         self, key_hash: str, *, now: float, window: float = 60.0
@@ -339,3 +311,284 @@ class Store(Protocol):
         self, items: Sequence[tuple[dict[str, Any], Sequence[tuple[float, str]]]]
     ) -> int:
         """Merge upstream sessions and their score points into the projection (idempotent)."""
+
+
+# -- the Store's roles: one resource each, async (each call its own transaction) --------------
+
+
+class Events(Protocol):
+    """Ingest's events and quarantine, the operator's replays, retention (store.events)."""
+
+    async def accept(self, event: Event, raw: bytes) -> Accepted:
+        """Keep event durably: "new"; or, its id already stored, "duplicate" if the stored
+        raw body is the same bytes, "conflict" if not (the stored one is kept)."""
+
+    async def quarantine(
+        self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
+    ) -> None: ...
+    async def page(self, query: EventQuery) -> list[EventRow]:
+        """Events newest first (received_at, then id), after query.before if given."""
+
+    async def get(self, event_id: str) -> tuple[EventRow, str] | None:
+        """One event and its raw body."""
+
+    async def quarantined(self, *, before: int | None, limit: int) -> list[Quarantined]: ...
+    async def replay(
+        self, event_id: str, *, now: float, respect_lifecycle: bool = False
+    ) -> int | None:
+        """Ask the router to route a stored event again (`receiver replay`); the Replay
+        request's id, or None if no event has that id."""
+
+    async def prune(self, before: float, *, limit: int) -> dict[str, int]:
+        """Delete one batch (at most limit rows a table) received before `before`; the
+        counts deleted by table: events, outbox, quarantine, lifecycle."""
+
+
+class Sessions(Protocol):
+    """The read API's session projection (store.sessions); reads run beside ingest."""
+
+    async def get(self, session_id: str) -> Summary | None:
+        """A session as of every stored event (those not routed yet folded in)."""
+
+    async def score_history(self, session_id: str) -> list[tuple[float, str]] | None:
+        """(score, timestamp) ascending by timestamp; None if no such session."""
+
+    async def page(self, query: SessionQuery) -> SessionPage:
+        """A page, newest startedAt first; KeyError if query.cursor names no session."""
+
+    async def score_groups(self, group_by: str, since: str) -> list[Aggregate]:
+        """Score histograms per page, cohort or userId of the sessions scored since."""
+
+    async def import_upstream(
+        self, items: Sequence[tuple[dict[str, Any], Sequence[tuple[float, str]]]]
+    ) -> int:
+        """Merge upstream sessions and their score points into the projection (idempotent)."""
+
+
+class Keys(Protocol):
+    """API keys and their plans' request counts (store.keys), shared by every replica."""
+
+    async def add(
+        self, *, name: str, key_hash: str, prefix: str, plan: str, role: str, now: float
+    ) -> ApiKey:
+        """Store a new API key's hash; KeyError if the name is taken."""
+
+    async def all(self) -> list[ApiKey]: ...
+    async def __call__(self) -> list[ApiKey]:
+        """Transitional: all(), under the name store.keys() had."""
+
+    async def revoke(self, name: str, *, now: float) -> bool: ...
+    async def authorize(
+        self, key_hash: str, *, now: float, window: float = 60.0
+    ) -> tuple[ApiKey | None, RateLimit | None]:
+        """The live key with this hash, and whether this request is within its plan's
+        limit (None for a plan without one); shared by every replica."""
+
+
+class Alerts(Protocol):
+    """Acknowledgements of alerts (store.alerts); the alerts themselves change in a Tx."""
+
+    async def ack(self, alert_id: str, *, by: str, now: float) -> Ack | None:
+        """Acknowledge an open alert's episode: its repeats stop until it resolves."""
+
+    async def acks(self, alert_ids: Iterable[str]) -> dict[tuple[str, int], Ack]: ...
+
+
+class Upstream(Protocol):
+    """The upstream service's shared request bucket and backfill cursor (store.upstream)."""
+
+    async def take(self, name: str, *, per_minute: int, now: float) -> float:
+        """Draw one request from the shared bucket: 0.0 when drawn, else seconds to wait."""
+
+    async def hold(self, name: str, *, until: float) -> None:
+        """No request from the bucket before `until` (a 429's Retry-After), on any replica."""
+
+    async def sync_cursor(self) -> dict[str, Any] | None: ...
+    async def set_sync_cursor(self, value: dict[str, Any] | None) -> None: ...
+
+
+class History(Protocol):
+    """The past, for backtests and the noise report (store.history)."""
+
+    async def between(
+        self, start: float, end: float, *, after: tuple[float, str] | None, limit: int
+    ) -> list[StoredEvent]:
+        """Events received in [start, end), oldest first, after (received_at, id)."""
+
+    async def count_between(self, start: float, end: float) -> int: ...
+    async def noise(self, since: float, until: float, *, flapping: int = 3) -> Noise:
+        """The noise report of the notifications created in [since, until)."""
+
+
+class Stats(Protocol):
+    """What the store takes and what waits in it (store.stats): the admin page, /metrics."""
+
+    async def size(self) -> int:
+        """Bytes the store takes on disk."""
+
+    async def backlog(self, now: float) -> Backlog:
+        """Unrouted events and outbox rows waiting, by channel, with their ages, as the
+        database counts them (every replica's): the backlog gauges on /metrics."""
+
+
+# -- the Tx's roles: synchronous, inside the transaction Store.transact runs ------------------
+
+
+class TxEvents(Protocol):
+    """The events the router takes and marks (tx.events)."""
+
+    def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
+        """Events not yet routed, oldest first; with several replicas, ones no other
+        replica is routing right now."""
+
+    def mark_routed(self, event_ids: list[str], now: float) -> int:
+        """Mark these events routed; how many were not already."""
+
+    def body(self, event_id: str) -> str | None: ...
+    def last_received(self) -> float | None: ...
+    def replay_request(self, replay_id: int) -> Replay | None:
+        """The replay request an unrouted event names (StoredEvent.replay)."""
+
+    def replay_done(self, replay_id: int, now: float) -> None:
+        """Note the replay request routed, and clear it from its event."""
+
+
+class TxWebhooks(Protocol):
+    """Webhook subscribers as the fan-out sees them (receiver.dispatch.fanout decides,
+    tx.webhooks keeps)."""
+
+    def active(self) -> list[Webhook]:
+        """The active subscriptions."""
+
+    def sides(
+        self, webhook_ids: Iterable[int], session_ids: Iterable[str]
+    ) -> dict[tuple[int, str], tuple[bool, str]]:
+        """(subscription, session) -> (below its threshold, the mark of that score); on
+        PostgreSQL those sessions stay locked until the transaction ends."""
+
+    def save_sides(self, changed: Mapping[tuple[int, str], tuple[bool, str]]) -> None: ...
+
+
+class TxSessions(Protocol):
+    """The session projection's writer (tx.sessions)."""
+
+    def project(self, facts: Sequence[Fact]) -> None:
+        """Fold routed events into the session projection; each event once (the router
+        marks it routed in the same transaction)."""
+
+
+class TxAlerts(Protocol):
+    """Alerts (tx.alerts); an alert read here is locked until the transaction ends."""
+
+    def get(self, alert_id: str) -> Alert | None: ...
+    def save(self, alert: Alert, now: float) -> None: ...
+    def read_ahead(self, alert_ids: Iterable[str]) -> None:
+        """Read these alerts ahead; until flush(), get() and save() keep them in memory
+        (the batch must then be flushed, or its savepoint rolled back and forget() called)."""
+
+    def flush(self) -> None:
+        """Write the alerts changed since read_ahead(), and stop keeping them."""
+
+    def forget(self) -> None:
+        """Drop what read_ahead() kept, written or not (after rolling its writes back)."""
+
+    def list_open(self, limit: int = 1000) -> list[Alert]: ...
+
+
+class TxNotices(Protocol):
+    """Which rules notified of an alert's episode, and their repeats (tx.notices)."""
+
+    def add(self, alert: str, episode: int, rule: str, now: float, repeat: float | None) -> None:
+        """Note that rule notified of the episode (once; the first note stands)."""
+
+    def of(self, alert: str, episode: int) -> list[Notice]: ...
+    def end_repeats(self, alert: str, episode: int) -> None: ...
+    def due(self, now: float, limit: int = 100) -> list[Notice]:
+        """Notices whose next repeat is due, of episodes nobody acknowledged."""
+
+    def repeated(self, notice: Notice, next_at: float | None) -> None: ...
+
+
+class TxDigests(Protocol):
+    """Digest groups collecting one rule's notifications for a while (tx.digests)."""
+
+    def find_open(self, rule: str, key: str, now: float) -> Group | None:
+        """The group of (rule, key) still open at now; on PostgreSQL the key stays locked."""
+
+    def new(self, rule: str, key: str, now: float, closes_at: float) -> Group: ...
+    def update(self, group: Group, *, title: str, body: str, now: float, release: bool) -> None:
+        """Store the group's members and its held digest's text (release: send it now)."""
+
+
+class TxThrottle(Protocol):
+    """Throttle windows of (rule, key) (tx.throttle)."""
+
+    def throttled(self, rule: str, key: str, now: float, every: float) -> bool:
+        """True if (rule, key) notified within the last `every` seconds; else open a window."""
+
+
+class TxSilences(Protocol):
+    """Silences (tx.silences)."""
+
+    def active(self, now: float) -> list[Silence]: ...
+    def add(self, matchers: dict[str, Any], reason: str, now: float, until: float) -> int: ...
+    def expire(self, silence_id: int, now: float) -> bool:
+        """End a silence now; False if it has ended already (or never was)."""
+
+    def recent(self, limit: int = 100) -> list[Silence]:
+        """The newest silences, ended ones too."""
+
+
+class TxState(Protocol):
+    """Named state of the timers and the admin page, as JSON values (tx.state)."""
+
+    def get(self, name: str) -> Any: ...
+    def set(self, name: str, value: Any) -> None: ...
+
+
+class Tx(_FlatTx, Protocol):
+    """One write transaction of the router, the alert lifecycle or an operator command.
+
+    Synchronous: the store runs the whole function it is given (Store.transact) inside
+    one transaction, on SQLite on the event loop, on PostgreSQL in a pool thread. Every
+    read and write of its roles sees the transaction's own writes; all commit, or none.
+    """
+
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A nested transaction: an exception inside rolls back its writes alone."""
+
+    def try_lock(self, name: str) -> bool:
+        """Whether this transaction holds the named timer for this turn (with several
+        replicas, one at a time runs it); always True with one process."""
+
+
+class Store(_FlatStore, Protocol):
+    """The store: its lifecycle, and a role by resource (store.keys.authorize(...),
+    store.sessions.get(...)); the router's and lifecycle's writes go through transact."""
+
+    on_accepted: OnAccepted | None
+    # Why the last write failed, while no write has succeeded since; else None.
+    last_write_error: str | None
+    # Once open: the schema version it was migrated to (opening migrates, under a lock).
+    schema_version: int
+
+    @property
+    def sessions(self) -> Sessions: ...
+    @property
+    def keys(self) -> Keys: ...
+    @property
+    def upstream(self) -> Upstream: ...
+    @property
+    def history(self) -> History: ...
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    def under_pressure(self) -> bool:
+        """Whether ingest is in a burst just now (routing then gives way)."""
+
+    async def check_writable(self) -> None:
+        """Raise StorageUnavailableError unless a small write commits (a real one, which
+        needs the disk: an empty transaction commits even on a full disk)."""
+
+    async def transact(self, fn: Callable[[Tx], T]) -> T:
+        """Run fn in one write transaction: all of its writes commit, or none."""

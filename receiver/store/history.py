@@ -1,16 +1,13 @@
 """What both SQL stores say alike about the past: the stored events of a period in order of
 arrival, in pages (`receiver backtest` replays them), and the noise report of a period's
-notifications (`receiver report` and the admin page's Report)."""
+notifications (`receiver report` and the admin page's Report): store.history."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from receiver.store.records import SENT_STATES, Noise, StoredEvent
-from receiver.store.sql import Query
-
-T = TypeVar("T")
+from receiver.store.statements import Query, Runner
 
 DAY = 86400
 TOP = 10  # sessions, users and flapping alerts listed
@@ -19,15 +16,12 @@ _PEOPLE = "kind IN ('event', 'digest', 'resolved', 'repeat', 'heartbeat')"
 
 
 class SQLHistory:
-    """The Store's reads of history both stores share."""
+    """store.history (base.History) on either SQL store."""
 
-    # The whole part of a positive number: SQLite's CAST truncates, PostgreSQL's rounds.
-    _floor = "CAST({} AS INTEGER)"
+    def __init__(self, db: Runner) -> None:
+        self.db = db
 
-    async def _read(self, fn: Callable[[Query], T]) -> T:
-        raise NotImplementedError
-
-    async def events_between(
+    async def between(
         self, start: float, end: float, *, after: tuple[float, str] | None, limit: int
     ) -> list[StoredEvent]:
         """Events received in [start, end), oldest first (received_at, then id), after the
@@ -43,21 +37,21 @@ class SQLHistory:
             sql += " AND (received_at > ? OR id > ?)"
             params += [after[0], after[1]]
         sql += " ORDER BY received_at, id LIMIT ?"
-        return await self._read(
+        return await self.db.read(
             lambda q: [StoredEvent(r[0], r[1], r[2], float(r[3])) for r in q(sql, (*params, limit))]
         )
 
     async def count_between(self, start: float, end: float) -> int:
         """How many events were received in [start, end) (a backtest's progress bar)."""
         sql = "SELECT count(*) FROM events WHERE received_at >= ? AND received_at < ?"
-        return int(await self._read(lambda q: q(sql, (start, end)).fetchone()[0]))
+        return int(await self.db.read(lambda q: q(sql, (start, end)).fetchone()[0]))
 
     async def noise(self, since: float, until: float, *, flapping: int = 3) -> Noise:
         """The notifications created in [since, until): counts per rule, notifier, state and
         day, the sessions and users that caused most, alerts opened more than `flapping`
         times (still changing in the period), dead ones per target, and the time from an
         event's arrival to its notification's delivery (p50, p99)."""
-        day = self._floor.format(f"created_at / {DAY}")
+        day = self.db.dialect.floor.format(f"created_at / {DAY}")
 
         def select(q: Query) -> Noise:
             window = (since, until)
@@ -112,7 +106,7 @@ class SQLHistory:
                 delivered=delivered,
             )
 
-        return await self._read(select)
+        return await self.db.read(select)
 
 
 def _latency(q: Query, window: tuple[float, float]) -> tuple[int, dict[str, float]]:

@@ -1,28 +1,14 @@
 """What both SQL stores say alike about the upstream service (receiver.upstream): the token
 bucket every replica draws its requests from, the hold a 429's Retry-After puts on it, the
-cursor of a backfill in progress, and sessions imported from upstream into the projection.
-"""
+cursor of a backfill in progress (store.upstream). Sessions imported from upstream go into
+the projection: receiver.store.views."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
-from receiver.sessions import Summary, merge_remote
-from receiver.store.sql import Query
-from receiver.store.views import (
-    _ROW,
-    _SELECT,
-    _UPSERT,
-    _count_hours,
-    _hour_key,
-    _insert_rows,
-    _summary,
-    _values,
-)
-
-T = TypeVar("T")
+from receiver.store.statements import Query, Runner
 
 UPSTREAM_SCHEMA = """
     CREATE TABLE upstream_budget (
@@ -71,17 +57,12 @@ def take(
 
 
 class SQLUpstream:
-    """The Store's upstream methods both stores share."""
+    """store.upstream (base.Upstream) on either SQL store."""
 
-    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
-        raise NotImplementedError
+    def __init__(self, db: Runner) -> None:
+        self.db = db
 
-    def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
-        raise NotImplementedError
-
-    _lock_key = ""  # PostgreSQL: FOR UPDATE, so replicas draw from the bucket in turn
-
-    async def take_upstream(self, name: str, *, per_minute: int, now: float) -> float:
+    async def take(self, name: str, *, per_minute: int, now: float) -> float:
         """Draw one request from the bucket `name` (shared by every replica): 0.0 when it
         is drawn, else the seconds to wait before asking again (nothing drawn)."""
 
@@ -94,7 +75,7 @@ class SQLUpstream:
             )
             tokens, updated_at, held_until = q(
                 "SELECT tokens, updated_at, held_until FROM upstream_budget WHERE name = ?"
-                + self._lock_key,
+                + self.db.dialect.lock_key,
                 (name,),
             ).fetchone()
             left, wait = take(tokens, updated_at, held_until, now=now, per_minute=per_minute)
@@ -105,9 +86,9 @@ class SQLUpstream:
                 )
             return wait
 
-        return await self._statements(draw)
+        return await self.db.statements(draw)
 
-    async def hold_upstream(self, name: str, *, until: float) -> None:
+    async def hold(self, name: str, *, until: float) -> None:
         """No request from the bucket before `until` (a 429's Retry-After), on any replica;
         the bucket is emptied so requests restart slowly."""
 
@@ -119,7 +100,7 @@ class SQLUpstream:
                 (name, until, until),
             )
 
-        await self._statements(hold)
+        await self.db.statements(hold)
 
     async def sync_cursor(self) -> dict[str, Any] | None:
         """Where an unfinished `receiver upstream sync` stopped, or None."""
@@ -128,7 +109,7 @@ class SQLUpstream:
             row = q("SELECT value FROM state WHERE name = ?", (_CURSOR,)).fetchone()
             return None if row is None else json.loads(row[0])
 
-        return await self._statements(read, write=False)
+        return await self.db.statements(read, write=False)
 
     async def set_sync_cursor(self, value: dict[str, Any] | None) -> None:
         """Remember where a sync is (None: it finished)."""
@@ -143,57 +124,4 @@ class SQLUpstream:
                 (_CURSOR, json.dumps(value)),
             )
 
-        await self._statements(write)
-
-    async def import_sessions(
-        self, items: Sequence[tuple[dict[str, Any], Sequence[tuple[float, str]]]]
-    ) -> int:
-        """Merge upstream sessions (part 2's single-session form) and their score points
-        (score, iso() timestamp) into the projection; how many sessions changed.
-
-        Idempotent: the same items again change nothing. A point is added only where the
-        session has none at that instant (an event received here may have carried it).
-        """
-
-        def merge(q: Query) -> int:
-            ids = sorted({str(remote["id"]) for remote, _ in items})
-            if not ids:
-                return 0
-            where, param = self._in("id", ids)
-            stored = {
-                row[0]: _summary(row)
-                for row in q(f"{_SELECT} WHERE {where} ORDER BY id{self._lock_key}", (param,))
-            }
-            changed, moves = [], []
-            for remote, points in items:
-                before = stored.get(str(remote["id"]))
-                summary = Summary(id=str(remote["id"])) if before is None else before
-                old = _values(summary) if before is not None else None
-                was = _hour_key(summary) if before is not None else None
-                merge_remote(summary, remote)
-                if _values(summary) != old:
-                    changed.append(_values(summary))
-                    moves.append((was, _hour_key(summary)))
-                stored[summary.id] = summary
-                _add_points(q, summary.id, points)
-            _insert_rows(q, _UPSERT, _ROW, changed)
-            _count_hours(q, moves)  # the read API's totals, as project() keeps them
-            return len(changed)
-
-        return await self._statements(merge)
-
-
-def _add_points(q: Query, session_id: str, points: Sequence[tuple[float, str]]) -> None:
-    """Score points at instants the session has none at yet, keyed by the event id
-    "upstream" (a session's points from elsewhere are never duplicated)."""
-    if not points:
-        return
-    have = {ts for (ts,) in q("SELECT ts FROM session_scores WHERE session_id = ?", (session_id,))}
-    new = sorted({ts: score for score, ts in points if ts not in have}.items())
-    _insert_rows(
-        q,
-        "INSERT INTO session_scores (session_id, ts, event_id, score) VALUES {rows}"
-        " ON CONFLICT DO NOTHING",
-        "(?, ?, ?, ?)",
-        [(session_id, ts, "upstream", score) for ts, score in new],
-    )
+        await self.db.statements(write)

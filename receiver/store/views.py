@@ -1,21 +1,17 @@
-"""What both SQL stores say alike for the read API: the session projection (written by the
-router's transaction, read with the events not routed yet folded in), API keys and the
-per-key request counts behind the plan limits. `?` placeholders, as in sql.py.
-"""
+"""The session projection on either SQL store (store.sessions, tx.sessions): written by the
+router's transaction, read with the events not routed yet folded in, merged with sessions
+imported from upstream; and the read API's tables (the API keys' among them)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from receiver.events import load_stored
-from receiver.sessions import COLUMNS, Aggregate, Fact, Summary, fold_all
-from receiver.store.records import PLANS, ApiKey, RateLimit, SessionPage, SessionQuery
-
-T = TypeVar("T")
-Query = Callable[[str, Sequence[Any]], Any]  # as receiver.store.sql.Query
+from receiver.sessions import COLUMNS, Aggregate, Fact, Summary, fold_all, merge_remote
+from receiver.store.records import SessionPage, SessionQuery
+from receiver.store.statements import Query, Runner, Statements
 
 # The tables (both stores; {id}: the dialect's auto-numbered key). The marks are text
 # (receiver.sessions.Fact.mark); timestamps are iso() text, whose order is time order.
@@ -107,7 +103,6 @@ _CHUNK = 200  # rows per multi-row statement
 # The read API folds in the events not routed yet; under a burst this many at most.
 UNROUTED_FOLD_LIMIT = 50_000
 GROUP_COLUMNS = {"page": "context", "cohort": "cohort", "userId": "user_id"}
-_KEY_COLUMNS = "id, name, prefix, plan, role, created_at, revoked_at, last_used_at"
 
 
 def _summary(row: Sequence[Any]) -> Summary:
@@ -235,57 +230,59 @@ def backfill(q: Query, in_: Callable[[str, Iterable[Any]], tuple[str, Any]]) -> 
 # -- reading --------------------------------------------------------------------------------
 
 
-class SQLViews:
-    """The Store's read API and key methods both stores share, over the store's own way
-    to run a read (_read) and a write (_statements)."""
+def _unrouted(q: Query, session_id: str) -> list[Fact]:
+    """The facts of a session's events not routed yet. (A replayed event is folded
+    already: it is left out.)"""
+    rows = q(
+        "SELECT body FROM events WHERE routed_at IS NULL AND replay IS NULL"
+        " AND session_id = ? ORDER BY received_at LIMIT ?",
+        (session_id, UNROUTED_FOLD_LIMIT),
+    ).fetchall()
+    return facts_of(body for (body,) in rows)
 
-    async def _read(self, fn: Callable[[Query], T]) -> T:
-        """fn(query) in a read transaction off the event loop."""
-        raise NotImplementedError
 
-    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
-        raise NotImplementedError
+def _pending(q: Query, session_id: str) -> dict[str, Summary]:
+    """The session's summary with its events not routed yet folded in, if it has any."""
+    facts = _unrouted(q, session_id)
+    if not facts:
+        return {}
+    stored = {row[0]: _summary(row) for row in q(f"{_SELECT} WHERE id = ?", (session_id,))}
+    return fold_all(stored, facts)
 
-    def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
-        raise NotImplementedError
 
-    _lock_key = ""  # PostgreSQL: FOR UPDATE, so replicas count one key's requests in turn
+class SQLTxSessions:
+    """tx.sessions (base.TxSessions): the router's fold of routed events."""
 
-    # -- sessions
+    def __init__(self, st: Statements) -> None:
+        self.st = st
 
-    def _unrouted(self, q: Query, session_id: str) -> list[Fact]:
-        """The facts of a session's events not routed yet. (A replayed event is folded
-        already: it is left out.)"""
-        rows = q(
-            "SELECT body FROM events WHERE routed_at IS NULL AND replay IS NULL"
-            " AND session_id = ? ORDER BY received_at LIMIT ?",
-            (session_id, UNROUTED_FOLD_LIMIT),
-        ).fetchall()
-        return facts_of(body for (body,) in rows)
+    def project(self, facts: Sequence[Fact]) -> None:
+        """Fold routed events into the session projection (the read API's)."""
+        project(self.st.q, self.st.dialect.in_, facts, lock=self.st.dialect.lock_sessions)
 
-    def _pending(self, q: Query, session_id: str) -> dict[str, Summary]:
-        """The session's summary with its events not routed yet folded in, if it has any."""
-        facts = self._unrouted(q, session_id)
-        if not facts:
-            return {}
-        stored = {row[0]: _summary(row) for row in q(f"{_SELECT} WHERE id = ?", (session_id,))}
-        return fold_all(stored, facts)
 
-    async def session(self, session_id: str) -> Summary | None:
+class SQLSessions:
+    """store.sessions (base.Sessions) on either SQL store: reads off the event loop, beside
+    ingest; the import from upstream as one write."""
+
+    def __init__(self, db: Runner) -> None:
+        self.db = db
+
+    async def get(self, session_id: str) -> Summary | None:
         def read(q: Query) -> Summary | None:
-            pending = self._pending(q, session_id)
+            pending = _pending(q, session_id)
             if session_id in pending:
                 return pending[session_id]
             row = q(f"{_SELECT} WHERE id = ?", (session_id,)).fetchone()
             return _summary(row) if row is not None and row[0] is not None else None
 
-        return await self._read(read)
+        return await self.db.read(read)
 
     async def score_history(self, session_id: str) -> list[tuple[float, str]] | None:
         """(score, timestamp) ascending by timestamp; None if no such session."""
 
         def read(q: Query) -> list[tuple[float, str]] | None:
-            unrouted = self._unrouted(q, session_id)
+            unrouted = _unrouted(q, session_id)
             known = unrouted or q("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
             if not known:
                 return None
@@ -301,9 +298,9 @@ class SQLViews:
                     points[(fact.ts, fact.event_id)] = fact.score
             return [(points[k], k[0]) for k in sorted(points)]
 
-        return await self._read(read)
+        return await self.db.read(read)
 
-    async def list_sessions(self, query: SessionQuery) -> SessionPage:
+    async def page(self, query: SessionQuery) -> SessionPage:
         """A page of sessions, newest startedAt first (then id, descending). KeyError if
         query.cursor names no session. Lists and their totals show the routed events
         (routing runs about a second behind under load): folding every unrouted event in,
@@ -331,7 +328,7 @@ class SQLViews:
             more = len(rows) > query.limit
             return SessionPage(page, total, page[-1].id if more and page else None)
 
-        return await self._read(read)
+        return await self.db.read(read)
 
     async def score_groups(self, group_by: str, since: str) -> list[Aggregate]:
         """Per key of group_by (page, cohort or userId), the histogram of the latest scores
@@ -349,84 +346,61 @@ class SQLViews:
                 groups.setdefault(key, {})[score] = n
             return [Aggregate(key, histogram) for key, histogram in groups.items()]
 
-        return await self._read(read)
+        return await self.db.read(read)
 
-    # -- API keys and plan limits
+    async def import_upstream(
+        self, items: Sequence[tuple[dict[str, Any], Sequence[tuple[float, str]]]]
+    ) -> int:
+        """Merge upstream sessions (part 2's single-session form) and their score points
+        (score, iso() timestamp) into the projection; how many sessions changed.
 
-    async def add_key(
-        self, *, name: str, key_hash: str, prefix: str, plan: str, role: str, now: float
-    ) -> ApiKey:
-        """Store a new key (its hash only); KeyError if the name is taken."""
+        Idempotent: the same items again change nothing. A point is added only where the
+        session has none at that instant (an event received here may have carried it).
+        """
 
-        def insert(q: Query) -> ApiKey:
-            if q("SELECT 1 FROM api_keys WHERE name = ?", (name,)).fetchone():
-                raise KeyError(name)
-            row = q(
-                "INSERT INTO api_keys (name, hash, prefix, plan, role, created_at)"
-                f" VALUES (?, ?, ?, ?, ?, ?) RETURNING {_KEY_COLUMNS}",
-                (name, key_hash, prefix, plan, role, now),
-            ).fetchone()
-            return ApiKey(*row)
+        def merge(q: Query) -> int:
+            ids = sorted({str(remote["id"]) for remote, _ in items})
+            if not ids:
+                return 0
+            where, param = self.db.dialect.in_("id", ids)
+            lock = self.db.dialect.lock_key
+            stored = {
+                row[0]: _summary(row)
+                for row in q(f"{_SELECT} WHERE {where} ORDER BY id{lock}", (param,))
+            }
+            changed, moves = [], []
+            for remote, points in items:
+                before = stored.get(str(remote["id"]))
+                summary = Summary(id=str(remote["id"])) if before is None else before
+                old = _values(summary) if before is not None else None
+                was = _hour_key(summary) if before is not None else None
+                merge_remote(summary, remote)
+                if _values(summary) != old:
+                    changed.append(_values(summary))
+                    moves.append((was, _hour_key(summary)))
+                stored[summary.id] = summary
+                _add_points(q, summary.id, points)
+            _insert_rows(q, _UPSERT, _ROW, changed)
+            _count_hours(q, moves)  # the read API's totals, as project() keeps them
+            return len(changed)
 
-        return await self._statements(insert)
+        return await self.db.statements(merge)
 
-    async def keys(self) -> list[ApiKey]:
-        def select(q: Query) -> list[ApiKey]:
-            return [
-                ApiKey(*row) for row in q(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY id", ())
-            ]
 
-        return await self._statements(select, write=False)
-
-    async def revoke_key(self, name: str, *, now: float) -> bool:
-        """Revoke the key of this name (at once: every request looks its key up); False if
-        no key has that name, or it is revoked already."""
-
-        def update(q: Query) -> bool:
-            cur = q(
-                "UPDATE api_keys SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
-                (now, name),
-            )
-            return bool(cur.rowcount)
-
-        return await self._statements(update)
-
-    async def authorize(
-        self, key_hash: str, *, now: float, window: float = 60.0
-    ) -> tuple[ApiKey | None, RateLimit | None]:
-        """The live key with this hash (None: unknown or revoked), and for a plan with a
-        limit, whether this request is within it: requests counted over the last `window`
-        seconds (a sliding log), shared by every replica. A refused request is not counted."""
-        select = f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE hash = ? AND revoked_at IS NULL"
-
-        def look(q: Query) -> ApiKey | None:
-            row = q(select, (key_hash,)).fetchone()
-            return ApiKey(*row) if row else None
-
-        key = await self._read(look)
-        if key is None or PLANS.get(key.plan) is None:
-            return key, None
-        limit = PLANS[key.plan]
-        assert limit is not None
-
-        def count(q: Query) -> tuple[ApiKey | None, RateLimit | None]:
-            row = q(select + self._lock_key, (key_hash,)).fetchone()
-            if row is None:  # revoked just now
-                return None, None
-            live = ApiKey(*row)
-            q("DELETE FROM rate_hits WHERE key_id = ? AND at <= ?", (live.id, now - window))
-            used, oldest = q(
-                "SELECT count(*), min(at) FROM rate_hits WHERE key_id = ?", (live.id,)
-            ).fetchone()
-            allowed = used < limit
-            if allowed:
-                q("INSERT INTO rate_hits (key_id, at) VALUES (?, ?)", (live.id, now))
-                used += 1
-                oldest = now if oldest is None else oldest
-            reset = max(1, math.ceil(oldest + window - now))
-            return live, RateLimit(allowed, limit, limit - used, reset)
-
-        return await self._statements(count)
+def _add_points(q: Query, session_id: str, points: Sequence[tuple[float, str]]) -> None:
+    """Score points at instants the session has none at yet, keyed by the event id
+    "upstream" (a session's points from elsewhere are never duplicated)."""
+    if not points:
+        return
+    have = {ts for (ts,) in q("SELECT ts FROM session_scores WHERE session_id = ?", (session_id,))}
+    new = sorted({ts: score for score, ts in points if ts not in have}.items())
+    _insert_rows(
+        q,
+        "INSERT INTO session_scores (session_id, ts, event_id, score) VALUES {rows}"
+        " ON CONFLICT DO NOTHING",
+        "(?, ?, ?, ?)",
+        [(session_id, ts, "upstream", score) for ts, score in new],
+    )
 
 
 def _filters(query: SessionQuery) -> tuple[list[str], list[Any]]:

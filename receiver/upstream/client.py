@@ -54,14 +54,14 @@ class StoreBudget:
     async def take(self) -> float:
         if self.per_minute is None:  # enterprise: unlimited, but a 429 still holds
             return await self._held()
-        return await self.store.take_upstream(BUCKET, per_minute=self.per_minute, now=self.clock())
+        return await self.store.upstream.take(BUCKET, per_minute=self.per_minute, now=self.clock())
 
     async def _held(self) -> float:
         # A bucket too large to run dry: only a hold makes it wait.
-        return await self.store.take_upstream(BUCKET, per_minute=10**9, now=self.clock())
+        return await self.store.upstream.take(BUCKET, per_minute=10**9, now=self.clock())
 
     async def hold(self, until: float) -> None:
-        await self.store.hold_upstream(BUCKET, until=until)
+        await self.store.upstream.hold(BUCKET, until=until)
 
 
 class LocalBudget:

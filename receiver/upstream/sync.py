@@ -59,7 +59,7 @@ async def backfill(
     open); continues an unfinished run with the same range."""
     result = Result()
     cursor: str | None = None
-    saved = await store.sync_cursor()
+    saved = await store.upstream.sync_cursor()
     if saved is not None and saved.get("from") == start and saved.get("to") == end:
         cursor, result.done, result.resumed = saved.get("cursor"), int(saved.get("done", 0)), True
     for _ in range(MAX_PAGES):
@@ -83,12 +83,12 @@ async def backfill(
             )
             result.done += 1
             on_progress(result)
-        result.changed += await store.import_sessions(items)
+        result.changed += await store.sessions.import_upstream(items)
         cursor = page.get("cursor") or None
         if cursor is None:
-            await store.set_sync_cursor(None)
+            await store.upstream.set_sync_cursor(None)
             return result
-        await store.set_sync_cursor(
+        await store.upstream.set_sync_cursor(
             {"from": start, "to": end, "cursor": cursor, "done": result.done}
         )
     raise UpstreamError(f"the upstream kept sending pages: stopped after {MAX_PAGES}")

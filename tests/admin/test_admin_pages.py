@@ -138,7 +138,7 @@ async def running(tmp: Path, hook: str, address: str = "127.0.0.1") -> AsyncIter
     ):
         key = new_key()
         admin = Admin(app, client, clock, key)
-        await admin.store.add_key(
+        await admin.store.keys.add(
             name="ops", key_hash=hash_key(key), prefix=key[:PREFIX], plan="enterprise",
             role="admin", now=clock(),
         )  # fmt: skip
@@ -218,7 +218,7 @@ def test_every_admin_template_renders_against_real_data(
             silences = await admin.page("/admin/silences")
             assert silences.count("after 9999") == 3, silences
             odd = new_key()
-            await store.add_key(
+            await store.keys.add(
                 name="odd", key_hash=hash_key(odd), prefix=odd[:PREFIX], plan="free",
                 role="reader", now=BEYOND_DATES,
             )  # fmt: skip

@@ -49,12 +49,14 @@ def test_events_of_a_period_stream_in_order_of_arrival_in_pages(store_url: str) 
         paged = []
         for limit in (2, 3):  # with 3, the two at 20 fall on two pages
             pages, after = [], None
-            while page := await store.events_between(BASE + 5, BASE + 50, after=after, limit=limit):
+            while page := await store.history.between(
+                BASE + 5, BASE + 50, after=after, limit=limit
+            ):
                 pages.append([(e.id, e.received_at - BASE) for e in page])
                 after = (page[-1].received_at, page[-1].id)
             paged.append(pages)
-        first = (await store.events_between(BASE, BASE + 11, after=None, limit=10))[0]
-        return paged, await store.count_between(BASE + 5, BASE + 50), first
+        first = (await store.history.between(BASE, BASE + 11, after=None, limit=10))[0]
+        return paged, await store.history.count_between(BASE + 5, BASE + 50), first
 
     (by2, by3), count, first = run(store_url, go)
     assert by2 == [[("c", 5), ("b", 10)], [("a", 20), ("d", 20)], [("e", 40)]]
@@ -92,7 +94,7 @@ def test_the_noise_report_counts_a_periods_notifications(store_url: str) -> None
         await store.mark_delivered(ids[1], now=BASE + 20)  # 10 s
         await store.mark_delivered(ids[2], now=BASE + DAY + 5)
         await store.mark_failed(ids[4], error="HTTP 500", now=BASE + DAY + 8, retry_at=None)
-        return await store.noise(BASE, BASE + 2 * DAY, flapping=3)
+        return await store.history.noise(BASE, BASE + 2 * DAY, flapping=3)
 
     found = run(store_url, go)
     assert found.events == 2
@@ -113,5 +115,5 @@ def test_the_noise_report_counts_a_periods_notifications(store_url: str) -> None
 
 
 def test_an_empty_period_reports_nothing(store_url: str) -> None:
-    found = run(store_url, lambda store, clock: store.noise(BASE, BASE + DAY))
+    found = run(store_url, lambda store, clock: store.history.noise(BASE, BASE + DAY))
     assert (found.events, found.outbox, found.per_day, found.latency) == (0, [], [], {})

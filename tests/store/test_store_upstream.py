@@ -16,8 +16,8 @@ from tests.store.test_store_views import accept, ev, route
 
 def test_the_bucket_lets_a_burst_go_then_one_request_per_refill(store_url: str) -> None:
     async def go(store: Store) -> list[float]:
-        waits = [await store.take_upstream("b", per_minute=60, now=100.0) for _ in range(7)]
-        waits.append(await store.take_upstream("b", per_minute=60, now=100.0 + 1 / 0.9))
+        waits = [await store.upstream.take("b", per_minute=60, now=100.0) for _ in range(7)]
+        waits.append(await store.upstream.take("b", per_minute=60, now=100.0 + 1 / 0.9))
         return waits
 
     waits = run(store_url, go)
@@ -37,7 +37,7 @@ def test_replicas_share_one_bucket(store_url: str) -> None:
             waits = []
             for i in range(12):
                 store = one if i % 2 else two
-                waits.append(await store.take_upstream("b", per_minute=60, now=50.0))
+                waits.append(await store.upstream.take("b", per_minute=60, now=50.0))
             return waits
         finally:
             await one.close()
@@ -49,13 +49,13 @@ def test_replicas_share_one_bucket(store_url: str) -> None:
 
 def test_a_hold_stops_every_draw_until_it_ends(store_url: str) -> None:
     async def go(store: Store) -> tuple[float, float, float, float]:
-        assert await store.take_upstream("b", per_minute=600, now=10.0) == 0.0
-        await store.hold_upstream("b", until=40.0)
-        await store.hold_upstream("b", until=20.0)  # an earlier end does not shorten it
-        during = await store.take_upstream("b", per_minute=600, now=30.0)
-        after = await store.take_upstream("b", per_minute=600, now=40.0)
-        later = await store.take_upstream("b", per_minute=600, now=41.0)
-        other = await store.take_upstream("other", per_minute=600, now=30.0)
+        assert await store.upstream.take("b", per_minute=600, now=10.0) == 0.0
+        await store.upstream.hold("b", until=40.0)
+        await store.upstream.hold("b", until=20.0)  # an earlier end does not shorten it
+        during = await store.upstream.take("b", per_minute=600, now=30.0)
+        after = await store.upstream.take("b", per_minute=600, now=40.0)
+        later = await store.upstream.take("b", per_minute=600, now=41.0)
+        other = await store.upstream.take("other", per_minute=600, now=30.0)
         return during, after, later, other
 
     during, after, later, other = run(store_url, go)
@@ -67,13 +67,17 @@ def test_a_hold_stops_every_draw_until_it_ends(store_url: str) -> None:
 
 def test_the_sync_cursor_is_kept_until_cleared(store_url: str) -> None:
     async def go(store: Store) -> list[Any]:
-        seen = [await store.sync_cursor()]
-        await store.set_sync_cursor({"from": "2026-01-01", "to": None, "cursor": "s_9", "done": 20})
-        seen.append(await store.sync_cursor())
-        await store.set_sync_cursor({"from": "2026-01-01", "to": None, "cursor": "s_5", "done": 40})
-        seen.append(await store.sync_cursor())
-        await store.set_sync_cursor(None)
-        seen.append(await store.sync_cursor())
+        seen = [await store.upstream.sync_cursor()]
+        await store.upstream.set_sync_cursor(
+            {"from": "2026-01-01", "to": None, "cursor": "s_9", "done": 20}
+        )
+        seen.append(await store.upstream.sync_cursor())
+        await store.upstream.set_sync_cursor(
+            {"from": "2026-01-01", "to": None, "cursor": "s_5", "done": 40}
+        )
+        seen.append(await store.upstream.sync_cursor())
+        await store.upstream.set_sync_cursor(None)
+        seen.append(await store.upstream.sync_cursor())
         return seen
 
     seen = run(store_url, go)
@@ -101,14 +105,16 @@ def test_imported_sessions_are_served_like_received_ones_and_importing_again_cha
     store_url: str,
 ) -> None:
     async def go(store: Store) -> tuple[Any, ...]:
-        first = await store.import_sessions([(REMOTE, POINTS)])
-        session = await store.session("sess_1")
-        history = await store.score_history("sess_1")
-        again = await store.import_sessions([(REMOTE, POINTS)])
-        moved = await store.import_sessions([({**REMOTE, "id": "sess_2"}, [])])
-        await store.import_sessions([({**REMOTE, "id": "sess_2", "status": "stopped"}, [])])
+        first = await store.sessions.import_upstream([(REMOTE, POINTS)])
+        session = await store.sessions.get("sess_1")
+        history = await store.sessions.score_history("sess_1")
+        again = await store.sessions.import_upstream([(REMOTE, POINTS)])
+        moved = await store.sessions.import_upstream([({**REMOTE, "id": "sess_2"}, [])])
+        await store.sessions.import_upstream(
+            [({**REMOTE, "id": "sess_2", "status": "stopped"}, [])]
+        )
         totals = [
-            (await store.list_sessions(SessionQuery(limit=1, status=status))).total
+            (await store.sessions.page(SessionQuery(limit=1, status=status))).total
             for status in (None, "dropped", "stopped", "active")
         ]
         assert moved == 1 and totals == [2, 1, 1, 0]  # the read API's totals follow
@@ -117,8 +123,8 @@ def test_imported_sessions_are_served_like_received_ones_and_importing_again_cha
             session,
             history,
             again,
-            await store.session("sess_1"),
-            (await store.score_history("sess_1")),
+            await store.sessions.get("sess_1"),
+            (await store.sessions.score_history("sess_1")),
         )
 
     first, session, history, again, session2, history2 = run(store_url, go)
@@ -141,8 +147,8 @@ def test_a_newer_event_received_here_wins_over_an_older_upstream_record(store_ur
                page="/home"),
         )  # fmt: skip
         await route(store)
-        await store.import_sessions([(REMOTE, POINTS)])
-        return await store.session("sess_1"), await store.score_history("sess_1")
+        await store.sessions.import_upstream([(REMOTE, POINTS)])
+        return await store.sessions.get("sess_1"), await store.sessions.score_history("sess_1")
 
     session, history = run(store_url, go)
     assert session.score == 80 and session.status == "active" and session.context == "/home"

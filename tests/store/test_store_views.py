@@ -53,11 +53,11 @@ def test_a_session_is_read_before_and_after_routing_alike(store_url: str) -> Non
             ev(1, "score.drop", "2026-01-01T00:00:01.000Z", score=30, page="/checkout", cohort="b"),
             ev(2, "intervention.fired", "2026-01-01T00:00:02.000Z"),
         )
-        before = await store.session("sess_1")
-        history_before = await store.score_history("sess_1")
+        before = await store.sessions.get("sess_1")
+        history_before = await store.sessions.score_history("sess_1")
         assert await route(store) == 2
-        after = await store.session("sess_1")
-        return before, after, history_before, await store.score_history("sess_1")
+        after = await store.sessions.get("sess_1")
+        return before, after, history_before, await store.sessions.score_history("sess_1")
 
     before, after, h1, h2 = run(store_url, go)
     assert before is not None and after is not None
@@ -89,9 +89,9 @@ def test_late_and_split_deliveries_give_the_in_order_result(store_url: str) -> N
         await accept(store, later, stop)
         await route(store)
         await accept(store, early)  # late: older than what is stored
-        mixed = await store.session("sess_1")  # one routed part, one not
+        mixed = await store.sessions.get("sess_1")  # one routed part, one not
         await route(store)
-        return mixed, await store.session("sess_1")
+        return mixed, await store.sessions.get("sess_1")
 
     mixed, routed = run(store_url, go)
     for s in (mixed, routed):
@@ -102,7 +102,7 @@ def test_late_and_split_deliveries_give_the_in_order_result(store_url: str) -> N
 
 def test_unknown_session_is_none(store_url: str) -> None:
     async def go(store: Store) -> tuple[Any, Any]:
-        return await store.session("nope"), await store.score_history("nope")
+        return await store.sessions.get("nope"), await store.sessions.score_history("nope")
 
     assert run(store_url, go) == (None, None)
 
@@ -116,15 +116,15 @@ def test_pages_walk_every_session_once_while_new_ones_arrive(store_url: str) -> 
         await route(store)
         await accept(store, *(ev(i, sessionId=f"s{i:03d}", ts=start(i)) for i in range(25, 30)))
         # Lists show routed events only; a single session's read folds the rest in.
-        unrouted = await store.list_sessions(SessionQuery(limit=100))
+        unrouted = await store.sessions.page(SessionQuery(limit=100))
         assert unrouted.total == 25 and len(unrouted.sessions) == 25
-        assert await store.session("s029") is not None
+        assert await store.sessions.get("s029") is not None
         await route(store)
         seen: list[str] = []
         totals: list[int] = []
         cursor = None
         for turn in range(10):
-            page = await store.list_sessions(SessionQuery(limit=7, cursor=cursor))
+            page = await store.sessions.page(SessionQuery(limit=7, cursor=cursor))
             seen += [s.id for s in page.sessions]
             totals.append(page.total)
             # newer sessions arrive during the walk; they sort before the cursor
@@ -166,7 +166,7 @@ def test_totals_add_up_hours_and_count_the_ends_exactly(store_url: str) -> None:
         await route(store)
         status_of = {}
         for i in range(len(starts)):
-            found = await store.session(f"s{i:03d}")
+            found = await store.sessions.get(f"s{i:03d}")
             assert found is not None
             status_of[i] = found.status
         assert set(status_of.values()) == {"dropped", "stopped"}
@@ -175,7 +175,7 @@ def test_totals_add_up_hours_and_count_the_ends_exactly(store_url: str) -> None:
             for low in (None, *ends[::3]):
                 for high in (None, *ends[1::3]):
                     query = SessionQuery(limit=1, status=status, start_from=low, start_to=high)
-                    got = (await store.list_sessions(query)).total
+                    got = (await store.sessions.page(query)).total
                     want = sum(
                         1
                         for i, t in enumerate(starts)
@@ -200,15 +200,15 @@ def test_filters_total_and_unknown_cursor(store_url: str) -> None:
             ev(4, "session.stopped", sessionId="c", userId="u2", ts="2026-01-03T00:00:02.000Z"),
         )
         await route(store)
-        by_user = await store.list_sessions(SessionQuery(user_id="u1"))
-        dropped = await store.list_sessions(SessionQuery(status="dropped"))
-        ranged = await store.list_sessions(
+        by_user = await store.sessions.page(SessionQuery(user_id="u1"))
+        dropped = await store.sessions.page(SessionQuery(status="dropped"))
+        ranged = await store.sessions.page(
             SessionQuery(
                 start_from="2026-01-02T00:00:00.000000Z", start_to="2026-01-03T00:00:00.000000Z"
             )
         )
         with pytest.raises(KeyError):
-            await store.list_sessions(SessionQuery(cursor="nope"))
+            await store.sessions.page(SessionQuery(cursor="nope"))
         return by_user, dropped, ranged
 
     by_user, dropped, ranged = run(store_url, go)
@@ -240,10 +240,10 @@ def test_score_groups_count_each_session_once_with_its_latest_score(store_url: s
         await accept(
             store, ev(7, sessionId="d", page="/y", score=40, ts="2026-01-01T11:40:00.000Z")
         )
-        unrouted = await store.score_groups("page", "2026-01-01T00:00:00.000000Z")
+        unrouted = await store.sessions.score_groups("page", "2026-01-01T00:00:00.000000Z")
         assert {g.key: g.histogram for g in unrouted} == {"/x": {50.0: 1, 20.0: 1}, "/y": {30.0: 1}}
         await route(store)
-        groups = await store.score_groups("page", "2026-01-01T00:00:00.000000Z")
+        groups = await store.sessions.score_groups("page", "2026-01-01T00:00:00.000000Z")
         return {g.key: g.histogram for g in groups}
 
     assert run(store_url, go) == {"/x": {50.0: 1, 20.0: 1}, "/y": {30.0: 1, 40.0: 1}}
@@ -277,8 +277,12 @@ def test_an_upgrade_projects_the_events_routed_before(tmp_path: Any) -> None:
             )
 
     async def after(store: Store) -> Any:
-        listed = await store.list_sessions(SessionQuery(status="active"))
-        return await store.session("sess_1"), await store.score_history("sess_1"), listed
+        listed = await store.sessions.page(SessionQuery(status="active"))
+        return (
+            await store.sessions.get("sess_1"),
+            await store.sessions.score_history("sess_1"),
+            listed,
+        )
 
     summary, history, listed = run(db, after)
     assert summary.score == 60 and summary.status == "active" and summary.signals == 2
@@ -291,19 +295,19 @@ def test_an_upgrade_projects_the_events_routed_before(tmp_path: Any) -> None:
 
 def test_keys_are_stored_listed_and_revoked(store_url: str) -> None:
     async def go(store: Store) -> tuple[Any, ...]:
-        key = await store.add_key(
+        key = await store.keys.add(
             name="ci", key_hash="h1", prefix="ar_ab", plan="pro", role="reader", now=5.0
         )
         with pytest.raises(KeyError):
-            await store.add_key(
+            await store.keys.add(
                 name="ci", key_hash="h2", prefix="ar_cd", plan="pro", role="reader", now=6.0
             )
-        found = await store.authorize("h1", now=10.0)
-        unknown = await store.authorize("h9", now=10.0)
-        revoked = await store.revoke_key("ci", now=11.0)
-        again = await store.revoke_key("ci", now=12.0)
-        after = await store.authorize("h1", now=13.0)
-        return key, found, unknown, revoked, again, after, await store.keys()
+        found = await store.keys.authorize("h1", now=10.0)
+        unknown = await store.keys.authorize("h9", now=10.0)
+        revoked = await store.keys.revoke("ci", now=11.0)
+        again = await store.keys.revoke("ci", now=12.0)
+        after = await store.keys.authorize("h1", now=13.0)
+        return key, found, unknown, revoked, again, after, await store.keys.all()
 
     key, found, unknown, revoked, again, after, listed = run(store_url, go)
     assert (key.name, key.plan, key.role, key.prefix) == ("ci", "pro", "reader", "ar_ab")
@@ -317,15 +321,15 @@ def test_keys_are_stored_listed_and_revoked(store_url: str) -> None:
 
 def test_a_free_key_gets_sixty_a_minute_and_the_sixty_first_is_refused(store_url: str) -> None:
     async def go(store: Store) -> tuple[Any, ...]:
-        await store.add_key(
+        await store.keys.add(
             name="f", key_hash="hf", prefix="ar_f", plan="free", role="reader", now=0.0
         )
-        await store.add_key(
+        await store.keys.add(
             name="e", key_hash="he", prefix="ar_e", plan="enterprise", role="admin", now=0.0
         )
-        burst = [await store.authorize("hf", now=100.0 + i / 100) for i in range(61)]
-        later = await store.authorize("hf", now=160.5)  # the first ones have left the window
-        unlimited = [await store.authorize("he", now=100.0) for _ in range(100)]
+        burst = [await store.keys.authorize("hf", now=100.0 + i / 100) for i in range(61)]
+        later = await store.keys.authorize("hf", now=160.5)  # the first ones have left the window
+        unlimited = [await store.keys.authorize("he", now=100.0) for _ in range(100)]
         return burst, later, unlimited
 
     burst, later, unlimited = run(store_url, go)
@@ -343,10 +347,12 @@ def test_replicas_share_one_count(pg_url: str) -> None:
         await a.open()
         await b.open()
         try:
-            await a.add_key(
+            await a.keys.add(
                 name="f", key_hash="hf", prefix="ar_f", plan="free", role="reader", now=0.0
             )
-            results = await asyncio.gather(*(s.authorize("hf", now=100.0) for s in [a, b] * 35))
+            results = await asyncio.gather(
+                *(s.keys.authorize("hf", now=100.0) for s in [a, b] * 35)
+            )
             return [limit.allowed for _, limit in results]
         finally:
             await a.close()

@@ -106,7 +106,7 @@ def test_creates_of_one_key_at_once_keep_to_its_cap(pg_url: str) -> None:
         for store in stores:
             await store.open()
         try:
-            key = await stores[0].add_key(
+            key = await stores[0].keys.add(
                 name="racer", key_hash=hash_key("racer"), prefix="racer", plan="enterprise",
                 role="writer", now=1.0,
             )  # fmt: skip
@@ -160,7 +160,7 @@ def test_the_api_answers_409_past_a_keys_cap(store_url: str) -> None:
 
     async def go(store: Store) -> list[tuple[int, str]]:
         for name in ("a", "b"):
-            await store.add_key(
+            await store.keys.add(
                 name=name, key_hash=hash_key(name), prefix=name, plan="enterprise",
                 role="writer", now=1.0,
             )  # fmt: skip
@@ -218,7 +218,7 @@ def test_the_served_app_takes_its_cap_from_the_setting(tmp_path: Path) -> None:
             app.router.lifespan_context(app),
             httpx.AsyncClient(transport=transport, base_url="http://t") as client,
         ):
-            await app.state.store.add_key(
+            await app.state.store.keys.add(
                 name="w", key_hash=hash_key("w"), prefix="w", plan="enterprise",
                 role="writer", now=1.0,
             )  # fmt: skip

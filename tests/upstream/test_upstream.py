@@ -139,12 +139,12 @@ def _projection(db: str) -> tuple[dict[str, Any], dict[str, Any]]:
             found: dict[str, Any] = {}
             cursor = None
             for _ in range(100):
-                page = await store.list_sessions(SessionQuery(limit=100, cursor=cursor))
+                page = await store.sessions.page(SessionQuery(limit=100, cursor=cursor))
                 found.update({s.id: s.as_dict() for s in page.sessions})
                 cursor = page.cursor
                 if cursor is None:
                     break
-            history = {sid: await store.score_history(sid) for sid in found}
+            history = {sid: await store.sessions.score_history(sid) for sid in found}
             return found, history
         finally:
             await store.close()

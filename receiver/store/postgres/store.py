@@ -40,11 +40,14 @@ from receiver.logs import redact_url
 from receiver.store.admin import SQLAdmin
 from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.history import SQLHistory
+from receiver.store.keys import SQLKeys
+from receiver.store.legacy import Flat
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
 from receiver.store.sql import Query, SQLOutbox, event_row
+from receiver.store.statements import POSTGRES
 from receiver.store.upstream_state import SQLUpstream
-from receiver.store.views import SQLViews
+from receiver.store.views import SQLSessions
 from receiver.store.webhooks import SQLWebhooks
 
 log = logging.getLogger("receiver.store")
@@ -69,7 +72,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHistory):
+class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -87,6 +90,11 @@ class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQL
         self.connect_timeout = connect_timeout
         self.on_accepted = on_accepted
         self.clock = clock
+        self.dialect = POSTGRES
+        self.sessions = SQLSessions(self)
+        self.keys = SQLKeys(self)
+        self.upstream = SQLUpstream(self)
+        self.history = SQLHistory(self)
         self.prepare_threshold = prepare_threshold
         # Why the last statement failed, while none has succeeded since (/readyz). With a
         # server at the other end, reads fail the same way writes do, so both count.
@@ -271,6 +279,9 @@ class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQL
     _claim_lock = " FOR UPDATE SKIP LOCKED"  # replicas claim disjoint rows
 
     async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
+        return await self.statements(fn, write=write)
+
+    async def statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
         return await self._call(lambda conn: fn(functools.partial(query, conn)))
 
     def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
@@ -284,13 +295,13 @@ class PostgresStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQL
             )
         )
 
-    # -- the read API (shared: receiver.store.views.SQLViews) ------------------------------
-
-    _lock_key = " FOR UPDATE"  # replicas count one key's requests in turn
-    _floor = "floor({})::bigint"  # the history's day buckets (SQLHistory)
+    # -- the roles' statements (receiver.store.statements.Runner) ----------------------------
 
     async def _read(self, fn: Callable[[Query], T]) -> T:
-        return await self._statements(fn, write=False)
+        return await self.read(fn)
+
+    async def read(self, fn: Callable[[Query], T]) -> T:
+        return await self.statements(fn, write=False)
 
     async def replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False

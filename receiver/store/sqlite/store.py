@@ -27,11 +27,14 @@ from receiver.events import _Event as Event
 from receiver.store.admin import SQLAdmin
 from receiver.store.base import Accepted, OnAccepted
 from receiver.store.history import SQLHistory
+from receiver.store.keys import SQLKeys
+from receiver.store.legacy import Flat
 from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
+from receiver.store.statements import SQLITE
 from receiver.store.upstream_state import SQLUpstream
-from receiver.store.views import SQLViews
+from receiver.store.views import SQLSessions
 from receiver.store.webhooks import SQLWebhooks
 
 log = logging.getLogger("receiver.store")
@@ -139,7 +142,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHistory):
+class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -156,6 +159,11 @@ class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHi
         self.busy_timeout = busy_timeout
         self.on_accepted = on_accepted
         self.clock = clock
+        self.dialect = SQLITE
+        self.sessions = SQLSessions(self)
+        self.keys = SQLKeys(self)
+        self.upstream = SQLUpstream(self)
+        self.history = SQLHistory(self)
         self.schema_version = 0  # once open: the schema it was migrated to
         self._conn: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -481,6 +489,9 @@ class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHi
     # -- delivery and operator commands (shared: receiver.store.sql.SQLOutbox) -------------
 
     async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
+        return await self.statements(fn, write=write)
+
+    async def statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
         return await self._call(lambda conn: fn(conn.execute), write=write)
 
     async def size(self) -> int:
@@ -488,9 +499,12 @@ class SQLiteStore(SQLOutbox, SQLViews, SQLWebhooks, SQLAdmin, SQLUpstream, SQLHi
         wal = self.path.with_name(self.path.name + "-wal")
         return sum(p.stat().st_size for p in (self.path, wal) if p.exists())
 
-    # -- the read API (shared: receiver.store.views.SQLViews) ------------------------------
+    # -- the roles' statements (receiver.store.statements.Runner) ----------------------------
 
     async def _read(self, fn: Callable[[Query], T]) -> T:
+        return await self.read(fn)
+
+    async def read(self, fn: Callable[[Query], T]) -> T:
         """fn(query) in one read transaction (a snapshot) on a reader thread's connection."""
         if self._readers is None or self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
