@@ -2,7 +2,7 @@
 
 The period's events are read from the store in order of arrival (received_at, as the
 router took them), in pages, and routed one by one through the router's own pipeline
-(receiver.dispatch.pipeline: matching, throttles, silences, active windows, hold,
+(receiver.dispatch: matching, throttles, silences, active windows, hold,
 digests, resolved messages, repeats, the heartbeat) on a scratch store in memory
 (receiver.store.scratch), with a virtual clock: each event is routed at the time it
 arrived, and between two events the timers run at the moments they fall due (a held
@@ -33,7 +33,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from receiver.dispatch.pipeline import UNTITLED, Pipeline, Transition, active_silences, apply
+from receiver.dispatch.alerts import Transition, apply
+from receiver.dispatch.pipeline import UNTITLED, Pipeline
+from receiver.dispatch.silences import active_silences
 from receiver.events import load_stored
 from receiver.rules import Decision, Ruleset
 from receiver.store import ScratchRow, Store, scratch

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receiver.dispatch.pipeline import event_time
+from receiver.dispatch.alerts import event_time
 from receiver.events import iso, utc_z
 
 

@@ -153,14 +153,15 @@ def _enrichment(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> Any
 
 
 def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> list[str]:
-    from receiver.dispatch import pipeline as lifecycle
+    from receiver.dispatch.alerts import alert_id
+    from receiver.dispatch.explain import explain_now
 
     now = time.time()
     silences: list[Any] = []
     alert = None
     notified: list[str] = []
     if Path(db).exists():
-        aid = lifecycle.alert_id(payload)
+        aid = alert_id(payload)
 
         def read(tx: Any) -> tuple[list[Any], Any, list[str]]:
             alert = tx.alert(aid) if aid else None
@@ -174,6 +175,6 @@ def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> 
             return tx.silences(now), alert, notified
 
         silences, alert, notified = with_store(db, lambda s: s.transact(read))
-    return lifecycle.explain_now(
+    return explain_now(
         ruleset, payload, now, silences=silences, alert=alert, notified=notified
     )

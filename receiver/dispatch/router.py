@@ -27,8 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from receiver.dispatch.alerts import alert_id
 from receiver.dispatch.fanout import fan_out
-from receiver.dispatch.pipeline import Pipeline, alert_id
+from receiver.dispatch.pipeline import Pipeline
 from receiver.errors import StorageUnavailableError
 from receiver.events import load_stored
 from receiver.logs import LogLimiter

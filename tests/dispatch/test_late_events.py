@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from receiver.dispatch.pipeline import Pipeline, explain_now
+from receiver.dispatch.explain import explain_now
+from receiver.dispatch.pipeline import Pipeline
 from receiver.rules import Ruleset, load_text
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import Alert, SQLiteTx

@@ -463,7 +463,7 @@ def test_a_stored_silence_that_no_longer_compiles_silences_nothing(
 ) -> None:
     # Made before regexes ran on RE2: dropping the bad condition would leave one that
     # silences every event.
-    from receiver.dispatch.pipeline import active_silences
+    from receiver.dispatch.silences import active_silences
     from receiver.store.records import Silence
 
     old = Silence(7, {"userId": "~^(a)\\1", "type": "score.drop"}, "old", 0.0, 2e9)
@@ -480,7 +480,7 @@ def test_explain_names_a_silence_that_ends_after_the_year_9999() -> None:
     """A silence stored before durations were capped (or by hand) ends past any date:
     `receiver explain` said nothing then, it failed on formatting the end."""
     from receiver import events
-    from receiver.dispatch.pipeline import explain_now
+    from receiver.dispatch.explain import explain_now
     from receiver.rules import load_text
     from receiver.store.records import Silence
 

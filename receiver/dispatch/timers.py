@@ -1,0 +1,125 @@
+"""The lifecycle's timers: repeats of an alert still open, and the heartbeat that fires when no
+event has arrived for a while (and resolves when events flow again)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+
+from receiver.dispatch.alerts import opener
+from receiver.dispatch.silences import Active, silencing
+from receiver.rules import Ruleset, format_duration
+from receiver.store.base import Tx
+from receiver.store.records import Notification
+
+HEARTBEAT = "(heartbeat)"
+
+
+def repeats(
+    tx: Tx, ruleset: Ruleset, now: float, *, silences: Active, counts: Counter[str]
+) -> None:
+    """Send each due repeat of an alert still open in the episode its rule notified about
+    (silenced or muted as the alert's opening event would be now), and schedule the next."""
+    for notice in tx.due_repeats(now):
+        alert = tx.alert(notice.alert)
+        rule = ruleset.by_name.get(notice.rule)
+        if (
+            alert is None
+            or alert.state != "open"
+            or alert.episode != notice.episode
+            or rule is None
+            or rule.repeat is None
+            or not tx.sent(alert.id, alert.episode, rule.name)
+        ):
+            tx.repeated(notice, None)
+            continue
+        opened = opener(tx, alert)
+        rendered = rule.render(opened)
+        open_for = format_duration(max(1.0, now - notice.notified_at))
+        state, reason = "pending", None
+        if silencing(silences, opened) is not None:
+            state, reason = "silenced", "silenced"
+        elif rule.active is not None and not rule.active.contains(now):
+            state, reason = "muted", f"muted outside the active window ({rule.active.text})"
+        for d in rule.decisions(rendered, ruleset.notifiers):
+            n = Notification(
+                d.rule,
+                d.notifier,
+                d.target,
+                f"[still open] {d.title}",
+                f"{d.body}\nopen for {open_for}, repeat {notice.repeats + 1}",
+            )
+            tx.add(
+                alert.opened_event or "-",
+                n,
+                state=state,
+                reason=reason,
+                now=now,
+                kind="repeat",
+                alert=alert.id,
+                episode=alert.episode,
+            )
+        counts["repeat"] += 1
+        tx.repeated(notice, now + rule.repeat)
+
+
+def heartbeat(
+    tx: Tx,
+    ruleset: Ruleset,
+    now: float,
+    last_event: float,
+    *,
+    arrived: bool,
+    counts: Counter[str],
+) -> None:
+    """Fire when nothing arrived for silent_for; resolve when events flow again."""
+    beat = ruleset.heartbeat
+    firing = bool((tx.get_state("heartbeat") or {}).get("firing"))
+    if beat is None:
+        return
+    silent = now - last_event
+    if not firing and not arrived and silent >= beat.silent_for:
+        since = datetime.fromtimestamp(last_event).astimezone().strftime("%Y-%m-%d %H:%M %Z")
+        _beat(
+            tx,
+            ruleset,
+            now,
+            counts,
+            beat.notify,
+            f"No events for {format_duration(beat.silent_for)}",
+            f"No event has arrived since {since}. Is the Attention Scoring "
+            "Service still sending to this receiver?",
+        )
+        tx.set_state("heartbeat", {"firing": True, "since": last_event})
+    elif firing and arrived:
+        state = tx.get_state("heartbeat") or {}
+        gap = format_duration(max(1.0, last_event - float(state.get("since", last_event))))
+        _beat(
+            tx,
+            ruleset,
+            now,
+            counts,
+            beat.notify,
+            "Events are arriving again",
+            f"Events are arriving again after {gap} of silence.",
+            kind="resolved",
+        )
+        tx.set_state("heartbeat", {"firing": False, "since": last_event})
+
+
+def _beat(
+    tx: Tx,
+    ruleset: Ruleset,
+    now: float,
+    counts: Counter[str],
+    names: Sequence[str],
+    title: str,
+    body: str,
+    kind: str = "heartbeat",
+) -> None:
+    for name in names:
+        for target in range(len(ruleset.notifiers[name].urls)):
+            n = Notification(HEARTBEAT, name, target, title, body)
+            tx.add("-", n, state="pending", now=now, kind=kind, alert=HEARTBEAT)
+    counts["heartbeat"] += 1
