@@ -27,14 +27,16 @@ async def main(url: str, due: int, done: int) -> None:
     await store.open()
     sample = events.sample("score.drop", id="evt_b", timestamp="2026-01-01T00:00:00Z")
     event = events.validate(sample)
-    await store.accept(event, event.model_dump_json().encode())
+    await store.events.accept(event, event.model_dump_json().encode())
 
     def fill(tx: Any) -> None:
-        tx.mark_routed(["evt_b"], 1.0)
+        tx.events.mark_routed(["evt_b"], 1.0)
         for i in range(done + due):
             n = Notification(f"r{i}", "mail", i % TARGETS, "t", "b")
             kind = "resolved" if i % 3 == 0 else "event"
-            tx.add("evt_b", n, state="pending", now=i / 100, kind=kind, alert=f"a{i % ALERTS}")
+            tx.outbox.add(
+                "evt_b", n, state="pending", now=i / 100, kind=kind, alert=f"a{i % ALERTS}"
+            )
 
     await store.transact(fill)
     await store._statements(

@@ -70,7 +70,7 @@ async def count(n: int, rules_file: Path) -> tuple[Counter[str], Counter[str], i
             for start in range(0, n, 32):
                 chunk = validated[start : start + 32]
                 await asyncio.gather(
-                    *(store.accept(e, e.model_dump_json().encode()) for e in chunk)
+                    *(store.events.accept(e, e.model_dump_json().encode()) for e in chunk)
                 )
             accepting = Counter(seen)
             seen.clear()

@@ -152,21 +152,21 @@ class Backtest:
         the set of active silences changes."""
         times: set[float] = set()
         for s in silences:
-            sid = self.tx.add_silence(s.matchers, s.reason, s.starts_at, s.ends_at)
+            sid = self.tx.silences.add(s.matchers, s.reason, s.starts_at, s.ends_at)
             times.update((s.starts_at, s.ends_at))
             if s.expired_at is not None:
-                self.tx.expire_silence(sid, s.expired_at)
+                self.tx.silences.expire(sid, s.expired_at)
                 times.add(s.expired_at)
         return sorted(times, reverse=True)  # popped from the end, earliest first
 
-    def _at(self, now: float) -> None:
+    def advance(self, now: float) -> None:
         """Move the virtual clock to now (never back)."""
         refresh = False
         while self._boundaries and self._boundaries[-1] <= now:
             self._boundaries.pop()
             refresh = True
         if refresh:
-            self.pipeline.silences = active_silences(self.tx.silences(now))
+            self.pipeline.silences = active_silences(self.tx.silences.active(now))
         self.pipeline.now = now
 
     # -- events and timers ------------------------------------------------------------------
@@ -178,11 +178,11 @@ class Backtest:
     def follow(self, leader: Backtest) -> None:
         """Replay the leader's events beside it (route_all): its store keeps the events
         and alerts, and applies each event to its alert once for both."""
-        self.tx.follow(leader.tx)
+        self.tx.scratch.follow(leader.tx.scratch)
         self.result.people = leader.result.people
         self._leader = leader
 
-    def _place(
+    def place(
         self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition
     ) -> None:
         """The event's notifications by this rules file, its alert already moved on. An
@@ -195,24 +195,23 @@ class Backtest:
         alert = transition.alert
         if self._leader is not None and transition.what == "open":
             assert alert is not None
-            self.tx.episode_over(alert)  # the leader's store did it as it saved the alert
+            # The leader's store did this as it saved the alert.
+            self.tx.scratch.episode_over(alert)
         if decisions or transition.what == "resolve":
             self.pipeline.event(event.id, payload, decisions, transition=transition)
             self._quiet_until = -math.inf
         self._current = None if alert is None else (alert.id, alert.episode)
-        if self.tx.changed:
-            self._collect()
+        self._collect()
         if self.ruleset.heartbeat is not None:
             self._last_event = event.received_at
             self.pipeline.heartbeat(event.received_at, arrived=True)
-            if self.tx.changed:
-                self._collect()
+            self._collect()
 
-    def _kept(self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition) -> None:
+    def kept(self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition) -> None:
         """The leader, once every rules file has placed the event: it is routed, and its
         body is kept only while it opened its alert's episode (repeats and resolved messages
         quote the opener)."""
-        self.tx.mark_routed([event.id], event.received_at)
+        self.tx.events.mark_routed([event.id], event.received_at)
         alert = transition.alert
         if (
             alert is not None
@@ -223,12 +222,12 @@ class Backtest:
             previous = self._openers.get(alert.id)
             self._openers[alert.id] = event.id
             if previous is not None:
-                self.tx.forget_event(previous)
+                self.tx.scratch.forget_event(previous)
             user = payload.get("userId")
             session = payload.get("sessionId")
             self.result.people[alert.id] = (session, user if isinstance(user, str) else None)
         else:
-            self.tx.forget_event(event.id)  # no alert episode needs its body
+            self.tx.scratch.forget_event(event.id)  # no alert episode needs its body
 
     def timers(self, until: float) -> None:
         """Run what falls due up to until, each at its own time: held rows and digests are
@@ -237,7 +236,8 @@ class Backtest:
             return
         while True:
             now = None
-            for at in (self.tx.next_due(), self.tx.next_repeat(), self._silent_at()):
+            scratch = self.tx.scratch
+            for at in (scratch.next_due(), scratch.next_repeat(), self._silent_at()):
                 if at and (now is None or at < now):
                     now = at
             if now is None or now > until:
@@ -245,9 +245,9 @@ class Backtest:
                 # come from the pipeline, which resets this.
                 self._quiet_until = math.inf if now is None else now
                 return
-            self._at(now)
-            self.tx.deliver_due(now)
-            if (at := self.tx.next_repeat()) is not None and at <= now:
+            self.advance(now)
+            self.tx.scratch.deliver_due(now)
+            if (at := self.tx.scratch.next_repeat()) is not None and at <= now:
                 self.pipeline.repeats()
             if (at := self._silent_at()) is not None and at <= now:
                 self.pipeline.heartbeat(self._last_event, arrived=False)
@@ -257,14 +257,14 @@ class Backtest:
     def _silent_at(self) -> float | None:
         """When the heartbeat would fire, if it has not yet."""
         beat = self.ruleset.heartbeat
-        if beat is None or (self.tx.get_state("heartbeat") or {}).get("firing"):
+        if beat is None or (self.tx.state.get("heartbeat") or {}).get("firing"):
             return None
         return self._last_event + beat.silent_for
 
     def finish(self) -> Result:
         """Run the timers to the end of the period; what is still held is counted so."""
         self.timers(self.result.end)
-        for row in self.tx.rows():
+        for row in self.tx.scratch.rows():
             if row.state == "held":
                 for tally in self.result.tallies(row.rule, row.notifier):
                     tally.held += 1
@@ -277,7 +277,7 @@ class Backtest:
 
     def _collect(self) -> None:
         """Count the outbox rows written or changed since the last look."""
-        changes = self.tx.changes()
+        changes = self.tx.scratch.changes()
         if changes:
             self._quiet_until = -math.inf
         for row, state in changes:
@@ -343,14 +343,14 @@ def route_all(
     now = event.received_at
     for backtest in backtests:
         backtest.timers(now)
-        backtest._at(now)
+        backtest.advance(now)
         backtest.result.events += 1
     leader = backtests[0]
-    leader.tx.put(event)
+    leader.tx.scratch.put(event)
     transition = apply(leader.tx, payload, event.id, now)
     for backtest in backtests:
-        backtest._place(event, payload, transition)
-    leader._kept(event, payload, transition)
+        backtest.place(event, payload, transition)
+    leader.kept(event, payload, transition)
 
 
 # -- the period, read from the real store ------------------------------------------------------
@@ -400,7 +400,7 @@ async def run(
 ) -> tuple[list[Result], float]:
     """Backtest each ruleset over [start, end) of the store's events, in one pass: the
     results, and the seconds the pass took. texts: render every title and body too."""
-    silences = await store.transact(lambda tx: tx.all_silences(limit=100_000))
+    silences = await store.transact(lambda tx: tx.silences.recent(limit=100_000))
     backtests = [
         Backtest(r, start=start, end=end, silences=silences, texts=texts) for r in rulesets
     ]

@@ -134,7 +134,7 @@ class IngestEndpoint:
         if self.max_event_age or self.max_clock_skew:
             self._check_timestamp(event)
         try:
-            result = await self.store.accept(event, body)
+            result = await self.store.events.accept(event, body)
         except StorageUnavailableError as exc:
             exc.event_id = event.id
             raise
@@ -209,7 +209,7 @@ class IngestEndpoint:
         self, body: bytes, exc: RequestError, client: str | None, event_id: str | None
     ) -> None:
         try:
-            await self.store.quarantine(
+            await self.store.events.quarantine(
                 body, reason=f"{exc.code}: {exc.message}", client=client, event_id=event_id
             )
         except StorageUnavailableError as store_exc:

@@ -108,7 +108,7 @@ class OpsEndpoints:
         it cannot be read: a stale figure would look like the truth)."""
         metrics = self.metrics
         try:
-            metrics.backlog.snapshot = await self.store.backlog(self.clock())
+            metrics.backlog.snapshot = await self.store.stats.backlog(self.clock())
         except Exception as exc:  # noqa: BLE001 - the other metrics still answer
             metrics.backlog.snapshot = None
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

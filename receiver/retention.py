@@ -53,7 +53,7 @@ class Pruner:
         before = self.clock() - self.retention
         totals: Counter[str] = Counter()
         while True:
-            counts = await self.store.prune(before, limit=self.batch)
+            counts = await self.store.events.prune(before, limit=self.batch)
             for table, n in counts.items():
                 if n:
                     self.metrics.pruned[table].inc(n)

@@ -49,7 +49,7 @@ async def keep(store: Store, stream: list[dict], clock: list[float]) -> None:
         stamp = datetime.fromisoformat(payload["timestamp"])
         clock[0] = received if received is not None else stamp.timestamp()
         e = events.validate(payload)
-        await store.accept(e, json.dumps(payload).encode())
+        await store.events.accept(e, json.dumps(payload).encode())
 
 
 def replay(
@@ -74,9 +74,9 @@ def replay(
             await keep(store, stream, clock)
             if silence is not None:
                 matchers, since, until = silence
-                await store.transact(lambda tx: tx.add_silence(matchers, "test", since, until))
+                await store.transact(lambda tx: tx.silences.add(matchers, "test", since, until))
             results, _ = await backtest.run(store, rulesets, start=START, end=at(minutes))
-            untouched = await store.transact(lambda tx: len(tx.unrouted(10_000)))
+            untouched = await store.transact(lambda tx: len(tx.events.unrouted(10_000)))
             assert untouched == len(stream)  # the real store: nothing routed
             assert await store.deliveries() == []  # and nothing queued
             return results
@@ -220,8 +220,8 @@ def test_the_scratch_store_forgets_what_can_no_longer_change(tmp_path: Path) -> 
         run.route(stored)
     result = run.finish()
     assert sent(result, "drop") == 50
-    assert run.tx.rows() == []
-    kept = [e for e in (run.tx.event_body(p["id"]) for p in stream) if e is not None]
+    assert run.tx.scratch.rows() == []
+    kept = [e for e in (run.tx.events.body(p["id"]) for p in stream) if e is not None]
     assert len(kept) == 3  # the opener of each of the three open alerts
 
 
@@ -308,7 +308,7 @@ def stored(tmp_path: Path, stream: list[dict]) -> str:
             await keep(store, stream, clock)
             note = Notification(rule="drop", notifier="hook", target=0, title="t", body="b")
             row = await store.transact(
-                lambda tx: tx.add(stream[0]["id"], note, state="pending", now=START + 1)
+                lambda tx: tx.outbox.add(stream[0]["id"], note, state="pending", now=START + 1)
             )
             await store.mark_delivered(row, now=START + 3)
         finally:
@@ -422,8 +422,8 @@ def test_the_scratch_store_forgets_an_alerts_ended_episodes() -> None:
     result = run.finish()
     assert result.alerts_opened == 4 and result.rules["drop"].alerts == 4
     alert = "session:s1"
-    assert [run.tx.notices(alert, n) != [] for n in (1, 2, 3, 4)] == [False] * 3 + [True]
-    assert [run.tx.sent(alert, n, "drop") for n in (1, 2, 3, 4)] == [False] * 3 + [True]
+    assert [run.tx.notices.of(alert, n) != [] for n in (1, 2, 3, 4)] == [False] * 3 + [True]
+    assert [run.tx.outbox.sent(alert, n, "drop") for n in (1, 2, 3, 4)] == [False] * 3 + [True]
 
 
 def test_a_page_that_fails_to_route_leaves_no_read_behind(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,7 +68,7 @@ def test_silence_list_shows_a_stored_end_no_date_can_show(tmp_path: Path) -> Non
     db = str(tmp_path / "r.db")
     sid = with_store(
         db,
-        lambda s: s.transact(lambda tx: tx.add_silence({"userId": "u"}, "odd", 1.0, 1e18)),
+        lambda s: s.transact(lambda tx: tx.silences.add({"userId": "u"}, "odd", 1.0, 1e18)),
         create=True,
     )
     listed = CliRunner().invoke(cli, ["silence", "list", "--db", db])
@@ -79,4 +79,4 @@ def test_silence_list_shows_a_stored_end_no_date_can_show(tmp_path: Path) -> Non
     assert "expired" in CliRunner().invoke(cli, ["silence", "list", "--all", "--db", db]).output
     # Expired, it ends now: retention prunes it as any ended silence.
     with_store(db, lambda s: s.prune(time.time() + 1, limit=100))
-    assert with_store(db, lambda s: s.transact(lambda tx: tx.all_silences())) == []
+    assert with_store(db, lambda s: s.transact(lambda tx: tx.silences.recent())) == []

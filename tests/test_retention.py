@@ -39,17 +39,17 @@ def event(i: int) -> tuple[events._Event, bytes]:
 
 async def seed(store: SQLiteStore, clock: Clock, ids: range, *, routed: bool = True) -> None:
     for i in ids:
-        assert await store.accept(*event(i)) == "new"
+        assert await store.events.accept(*event(i)) == "new"
     if routed:
 
         def mark(tx: SQLiteTx) -> None:
-            tx.mark_routed([f"evt_{i}" for i in ids], clock.now)
+            tx.events.mark_routed([f"evt_{i}" for i in ids], clock.now)
 
         await store.transact(mark)
 
 
 def notify(tx: SQLiteTx, event_id: str, state: str, now: float) -> None:
-    tx.add(event_id, Notification("r", "ops", 0, "t", "b"), state=state, now=now)
+    tx.outbox.add(event_id, Notification("r", "ops", 0, "t", "b"), state=state, now=now)
 
 
 def rows(db: Path, sql: str) -> list[Any]:
@@ -80,11 +80,11 @@ def test_prunes_old_events_and_finished_notifications_keeps_the_rest(tmp_path: P
         await store.transact(
             lambda tx: [notify(tx, f"evt_{i}", s, clock.now) for i, s in enumerate(states)]
         )
-        await store.quarantine(b"{}", reason="invalid_event: x", client=None, event_id=None)
+        await store.events.quarantine(b"{}", reason="invalid_event: x", client=None, event_id=None)
         clock.now = T0 + 20 * DAY
         await seed(store, clock, range(100, 103))  # young
         await store.transact(lambda tx: notify(tx, "evt_100", "delivered", clock.now))
-        await store.quarantine(b"[]", reason="invalid_json: x", client=None, event_id=None)
+        await store.events.quarantine(b"[]", reason="invalid_json: x", client=None, event_id=None)
         clock.now = T0 + 31 * DAY
         pruner = Pruner(store, retention=30 * DAY, metrics=metrics, clock=clock, batch=2, pause=0)
         return await pruner.prune()
@@ -114,10 +114,10 @@ def test_pruned_id_is_accepted_again_as_new(tmp_path: Path) -> None:
 
     async def go(store: SQLiteStore) -> list[str]:
         await seed(store, clock, range(1, 2))
-        before = await store.accept(*event(1))
+        before = await store.events.accept(*event(1))
         clock.now = T0 + 31 * DAY
         await Pruner(store, retention=30 * DAY, metrics=Metrics(), clock=clock).prune()
-        return [before, await store.accept(*event(1)), await store.accept(*event(1))]
+        return [before, await store.events.accept(*event(1)), await store.events.accept(*event(1))]
 
     assert run_store(db, clock, go) == ["duplicate", "new", "duplicate"]
 
@@ -163,13 +163,13 @@ def test_prunes_finished_lifecycle_state_and_keeps_what_is_live(tmp_path: Path) 
     db, clock = tmp_path / "r.db", Clock(T0)
 
     def old_state(tx: SQLiteTx) -> None:
-        tx.save_alert(Alert("session:done", "resolved", 1, "2027-01-15T08:00:00Z"), clock.now)
-        tx.save_alert(Alert("session:open", "open", 1, "2027-01-15T08:00:00Z"), clock.now)
-        tx.add_notice("session:done", 1, "r", clock.now, None)
-        tx.add_notice("session:open", 1, "r", clock.now, 3600)  # still repeating
-        tx.new_group("r", "*", clock.now, clock.now + 30)
-        tx.add_silence({"userId": "u"}, "over", clock.now, clock.now + 60)
-        tx.add_silence({"userId": "u"}, "long", clock.now, clock.now + 60 * DAY)
+        tx.alerts.save(Alert("session:done", "resolved", 1, "2027-01-15T08:00:00Z"), clock.now)
+        tx.alerts.save(Alert("session:open", "open", 1, "2027-01-15T08:00:00Z"), clock.now)
+        tx.notices.add("session:done", 1, "r", clock.now, None)
+        tx.notices.add("session:open", 1, "r", clock.now, 3600)  # still repeating
+        tx.digests.new("r", "*", clock.now, clock.now + 30)
+        tx.silences.add({"userId": "u"}, "over", clock.now, clock.now + 60)
+        tx.silences.add({"userId": "u"}, "long", clock.now, clock.now + 60 * DAY)
 
     async def go(store: SQLiteStore) -> Counter[str]:
         await store.transact(old_state)

@@ -61,12 +61,16 @@ class Breaker:
 
 
 class TxProxy:
-    """A routing transaction whose method `name` raises while the breaker is on."""
+    """A routing transaction whose method `name` raises while the breaker is on
+    ("events.unrouted": the method of one of its roles)."""
 
     def __init__(self, tx: Any, name: str, breaker: Breaker) -> None:
         self._tx, self._name, self._breaker = tx, name, breaker
 
     def __getattr__(self, attr: str) -> Any:
+        role, _, rest = self._name.partition(".")
+        if attr == role and rest:
+            return TxProxy(getattr(self._tx, attr), rest, self._breaker)
         if attr == self._name:
             self._breaker.check()
         return getattr(self._tx, attr)
@@ -155,7 +159,7 @@ async def running(
 
 
 async def routed_all(r: Running) -> bool:
-    return (await r.store.backlog(r.app.state.store.clock())).unrouted == 0
+    return (await r.store.stats.backlog(r.app.state.store.clock())).unrouted == 0
 
 
 def break_tx(name: str) -> Callable[[Any, Breaker], None]:
@@ -173,16 +177,20 @@ def break_tx(name: str) -> Callable[[Any, Breaker], None]:
 
 
 def break_method(name: str) -> Callable[[Any, Breaker], None]:
-    """The store's method `name` raises."""
+    """The store's method `name` raises ("events.prune": the method of a role)."""
 
     def inject(store: Any, breaker: Breaker) -> None:
-        method = getattr(store, name)
+        *roles, last = name.split(".")
+        owner = store
+        for role in roles:
+            owner = getattr(owner, role)
+        method = getattr(owner, last)
 
         async def broken(*args: Any, **kwargs: Any) -> Any:
             breaker.check()
             return await method(*args, **kwargs)
 
-        setattr(store, name, broken)
+        setattr(owner, last, broken)
 
     return inject
 
@@ -190,10 +198,10 @@ def break_method(name: str) -> Callable[[Any, Breaker], None]:
 @pytest.mark.parametrize(
     ("loop", "inject"),
     [
-        pytest.param("router", break_tx("unrouted"), id="router"),
+        pytest.param("router", break_tx("events.unrouted"), id="router"),
         pytest.param("timers", break_tx("try_lock"), id="timers"),
         pytest.param("notify", break_method("claim_due"), id="notify"),
-        pytest.param("retention", break_method("prune"), id="retention"),
+        pytest.param("retention", break_method("events.prune"), id="retention"),
     ],
 )
 def test_a_loop_whose_store_raises_is_reported_and_comes_back(
@@ -346,7 +354,7 @@ def test_the_backlog_gauges_are_left_out_while_the_store_cannot_be_read(
             async with running(tmp_path, str(tmp_path / "r.db"), sink) as r:
                 text = (await r.client.get("/metrics")).text
                 assert "receiver_unrouted_events 0.0" in text
-                break_method("backlog")(r.store, breaker)
+                break_method("stats.backlog")(r.store, breaker)
                 answer = await r.client.get("/metrics")
                 assert answer.status_code == 200
                 assert "receiver_unrouted_events" not in answer.text

@@ -214,7 +214,7 @@ class Admin:
             "lag": getattr(self.router, "lag", 0.0),
             "pending": counts["pending"],
             "dead": counts["dead"],
-            "size": await self.store.size(),
+            "size": await self.store.stats.size(),
         }
 
     async def view(

@@ -48,7 +48,7 @@ async def report(admin: Admin, request: Request, session: Session) -> Response:
         error = f"{exc}; showing the last 7 days"
         since, back = "7d", parse_duration("7d")
     now = admin.clock()
-    found = await admin.store.noise(now - back, now, flapping=REPORT_FLAPPING)
+    found = await admin.store.history.noise(now - back, now, flapping=REPORT_FLAPPING)
     return await admin.view(
         request,
         session,
@@ -60,8 +60,8 @@ async def report(admin: Admin, request: Request, session: Session) -> Response:
 
 
 async def listing(admin: Admin, request: Request, session: Session) -> Response:
-    alerts = await admin.store.transact(lambda tx: tx.open_alerts())
-    acks = await admin.store.acks(a.id for a in alerts)
+    alerts = await admin.store.transact(lambda tx: tx.alerts.list_open())
+    acks = await admin.store.alerts.acks(a.id for a in alerts)
     return await admin.view(request, session, "alerts.html", {"alerts": alerts, "acks": acks})
 
 
@@ -75,7 +75,7 @@ async def ack(admin: Admin, request: Request, session: Session) -> Response:
             "Its repeats stop, and it shows you acknowledged it, until it resolves.",
             request.url.path,
         )
-    found = await admin.store.ack_alert(alert_id, by=session.key_name, now=admin.clock())
+    found = await admin.store.alerts.ack(alert_id, by=session.key_name, now=admin.clock())
     if found is None:
         return await admin.message(request, session, "Not acknowledged", "It is not open.")
     log.info("admin %s acknowledged %s", session.key_name, alert_id)

@@ -56,10 +56,10 @@ class AdminAuth:
         if self._serializer is None:
 
             def key(tx: Tx) -> str:
-                found = tx.get_state(_STATE)
+                found = tx.state.get(_STATE)
                 if not isinstance(found, str):
                     found = secrets.token_urlsafe(32)
-                    tx.set_state(_STATE, found)
+                    tx.state.set(_STATE, found)
                 return found
 
             secret = await self.store.transact(key)
@@ -68,7 +68,7 @@ class AdminAuth:
 
     async def sign_in(self, key: str) -> tuple[str | None, str]:
         """The cookie value for a valid admin key, or None and why not."""
-        found, _ = await self.store.authorize(hash_key(key.strip()), now=self.clock())
+        found, _ = await self.store.keys.authorize(hash_key(key.strip()), now=self.clock())
         if found is None:
             return None, "unknown or revoked API key"
         if not may(found.role, "admin"):
@@ -89,7 +89,7 @@ class AdminAuth:
         now = self.clock()
 
         def count(tx: Tx) -> int:
-            found = tx.get_state(_ATTEMPTS)
+            found = tx.state.get(_ATTEMPTS)
             table: dict[str, tuple[float, int]] = {
                 str(a): (float(v[0]), int(v[1]))
                 for a, v in (found.items() if isinstance(found, dict) else ())
@@ -100,7 +100,7 @@ class AdminAuth:
             if attempts >= SIGN_IN_LIMIT:
                 return max(1, math.ceil(start + SIGN_IN_WINDOW - now))
             table[key] = (start, attempts + 1)
-            tx.set_state(_ATTEMPTS, table)
+            tx.state.set(_ATTEMPTS, table)
             return 0
 
         waited: int = await self.store.transact(count)
@@ -118,11 +118,11 @@ class AdminAuth:
             return None
         if not isinstance(value, dict) or not {"h", "n", "c"} <= set(value):
             return None
-        found, _ = await self.store.authorize(value["h"], now=self.clock())
+        found, _ = await self.store.keys.authorize(value["h"], now=self.clock())
         if found is None or not may(found.role, "admin"):
             return None
         name = _SIGNED_OUT + value["h"]
-        signed_out = await self.store.transact(lambda tx: tx.get_state(name))
+        signed_out = await self.store.transact(lambda tx: tx.state.get(name))
         if isinstance(signed_out, int | float):
             exact = value.get("t")
             if isinstance(exact, int | float) and not isinstance(exact, bool):
@@ -138,7 +138,7 @@ class AdminAuth:
         """End every session of this key, on every replica (the cookies stay signed, but
         the store says they were issued before the sign-out)."""
         name, now = _SIGNED_OUT + session.key_hash, self.clock()
-        await self.store.transact(lambda tx: tx.set_state(name, now))
+        await self.store.transact(lambda tx: tx.state.set(name, now))
 
 
 def csrf_ok(session: Session, token: object) -> bool:

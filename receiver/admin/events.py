@@ -60,7 +60,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
         duplicated=state == "duplicates",
         before=position,
     )
-    rows = await admin.store.events_page(query)
+    rows = await admin.store.events.page(query)
     more = len(rows) > PAGE
     rows = rows[:PAGE]
     next_page = None
@@ -81,7 +81,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
 async def _quarantine(admin: Admin, request: Request, session: Session) -> Response:
     p = request.query_params
     before = p.get("before")
-    rows = await admin.store.quarantined(before=row_id(before), limit=PAGE + 1)
+    rows = await admin.store.events.quarantined(before=row_id(before), limit=PAGE + 1)
     more = len(rows) > PAGE
     rows = rows[:PAGE]
     next_page = urlencode({**p, "before": str(rows[-1].id)}) if more else None
@@ -89,7 +89,7 @@ async def _quarantine(admin: Admin, request: Request, session: Session) -> Respo
 
 
 async def detail(admin: Admin, request: Request, session: Session) -> Response:
-    found = await admin.store.event(request.path_params["id"])
+    found = await admin.store.events.get(request.path_params["id"])
     if found is None:
         return await admin.missing(request, session, "event")
     row, body = found
@@ -122,7 +122,7 @@ async def replay(admin: Admin, request: Request, session: Session) -> Response:
             request.url.path,
         )
     try:
-        replay_id = await admin.store.replay(event_id, now=admin.clock())
+        replay_id = await admin.store.events.replay(event_id, now=admin.clock())
     except ReceiverError as exc:
         return await admin.message(request, session, "Not replayed", str(exc))
     if replay_id is None:

@@ -22,7 +22,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
         else:
             key = new_key()
             try:
-                await admin.store.add_key(
+                await admin.store.keys.add(
                     name=name, key_hash=hash_key(key), prefix=key[:PREFIX], plan=plan,
                     role=role, now=admin.clock(),
                 )  # fmt: skip
@@ -30,7 +30,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
                 log.info("admin %s created key %r (%s)", session.key_name, name, role)
             except KeyError:
                 error = f"a key named {name!r} exists already"
-    found = await admin.store.keys()
+    found = await admin.store.keys.all()
     return await admin.view(
         request,
         session,
@@ -50,6 +50,6 @@ async def revoke(admin: Admin, request: Request, session: Session) -> Response:
             " signed in with it is signed out.",
             request.url.path,
         )
-    if await admin.store.revoke_key(name, now=admin.clock()):
+    if await admin.store.keys.revoke(name, now=admin.clock()):
         log.info("admin %s revoked key %r", session.key_name, name)
     return admin.back("/admin/keys")

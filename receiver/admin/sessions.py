@@ -54,7 +54,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
         cursor=p.get("cursor") or None,
     )
     try:
-        page = await admin.store.list_sessions(query)
+        page = await admin.store.sessions.page(query)
     except KeyError:
         return await admin.message(request, session, "No such page", "Unknown cursor.")
     next_page = urlencode({**p, "cursor": page.cursor}) if page.cursor else None
@@ -69,16 +69,16 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
 
 async def detail(admin: Admin, request: Request, session: Session) -> Response:
     session_id = request.path_params["id"]
-    found = await admin.store.session(session_id)
+    found = await admin.store.sessions.get(session_id)
     if found is None:
         return await admin.missing(request, session, "session")
-    history = await admin.store.score_history(session_id) or []
-    recent = await admin.store.events_page(
+    history = await admin.store.sessions.score_history(session_id) or []
+    recent = await admin.store.events.page(
         EventQuery(limit=PAGE, session_id=session_id, since=admin.clock() - FILTER_WINDOW)
     )
     threshold = None
     for row in recent:
-        event = await admin.store.event(row.id)
+        event = await admin.store.events.get(row.id)
         if event is not None:
             with contextlib.suppress(ValueError, TypeError):
                 value = json.loads(event[1]).get("threshold")

@@ -21,7 +21,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
         if error is None:
             return admin.back("/admin/silences")
     now = admin.clock()
-    found = await admin.store.transact(lambda tx: tx.all_silences(200))
+    found = await admin.store.transact(lambda tx: tx.silences.recent(200))
     return await admin.view(
         request,
         session,
@@ -45,7 +45,7 @@ async def _add(admin: Admin, form: FormData) -> str | None:
     now = admin.clock()
 
     def add(tx: Tx) -> int:
-        return tx.add_silence(matchers, reason, now, now + seconds)
+        return tx.silences.add(matchers, reason, now, now + seconds)
 
     await admin.store.transact(add)
     return None
@@ -63,5 +63,5 @@ async def expire(admin: Admin, request: Request, session: Session) -> Response:
         )
     if row_id(silence_id) is not None:
         now = admin.clock()
-        await admin.store.transact(lambda tx: tx.expire_silence(int(silence_id), now))
+        await admin.store.transact(lambda tx: tx.silences.expire(int(silence_id), now))
     return admin.back("/admin/silences")

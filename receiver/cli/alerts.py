@@ -35,7 +35,7 @@ def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
 
     async def read(store: Store) -> list[dict[str, Any]]:
         found = await store.transact(_open_alerts)
-        acks = await store.acks(row["alert"] for row in found)
+        acks = await store.alerts.acks(row["alert"] for row in found)
         for row in found:
             ack = acks.get((row["alert"], row["episode"]))
             row["acked_by"] = ack.acked_by if ack else None
@@ -73,7 +73,7 @@ def ack(db: str, alert_id: str, by: str) -> None:
 
         receiver alerts ack user:user_42
     """
-    found = with_store(db, lambda store: store.ack_alert(alert_id, by=by, now=time.time()))
+    found = with_store(db, lambda store: store.alerts.ack(alert_id, by=by, now=time.time()))
     if found is None:
         raise click.ClickException(f"no open alert {alert_id!r} (see: receiver alerts)")
     echo(f"{alert_id} acknowledged by {found.acked_by} at {when(found.acked_at)}")
@@ -87,9 +87,9 @@ def _open_alerts(tx: Tx) -> list[dict[str, Any]]:
             "opened_ts": a.opened_ts,
             "opened_event": a.opened_event,
             "last_ts": a.last_ts,
-            "notified": [n.rule for n in tx.notices(a.id, a.episode)],
+            "notified": [n.rule for n in tx.notices.of(a.id, a.episode)],
         }
-        for a in tx.open_alerts()
+        for a in tx.alerts.list_open()
     ]
 
 
@@ -133,7 +133,7 @@ def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -
         raise click.BadParameter(str(exc), param_hint="--for") from None
     now = time.time()
     silence_id = with_store(
-        db, lambda s: s.transact(lambda tx: tx.add_silence(matchers, reason, now, now + seconds))
+        db, lambda s: s.transact(lambda tx: tx.silences.add(matchers, reason, now, now + seconds))
     )
     echo(f"silence #{silence_id} until {when(now + seconds)}: {_describe(matchers)} ({reason})")
 
@@ -144,7 +144,7 @@ def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -
 def silence_list(db: str, show_all: bool) -> None:
     """List silences, newest first: active ones, or all with --all."""
     now = time.time()
-    found = with_store(db, lambda s: s.transact(lambda tx: tx.all_silences()))
+    found = with_store(db, lambda s: s.transact(lambda tx: tx.silences.recent()))
     shown = 0
     for s in found:
         active = s.expired_at is None and s.ends_at > now
@@ -177,7 +177,7 @@ def silence_expire(db: str, silence_id: int) -> None:
         receiver silence expire 3
     """
     now = time.time()
-    if not with_store(db, lambda s: s.transact(lambda tx: tx.expire_silence(silence_id, now))):
+    if not with_store(db, lambda s: s.transact(lambda tx: tx.silences.expire(silence_id, now))):
         raise click.ClickException(f"no active silence #{silence_id}")
     echo(f"silence #{silence_id} expired")
 

@@ -164,17 +164,15 @@ def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> 
         aid = alert_id(payload)
 
         def read(tx: Any) -> tuple[list[Any], Any, list[str]]:
-            alert = tx.alert(aid) if aid else None
+            alert = tx.alerts.get(aid) if aid else None
             notified: list[str] = []
             if alert is not None and alert.state == "open":
                 notified = [
                     n.rule
-                    for n in tx.notices(alert.id, alert.episode)
-                    if tx.sent(alert.id, alert.episode, n.rule)
+                    for n in tx.notices.of(alert.id, alert.episode)
+                    if tx.outbox.sent(alert.id, alert.episode, n.rule)
                 ]
-            return tx.silences(now), alert, notified
+            return tx.silences.active(now), alert, notified
 
         silences, alert, notified = with_store(db, lambda s: s.transact(read))
-    return explain_now(
-        ruleset, payload, now, silences=silences, alert=alert, notified=notified
-    )
+    return explain_now(ruleset, payload, now, silences=silences, alert=alert, notified=notified)

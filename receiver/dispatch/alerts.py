@@ -54,7 +54,7 @@ def apply(tx: Tx, payload: Mapping[str, Any], event_id: str, now: float) -> Tran
     if aid is None:
         return Transition("none")
     ts = event_time(payload)
-    alert = tx.alert(aid)
+    alert = tx.alerts.get(aid)
     if alert is not None and ts < alert.last_ts:
         return Transition("stale", alert)
     opening = payload["type"] in OPENS
@@ -72,13 +72,13 @@ def apply(tx: Tx, payload: Mapping[str, Any], event_id: str, now: float) -> Tran
         what = "resolve"
     else:
         what = "close"
-    tx.save_alert(alert, now)
+    tx.alerts.save(alert, now)
     return Transition(what, alert)
 
 
 def opener(tx: Tx, alert: Alert) -> dict[str, Any]:
     """The payload of the event that opened the alert's episode ({} if it cannot be read)."""
-    text = tx.event_body(alert.opened_event or "")
+    text = tx.events.body(alert.opened_event or "")
     try:
         value = json.loads(text or "{}")
     except ValueError:

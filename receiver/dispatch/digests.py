@@ -29,11 +29,11 @@ def join(
     spec = rule.group
     assert spec is not None
     key = spec.key(dict(payload))
-    group = tx.open_group(rule.name, key, now)
+    group = tx.digests.find_open(rule.name, key, now)
     if group is None:
-        group = tx.new_group(rule.name, key, now, now + spec.wait)
+        group = tx.digests.new(rule.name, key, now, now + spec.wait)
         for n in rows:  # the digest's rows, one per target; texts written later
-            tx.add(
+            tx.outbox.add(
                 event_id,
                 n,
                 state="held",
@@ -49,7 +49,7 @@ def join(
     group = Group(group.id, group.rule, group.key, group.closes_at, group.count + 1, members)
     release = group.count >= spec.max
     title, body = digest_text(rule, group) if texts else ("", "")
-    tx.update_group(group, title=title, body=body, now=now, release=release)
+    tx.digests.update(group, title=title, body=body, now=now, release=release)
     return group.id
 
 

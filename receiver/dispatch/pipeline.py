@@ -47,7 +47,7 @@ class Pipeline:
         self.counts: Counter[str] = Counter()
         # Rules whose template failed: how many notifications, and the last error.
         self.failed: dict[str, tuple[int, str]] = {}
-        self.silences = active_silences(tx.silences(now))
+        self.silences = active_silences(tx.silences.active(now))
         self._replay: Replay | None = None  # the operator's replay being routed, if any
 
     def event(
@@ -64,7 +64,7 @@ class Pipeline:
         request asks to respect it, and every row it produces is marked as a replay.
         transition: what the event did to its alert, when apply() has been run already
         (`receiver backtest` applies each event once for all the rules files it replays)."""
-        self._replay = self.tx.replay_request(replay) if replay is not None else None
+        self._replay = self.tx.events.replay_request(replay) if replay is not None else None
         try:
             if self._replay is not None and not self._replay.respect_lifecycle:
                 self._send_again(event_id, payload, decisions)
@@ -77,7 +77,7 @@ class Pipeline:
                     rule = self.ruleset.by_name[name]
                     self._place(event_id, payload, rule, list(group), transition)
             if self._replay is not None:
-                self.tx.replay_done(self._replay.id, self.now)
+                self.tx.events.replay_done(self._replay.id, self.now)
         finally:
             self._replay = None
 
@@ -88,7 +88,7 @@ class Pipeline:
             row["replay"] = self._replay.id
             if row.get("reason") is None:
                 row["reason"] = f"replay #{self._replay.id}"
-        self.tx.add(event_id, n, **row)
+        self.tx.outbox.add(event_id, n, **row)
 
     def _send_again(
         self, event_id: str, payload: Mapping[str, Any], decisions: Sequence[Decision]
@@ -99,7 +99,7 @@ class Pipeline:
         episode when the event belongs to it, so that its resolve answers them too; an
         event that resolved the alert as it stands sends its resolved messages again."""
         aid = alert_id(payload)
-        alert = self.tx.alert(aid) if aid is not None else None
+        alert = self.tx.alerts.get(aid) if aid is not None else None
         ts = event_time(payload) if aid is not None else ""
         current = (
             alert is not None
@@ -121,7 +121,7 @@ class Pipeline:
                 )
             self.counts["pending"] += 1
             if joins is not None and (rule.resolve or rule.repeat):
-                self.tx.add_notice(joins.id, joins.episode, rule.name, self.now, rule.repeat)
+                self.tx.notices.add(joins.id, joins.episode, rule.name, self.now, rule.repeat)
         if (
             alert is not None
             and alert.state == "resolved"
@@ -168,7 +168,7 @@ class Pipeline:
             and transition.what in ("open", "update")
             and (rule.resolve or rule.repeat)
         ):
-            self.tx.add_notice(alert.id, alert.episode, rule.name, self.now, rule.repeat)
+            self.tx.notices.add(alert.id, alert.episode, rule.name, self.now, rule.repeat)
 
     def _state(
         self,
@@ -195,7 +195,7 @@ class Pipeline:
         if rule.group is not None:
             group = self._group(event_id, payload, rule, decisions)
             return "grouped", f"in digest #{group}", None, group
-        if first.throttle_seconds and self.tx.throttled(
+        if first.throttle_seconds and self.tx.throttle.throttled(
             rule.name, first.throttle_key or "", self.now, first.throttle_seconds
         ):
             return "throttled", f"throttled: key {first.throttle_key!r}", None, None
@@ -210,16 +210,16 @@ class Pipeline:
 
     def _resolve(self, event_id: str, payload: Mapping[str, Any], alert: Alert | None) -> None:
         assert alert is not None
-        self.counts["cancelled"] += self.tx.cancel_held(
+        self.counts["cancelled"] += self.tx.outbox.cancel_held(
             alert.id, alert.episode, self.now, "cancelled: resolved before it was sent"
         )
         if self._resolved_messages(event_id, payload, alert):
-            self.tx.end_repeats(alert.id, alert.episode)
+            self.tx.notices.end_repeats(alert.id, alert.episode)
 
     def _resolved_messages(self, event_id: str, payload: Mapping[str, Any], alert: Alert) -> bool:
         """A resolved message from each rule with resolve: true whose notification about the
         alert's episode was sent; whether any rule noticed the episode at all."""
-        notices = self.tx.notices(alert.id, alert.episode)
+        notices = self.tx.notices.of(alert.id, alert.episode)
         if not notices:
             return False
         extra: dict[str, Any] = {}
@@ -234,7 +234,7 @@ class Pipeline:
             if (
                 rule is None
                 or not rule.resolve
-                or not self.tx.sent(alert.id, alert.episode, rule.name)
+                or not self.tx.outbox.sent(alert.id, alert.episode, rule.name)
             ):
                 continue  # never a resolved message for an alert that was never sent
             rendered = rule.render_resolved(payload, extra) if self.texts else UNTITLED

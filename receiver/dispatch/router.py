@@ -187,7 +187,9 @@ class Router:
         decided here."""
         events, self._ahead = self._ahead, []
         if not events:
-            events = await self.store.transact(lambda tx: tx.unrouted(self._batch, self._poisoned))
+            events = await self.store.transact(
+                lambda tx: tx.events.unrouted(self._batch, self._poisoned)
+            )
         if not events:
             return {}
         if self._rules_thread is None:
@@ -207,7 +209,7 @@ class Router:
             pipeline = Pipeline(tx, ruleset, now)
             pipeline.repeats()
             # Read afresh: with several replicas, events may have reached the others.
-            self._last_event = max(self._last(tx), tx.last_received() or 0.0)
+            self._last_event = max(self._last(tx), tx.events.last_received() or 0.0)
             pipeline.heartbeat(self._last_event, arrived=False)
             return pipeline.counts
 
@@ -218,10 +220,10 @@ class Router:
     ) -> tuple[int, Counter[str], Mapping[str, tuple[int, str]]]:
         # Only events decided ahead: one that arrived since waits for the next batch, so
         # no rule is evaluated here, on the event loop (SQLite runs this function there).
-        events = [e for e in tx.unrouted(self._batch, self._poisoned) if e.id in decided]
+        events = [e for e in tx.events.unrouted(self._batch, self._poisoned) if e.id in decided]
         if not events:  # routed meanwhile (by another replica)
             self.lag = 0.0
-            self._ahead = tx.unrouted(self._batch, self._poisoned)
+            self._ahead = tx.events.unrouted(self._batch, self._poisoned)
             return 0, Counter(), {}
         self.lag = now - min(e.received_at for e in events)  # read oldest first
         self._batch = min(MAX_BATCH, self._batch * 2) if self.lag > LAG_LIMIT else BATCH
@@ -229,14 +231,14 @@ class Router:
             with tx.savepoint():
                 pipeline = self._route_batch(tx, ruleset, now, events, decided)
         except Exception:  # noqa: BLE001 - find the event at fault, one by one
-            tx.forget_alerts()
+            tx.alerts.forget()
             pipeline = self._route_each(tx, ruleset, now, events, decided)
         self._last_event = max(self._last(tx), *(e.received_at for e in events))
         pipeline.heartbeat(self._last_event, arrived=True)
         log.debug("routed %d events: %s", len(events), dict(pipeline.counts))
         # The next batch, read now: its rules run before its transaction, and under load
         # no separate read (a store cycle of its own) is needed for it.
-        self._ahead = tx.unrouted(self._batch, self._poisoned)
+        self._ahead = tx.events.unrouted(self._batch, self._poisoned)
         return len(events), pipeline.counts, pipeline.failed
 
     def _route_batch(
@@ -245,14 +247,14 @@ class Router:
         """The whole batch at once: each alert read and written once, one routed mark."""
         pipeline = Pipeline(tx, ruleset, now)
         routes = [_decided(ruleset, event, decided) for event in events]
-        tx.read_alerts(filter(None, (alert_id(payload) for payload, _ in routes)))
+        tx.alerts.read_ahead(filter(None, (alert_id(payload) for payload, _ in routes)))
         for event, (payload, decisions) in zip(events, routes, strict=True):
             pipeline.event(event.id, payload, decisions, replay=event.replay)
-        tx.write_alerts()
+        tx.alerts.flush()
         payloads = [payload for payload, _ in routes]
-        tx.project(_facts(events, payloads))
+        tx.sessions.project(_facts(events, payloads))
         pipeline.counts["subscriber"] += _fan_out(tx, events, payloads, now)
-        tx.mark_routed([event.id for event in events], now)
+        tx.events.mark_routed([event.id for event in events], now)
         return pipeline
 
     def _route_each(
@@ -266,9 +268,9 @@ class Router:
                 with tx.savepoint():
                     payload, decisions = _decided(ruleset, event, decided)
                     pipeline.event(event.id, payload, decisions, replay=event.replay)
-                    tx.project(_facts([event], [payload]))
+                    tx.sessions.project(_facts([event], [payload]))
                     pipeline.counts["subscriber"] += _fan_out(tx, [event], [payload], now)
-                    tx.mark_routed([event.id], now)
+                    tx.events.mark_routed([event.id], now)
             except Exception as exc:  # noqa: BLE001
                 if systemic(exc):
                     raise  # the database's fault, not this event's: the loop retries
@@ -278,7 +280,7 @@ class Router:
 
     def _last(self, tx: Tx) -> float:
         if self._last_event is None:
-            self._last_event = tx.last_received() or self._started
+            self._last_event = tx.events.last_received() or self._started
         return self._last_event
 
     def _failed(self, failed: Mapping[str, tuple[int, str]]) -> None:
@@ -329,19 +331,19 @@ def _fan_out(
     """Queue the webhook deliveries of routed events (not of a replay: that is for the
     rules' notifications); how many."""
     items = [(e.id, e.body, p) for e, p in zip(events, payloads, strict=True) if e.replay is None]
-    hooks = tx.subscriptions() if items else []
+    hooks = tx.webhooks.active() if items else []
     if not hooks:
         return 0
     with_threshold = [h.id for h in hooks if h.threshold is not None]
     sessions = {p["sessionId"] for _, _, p in items if isinstance(p.get("sessionId"), str)}
-    sides = tx.sides(with_threshold, sessions) if with_threshold and sessions else {}
+    sides = tx.webhooks.sides(with_threshold, sessions) if with_threshold and sessions else {}
     deliveries, changed = fan_out(hooks, items, sides)
     notes = [
         (d.event_id, Notification("webhook", WEBHOOK_NOTIFIER, d.webhook.id, d.delivery_id, d.body))
         for d in deliveries
     ]
-    tx.add_many(notes, state="pending", now=now, kind="webhook")
-    tx.save_sides(changed)
+    tx.outbox.add_many(notes, state="pending", now=now, kind="webhook")
+    tx.webhooks.save_sides(changed)
     return len(deliveries)
 
 

@@ -21,8 +21,8 @@ def repeats(
 ) -> None:
     """Send each due repeat of an alert still open in the episode its rule notified about
     (silenced or muted as the alert's opening event would be now), and schedule the next."""
-    for notice in tx.due_repeats(now):
-        alert = tx.alert(notice.alert)
+    for notice in tx.notices.due(now):
+        alert = tx.alerts.get(notice.alert)
         rule = ruleset.by_name.get(notice.rule)
         if (
             alert is None
@@ -30,9 +30,9 @@ def repeats(
             or alert.episode != notice.episode
             or rule is None
             or rule.repeat is None
-            or not tx.sent(alert.id, alert.episode, rule.name)
+            or not tx.outbox.sent(alert.id, alert.episode, rule.name)
         ):
-            tx.repeated(notice, None)
+            tx.notices.repeated(notice, None)
             continue
         opened = opener(tx, alert)
         rendered = rule.render(opened)
@@ -50,7 +50,7 @@ def repeats(
                 f"[still open] {d.title}",
                 f"{d.body}\nopen for {open_for}, repeat {notice.repeats + 1}",
             )
-            tx.add(
+            tx.outbox.add(
                 alert.opened_event or "-",
                 n,
                 state=state,
@@ -61,7 +61,7 @@ def repeats(
                 episode=alert.episode,
             )
         counts["repeat"] += 1
-        tx.repeated(notice, now + rule.repeat)
+        tx.notices.repeated(notice, now + rule.repeat)
 
 
 def heartbeat(
@@ -75,7 +75,7 @@ def heartbeat(
 ) -> None:
     """Fire when nothing arrived for silent_for; resolve when events flow again."""
     beat = ruleset.heartbeat
-    firing = bool((tx.get_state("heartbeat") or {}).get("firing"))
+    firing = bool((tx.state.get("heartbeat") or {}).get("firing"))
     if beat is None:
         return
     silent = now - last_event
@@ -91,9 +91,9 @@ def heartbeat(
             f"No event has arrived since {since}. Is the Attention Scoring "
             "Service still sending to this receiver?",
         )
-        tx.set_state("heartbeat", {"firing": True, "since": last_event})
+        tx.state.set("heartbeat", {"firing": True, "since": last_event})
     elif firing and arrived:
-        state = tx.get_state("heartbeat") or {}
+        state = tx.state.get("heartbeat") or {}
         gap = format_duration(max(1.0, last_event - float(state.get("since", last_event))))
         _beat(
             tx,
@@ -105,7 +105,7 @@ def heartbeat(
             f"Events are arriving again after {gap} of silence.",
             kind="resolved",
         )
-        tx.set_state("heartbeat", {"firing": False, "since": last_event})
+        tx.state.set("heartbeat", {"firing": False, "since": last_event})
 
 
 def _beat(
@@ -121,5 +121,5 @@ def _beat(
     for name in names:
         for target in range(len(ruleset.notifiers[name].urls)):
             n = Notification(HEARTBEAT, name, target, title, body)
-            tx.add("-", n, state="pending", now=now, kind=kind, alert=HEARTBEAT)
+            tx.outbox.add("-", n, state="pending", now=now, kind=kind, alert=HEARTBEAT)
     counts["heartbeat"] += 1

@@ -291,7 +291,7 @@ class Demo:
         """Print what is new: events arrived, notifications routed and their outcomes,
         messages at the sink."""
         with contextlib.suppress(Exception):  # the receiver may be restarting
-            for row in reversed(await store.events_page(EventQuery(limit=200))):
+            for row in reversed(await store.events.page(EventQuery(limit=200))):
                 if row.id not in self.seen.events:
                     self.seen.events.add(row.id)
                     self.seen.arrived[row.type] += 1

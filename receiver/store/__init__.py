@@ -7,9 +7,9 @@ import sqlite3
 import sys
 from typing import Any
 
-from receiver.store.base import Notification, OutboxRow, Store, StoredEvent
+from receiver.store.base import Notification, OutboxRow, ScratchTx, Store, StoredEvent
 from receiver.store.memory import MemoryTx
-from receiver.store.memory import Row as ScratchRow
+from receiver.store.memory_tables import Row as ScratchRow
 from receiver.store.sqlite import SQLiteStore
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "OutboxRow",
     "SQLiteStore",
     "ScratchRow",
+    "ScratchTx",
     "Store",
     "StoredEvent",
     "open_store",
@@ -43,9 +44,10 @@ def open_store(url: str, **options: Any) -> Store:
     return SQLiteStore(url, **options)
 
 
-def scratch() -> MemoryTx:
+def scratch() -> ScratchTx:
     """An empty routing transaction in memory that nothing else sees (`receiver backtest`):
-    the Tx contract, kept lean (rows that can no longer change leave memory)."""
+    the Tx contract and tx.scratch (base.Scratch), kept lean (rows that can no longer change
+    leave memory)."""
     return MemoryTx(lean=True)
 
 

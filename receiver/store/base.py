@@ -50,117 +50,8 @@ OnAccepted = Callable[[], None]
 Accepted = Literal["new", "duplicate", "conflict"]
 
 
-class _FlatTx(Protocol):
-    """The Tx's methods before the roles (transitional: each is the role method named in
-    receiver.store.legacy, until the last caller has moved)."""
-
-    # events
-    def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
-        """Events not yet routed, oldest first; with several replicas, ones no other
-        replica is routing right now."""
-
-    def mark_routed(self, event_ids: list[str], now: float) -> int: ...
-
-    # webhook subscribers (receiver.dispatch.fanout decides, these keep)
-    def subscriptions(self) -> list[Webhook]:
-        """The active subscriptions."""
-
-    def sides(
-        self, webhook_ids: Iterable[int], session_ids: Iterable[str]
-    ) -> dict[tuple[int, str], tuple[bool, str]]:
-        """(subscription, session) -> (below its threshold, the mark of that score); on
-        PostgreSQL those sessions stay locked until the transaction ends."""
-
-    def save_sides(self, changed: Mapping[tuple[int, str], tuple[bool, str]]) -> None: ...
-    def project(self, facts: Sequence[Fact]) -> None:
-        """Fold routed events into the session projection; each event once (the router
-        marks it routed in the same transaction)."""
-
-    def event_body(self, event_id: str) -> str | None: ...
-    def replay_request(self, replay_id: int) -> Replay | None:
-        """The replay request an unrouted event names (StoredEvent.replay)."""
-
-    def replay_done(self, replay_id: int, now: float) -> None:
-        """Note the replay request routed, and clear it from its event."""
-
-    def last_received(self) -> float | None: ...
-
-    # the outbox
-    def add(
-        self,
-        event_id: str,
-        n: Notification,
-        *,
-        state: str,
-        now: float,
-        next_at: float | None = None,
-        reason: str | None = None,
-        kind: str = "event",
-        alert: str | None = None,
-        episode: int | None = None,
-        group_id: int | None = None,
-        replay: int | None = None,
-    ) -> int: ...
-    def add_many(
-        self, items: Sequence[tuple[str, Notification]], *, state: str, now: float, kind: str
-    ) -> None:
-        """Queue many notifications, each (event id, notification), alike otherwise."""
-
-    def throttled(self, rule: str, key: str, now: float, every: float) -> bool:
-        """True if (rule, key) notified within the last `every` seconds; else open a window."""
-
-    def cancel_held(self, alert: str, episode: int, now: float, reason: str) -> int: ...
-    def sent(self, alert: str, episode: int, rule: str) -> bool: ...
-
-    # alerts and notices (an alert read here is locked until the transaction ends)
-    def alert(self, alert_id: str) -> Alert | None: ...
-    def save_alert(self, alert: Alert, now: float) -> None: ...
-    def read_alerts(self, alert_ids: Iterable[str]) -> None:
-        """Read these alerts ahead; until write_alerts(), alert() and save_alert() keep
-        them in memory (the batch must then be written, or its savepoint rolled back)."""
-
-    def write_alerts(self) -> None: ...
-    def forget_alerts(self) -> None: ...
-    def open_alerts(self, limit: int = 1000) -> list[Alert]: ...
-    def add_notice(
-        self, alert: str, episode: int, rule: str, now: float, repeat: float | None
-    ) -> None: ...
-    def notices(self, alert: str, episode: int) -> list[Notice]: ...
-    def end_repeats(self, alert: str, episode: int) -> None: ...
-    def due_repeats(self, now: float, limit: int = 100) -> list[Notice]: ...
-    def repeated(self, notice: Notice, next_at: float | None) -> None: ...
-
-    # digests
-    def open_group(self, rule: str, key: str, now: float) -> Group | None: ...
-    def new_group(self, rule: str, key: str, now: float, closes_at: float) -> Group: ...
-    def update_group(
-        self, group: Group, *, title: str, body: str, now: float, release: bool
-    ) -> None: ...
-
-    # silences and named state
-    def silences(self, now: float) -> list[Silence]: ...
-    def add_silence(
-        self, matchers: dict[str, Any], reason: str, now: float, until: float
-    ) -> int: ...
-    def expire_silence(self, silence_id: int, now: float) -> bool: ...
-    def all_silences(self, limit: int = 100) -> list[Silence]: ...
-    def get_state(self, name: str) -> Any: ...
-    def set_state(self, name: str, value: Any) -> None: ...
-
-
 class _FlatStore(Protocol):
     """The Store's methods before the roles (transitional, as _FlatTx)."""
-
-    async def accept(self, event: Event, raw: bytes) -> Accepted:
-        """Keep event durably: "new"; or, its id already stored, "duplicate" if the stored
-        raw body is the same bytes, "conflict" if not (the stored one is kept)."""
-
-    async def quarantine(
-        self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
-    ) -> None: ...
-    async def prune(self, before: float, *, limit: int) -> dict[str, int]:
-        """Delete one batch (at most limit rows a table) received before `before`; the
-        counts deleted by table: events, outbox, quarantine."""
 
     async def claim_due(
         self,
@@ -194,64 +85,11 @@ class _FlatStore(Protocol):
     async def replay_status(self, replay_id: int) -> tuple[Replay | None, list[OutboxRow]]:
         """A replay request as it stands, and the outbox rows it has produced so far."""
 
-    # -- the read API: reads run off the event loop, beside ingest ---------------------------
-
-    async def session(self, session_id: str) -> Summary | None:
-        """A session as of every stored event (those not routed yet folded in)."""
-
-    async def score_history(self, session_id: str) -> list[tuple[float, str]] | None:
-        """(score, timestamp) ascending by timestamp; None if no such session."""
-
-    async def list_sessions(self, query: SessionQuery) -> SessionPage:
-        """A page, newest startedAt first; KeyError if query.cursor names no session."""
-
-    async def score_groups(self, group_by: str, since: str) -> list[Aggregate]:
-        """Score histograms per page, cohort or userId of the sessions scored since."""
-
-    async def add_key(
-        self, *, name: str, key_hash: str, prefix: str, plan: str, role: str, now: float
-    ) -> ApiKey:
-        """Store a new API key's hash; KeyError if the name is taken."""
-
-    async def revoke_key(self, name: str, *, now: float) -> bool: ...
-    async def authorize(
-        self, key_hash: str, *, now: float, window: float = 60.0
-    ) -> tuple[ApiKey | None, RateLimit | None]:
-        """The live key with this hash, and whether this request is within its plan's
-        limit (None for a plan without one); shared by every replica."""
-
-    # -- the admin page (receiver.store.admin) ----------------------------------------------
-
-    async def size(self) -> int:
-        """Bytes the store takes on disk."""
-
-    async def events_page(self, query: EventQuery) -> list[EventRow]: ...
-    async def event(self, event_id: str) -> tuple[EventRow, str] | None: ...
-    async def quarantined(self, *, before: int | None, limit: int) -> list[Quarantined]: ...
     async def outbox_page(self, query: OutboxQuery) -> list[OutboxRow]: ...
     async def count_dead(self, notifier: str | None = None) -> int: ...
     async def retry_dead_batch(self, notifier: str | None, *, limit: int, now: float) -> int: ...
-    async def ack_alert(self, alert_id: str, *, by: str, now: float) -> Ack | None:
-        """Acknowledge an open alert's episode: its repeats stop until it resolves."""
-
-    async def acks(self, alert_ids: Iterable[str]) -> dict[tuple[str, int], Ack]: ...
     async def outbox_counts(self) -> dict[str, int]:
         """Notifications waiting ("pending": pending, held, sending) and "dead"."""
-
-    async def backlog(self, now: float) -> Backlog:
-        """Unrouted events and outbox rows waiting, by channel, with their ages, as the
-        database counts them (every replica's): the backlog gauges on /metrics."""
-
-    # -- history: backtests and the noise report (receiver.store.history) -------------------
-
-    async def events_between(
-        self, start: float, end: float, *, after: tuple[float, str] | None, limit: int
-    ) -> list[StoredEvent]:
-        """Events received in [start, end), oldest first, after (received_at, id)."""
-
-    async def count_between(self, start: float, end: float) -> int: ...
-    async def noise(self, since: float, until: float, *, flapping: int = 3) -> Noise:
-        """The noise report of the notifications created in [since, until)."""
 
     # -- webhook subscriptions (receiver.store.webhooks) ------------------------------------
 
@@ -296,21 +134,6 @@ class _FlatStore(Protocol):
     async def retry_delivery(
         self, webhook_id: int, delivery_id: int, *, now: float
     ) -> OutboxRow | None: ...
-
-    # -- the upstream service (receiver.store.upstream_state) -------------------------------------
-
-    async def take_upstream(self, name: str, *, per_minute: int, now: float) -> float:
-        """Draw one request from the shared bucket: 0.0 when drawn, else seconds to wait."""
-
-    async def hold_upstream(self, name: str, *, until: float) -> None:
-        """No request from the bucket before `until` (a 429's Retry-After), on any replica."""
-
-    async def sync_cursor(self) -> dict[str, Any] | None: ...
-    async def set_sync_cursor(self, value: dict[str, Any] | None) -> None: ...
-    async def import_sessions(
-        self, items: Sequence[tuple[dict[str, Any], Sequence[tuple[float, str]]]]
-    ) -> int:
-        """Merge upstream sessions and their score points into the projection (idempotent)."""
 
 
 # -- the Store's roles: one resource each, async (each call its own transaction) --------------
@@ -374,9 +197,6 @@ class Keys(Protocol):
         """Store a new API key's hash; KeyError if the name is taken."""
 
     async def all(self) -> list[ApiKey]: ...
-    async def __call__(self) -> list[ApiKey]:
-        """Transitional: all(), under the name store.keys() had."""
-
     async def revoke(self, name: str, *, now: float) -> bool: ...
     async def authorize(
         self, key_hash: str, *, now: float, window: float = 60.0
@@ -477,6 +297,34 @@ class TxSessions(Protocol):
         marks it routed in the same transaction)."""
 
 
+class TxOutbox(Protocol):
+    """The router's and lifecycle's notifications, queued in the outbox (tx.outbox)."""
+
+    def add(
+        self,
+        event_id: str,
+        n: Notification,
+        *,
+        state: str,
+        now: float,
+        next_at: float | None = None,
+        reason: str | None = None,
+        kind: str = "event",
+        alert: str | None = None,
+        episode: int | None = None,
+        group_id: int | None = None,
+        replay: int | None = None,
+    ) -> int: ...
+    def add_many(
+        self, items: Sequence[tuple[str, Notification]], *, state: str, now: float, kind: str
+    ) -> None:
+        """Queue many notifications, each (event id, notification), alike otherwise."""
+
+    def cancel_held(self, alert: str, episode: int, now: float, reason: str) -> int: ...
+    def sent(self, alert: str, episode: int, rule: str) -> bool:
+        """Whether rule's notification about this episode went out (or is on its way)."""
+
+
 class TxAlerts(Protocol):
     """Alerts (tx.alerts); an alert read here is locked until the transaction ends."""
 
@@ -546,7 +394,40 @@ class TxState(Protocol):
     def set(self, name: str, value: Any) -> None: ...
 
 
-class Tx(_FlatTx, Protocol):
+class Scratch(Protocol):
+    """What `receiver backtest` needs of its scratch store in memory besides the Tx
+    (tx.scratch; receiver.store.scratch() makes one): events put in by hand, an outbox
+    journal, the notify worker's part and the timers' next times."""
+
+    def follow(self, leader: Any) -> None:
+        """Share leader's (another Scratch's) events and alerts: leader keeps them, and this
+        store only reads them (several rules files replay one period)."""
+
+    def episode_over(self, alert: Alert) -> None:
+        """The alert has opened a new episode: what was kept of the one before may go."""
+
+    def put(self, event: StoredEvent) -> bool:
+        """Keep an event, unrouted; False if its id is kept already."""
+
+    def forget_event(self, event_id: str) -> None:
+        """Drop a routed event's body."""
+
+    def changes(self) -> list[tuple[Any, str]]:
+        """The outbox rows written or changed since the last call, in order, each with the
+        state it was given then."""
+
+    def next_due(self) -> float | None:
+        """When the next row is due to be sent (pending or held)."""
+
+    def deliver_due(self, now: float) -> int:
+        """The notify worker's part: every pending or held row due by now is delivered."""
+
+    def next_repeat(self) -> float | None: ...
+    def rows(self) -> list[OutboxRow]:
+        """The rows kept, newest first."""
+
+
+class Tx(Protocol):
     """One write transaction of the router, the alert lifecycle or an operator command.
 
     Synchronous: the store runs the whole function it is given (Store.transact) inside
@@ -554,12 +435,40 @@ class Tx(_FlatTx, Protocol):
     read and write of its roles sees the transaction's own writes; all commit, or none.
     """
 
+    @property
+    def events(self) -> TxEvents: ...
+    @property
+    def webhooks(self) -> TxWebhooks: ...
+    @property
+    def sessions(self) -> TxSessions: ...
+    @property
+    def outbox(self) -> TxOutbox: ...
+    @property
+    def alerts(self) -> TxAlerts: ...
+    @property
+    def notices(self) -> TxNotices: ...
+    @property
+    def digests(self) -> TxDigests: ...
+    @property
+    def throttle(self) -> TxThrottle: ...
+    @property
+    def silences(self) -> TxSilences: ...
+    @property
+    def state(self) -> TxState: ...
+
     def savepoint(self) -> AbstractContextManager[None]:
         """A nested transaction: an exception inside rolls back its writes alone."""
 
     def try_lock(self, name: str) -> bool:
         """Whether this transaction holds the named timer for this turn (with several
         replicas, one at a time runs it); always True with one process."""
+
+
+class ScratchTx(Tx, Protocol):
+    """A Tx in memory with what a backtest needs besides (receiver.store.scratch())."""
+
+    @property
+    def scratch(self) -> Scratch: ...
 
 
 class Store(_FlatStore, Protocol):
@@ -580,6 +489,12 @@ class Store(_FlatStore, Protocol):
     def upstream(self) -> Upstream: ...
     @property
     def history(self) -> History: ...
+    @property
+    def events(self) -> Events: ...
+    @property
+    def alerts(self) -> Alerts: ...
+    @property
+    def stats(self) -> Stats: ...
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

@@ -42,10 +42,6 @@ class SQLKeys:
 
         return await self.db.statements(select, write=False)
 
-    async def __call__(self) -> list[ApiKey]:
-        """Transitional: all(), under the name store.keys() had."""
-        return await self.all()
-
     async def revoke(self, name: str, *, now: float) -> bool:
         """Revoke the key of this name (at once: every request looks its key up); False if
         no key has that name, or it is revoked already."""

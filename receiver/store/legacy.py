@@ -8,6 +8,17 @@ from typing import Any
 
 # old name -> (role attribute, method)
 STORE_NAMES: dict[str, tuple[str, str]] = {
+    "accept": ("events", "accept"),
+    "quarantine": ("events", "quarantine"),
+    "events_page": ("events", "page"),
+    "event": ("events", "get"),
+    "quarantined": ("events", "quarantined"),
+    "replay": ("events", "replay"),
+    "prune": ("events", "prune"),
+    "ack_alert": ("alerts", "ack"),
+    "acks": ("alerts", "acks"),
+    "size": ("stats", "size"),
+    "backlog": ("stats", "backlog"),
     "session": ("sessions", "get"),
     "score_history": ("sessions", "score_history"),
     "list_sessions": ("sessions", "page"),
@@ -24,7 +35,41 @@ STORE_NAMES: dict[str, tuple[str, str]] = {
     "count_between": ("history", "count_between"),
     "noise": ("history", "noise"),
 }
-TX_NAMES: dict[str, tuple[str, str]] = {}
+TX_NAMES: dict[str, tuple[str, str]] = {
+    "unrouted": ("events", "unrouted"),
+    "mark_routed": ("events", "mark_routed"),
+    "event_body": ("events", "body"),
+    "last_received": ("events", "last_received"),
+    "replay_request": ("events", "replay_request"),
+    "replay_done": ("events", "replay_done"),
+    "subscriptions": ("webhooks", "active"),
+    "sides": ("webhooks", "sides"),
+    "save_sides": ("webhooks", "save_sides"),
+    "project": ("sessions", "project"),
+    "add": ("outbox", "add"),
+    "add_many": ("outbox", "add_many"),
+    "cancel_held": ("outbox", "cancel_held"),
+    "sent": ("outbox", "sent"),
+    "throttled": ("throttle", "throttled"),
+    "alert": ("alerts", "get"),
+    "save_alert": ("alerts", "save"),
+    "read_alerts": ("alerts", "read_ahead"),
+    "write_alerts": ("alerts", "flush"),
+    "forget_alerts": ("alerts", "forget"),
+    "open_alerts": ("alerts", "list_open"),
+    "add_notice": ("notices", "add"),
+    "end_repeats": ("notices", "end_repeats"),
+    "due_repeats": ("notices", "due"),
+    "repeated": ("notices", "repeated"),
+    "open_group": ("digests", "find_open"),
+    "new_group": ("digests", "new"),
+    "update_group": ("digests", "update"),
+    "add_silence": ("silences", "add"),
+    "expire_silence": ("silences", "expire"),
+    "all_silences": ("silences", "recent"),
+    "get_state": ("state", "get"),
+    "set_state": ("state", "set"),
+}
 
 
 class Flat:

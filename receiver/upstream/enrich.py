@@ -148,7 +148,7 @@ class Enricher:
     ) -> tuple[dict[str, Any] | None, Enrichment | None, str | None]:
         """The row's event payload, or None and why not."""
         try:
-            found = await store.event(row.event_id)
+            found = await store.events.get(row.event_id)
         except Exception as exc:  # noqa: BLE001 - the stored texts still go out
             return None, None, f"the event could not be read ({type(exc).__name__})"
         payload = json.loads(found[1]) if found is not None else None

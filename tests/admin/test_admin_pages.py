@@ -213,7 +213,7 @@ def test_every_admin_template_renders_against_real_data(
             now = admin.clock()
             for end in (BEYOND_DATES, float("inf"), 253402300800.0):
                 await store.transact(
-                    lambda tx, end=end: tx.add_silence({"userId": "u_odd"}, "odd", now, end)
+                    lambda tx, end=end: tx.silences.add({"userId": "u_odd"}, "odd", now, end)
                 )
             silences = await admin.page("/admin/silences")
             assert silences.count("after 9999") == 3, silences
@@ -288,7 +288,7 @@ def test_durations_past_a_year_are_refused_on_the_admin_forms(
                 )
                 assert made.status_code == 200, made.text
                 assert "longer than the limit of 365d" in made.text, made.text
-            assert await admin.store.transact(lambda tx: tx.all_silences()) == []
+            assert await admin.store.transact(lambda tx: tx.silences.recent()) == []
             made = await admin.post(
                 "/admin/silences", {"matchers": "userId=u", "duration": "365d", "reason": "ok"}
             )
@@ -405,7 +405,7 @@ def test_the_admin_form_and_the_cli_read_silence_matchers_alike(
         await store.open()
         try:
             if keep:
-                [silence] = await store.transact(lambda tx: tx.all_silences())
+                [silence] = await store.transact(lambda tx: tx.silences.recent())
                 return silence.matchers
         finally:
             await store.close()
@@ -419,7 +419,7 @@ def test_the_admin_form_and_the_cli_read_silence_matchers_alike(
                 {"matchers": "\n".join(lines), "duration": "1h", "reason": "form"},
             )
             assert made.status_code == 303, made.text
-            [silence] = await admin.store.transact(lambda tx: tx.all_silences())
+            [silence] = await admin.store.transact(lambda tx: tx.silences.recent())
             return silence.matchers
 
     from_form = asyncio.run(main())

@@ -49,22 +49,24 @@ async def history(store: Store) -> None:
     """A little of everything a store holds."""
     for i in range(3):
         e = events.validate(events.sample("score.drop", id=f"evt_{i}", sessionId=f"s{i}"))
-        await store.accept(e, e.model_dump_json().encode())
-    await store.quarantine(b"\xff{", reason="invalid_json", client="127.0.0.1", event_id=None)
+        await store.events.accept(e, e.model_dump_json().encode())
+    await store.events.quarantine(
+        b"\xff{", reason="invalid_json", client="127.0.0.1", event_id=None
+    )
 
     def route(tx: Tx) -> None:
-        tx.mark_routed(["evt_0", "evt_1"], 1000.0)
+        tx.events.mark_routed(["evt_0", "evt_1"], 1000.0)
         note = Notification(rule="r", notifier="console", target=0, title="t", body="b")
-        tx.add("evt_0", note, state="pending", now=1000.0, alert="session:s0", episode=1)
-        tx.add("evt_1", note, state="throttled", now=1000.0, reason="throttled")
-        tx.save_alert(Alert("session:s0", "open", 1, "2026-01-01T00:00:00Z", "x", "evt_0"), 1.0)
-        tx.add_notice("session:s0", 1, "r", 1000.0, 3600.0)
-        tx.throttled("r", "user_42", 1000.0, 60.0)
-        tx.add_silence({"userId": "u1"}, "maintenance", 1000.0, 9000.0)
-        tx.set_state("heartbeat", {"firing": False})
+        tx.outbox.add("evt_0", note, state="pending", now=1000.0, alert="session:s0", episode=1)
+        tx.outbox.add("evt_1", note, state="throttled", now=1000.0, reason="throttled")
+        tx.alerts.save(Alert("session:s0", "open", 1, "2026-01-01T00:00:00Z", "x", "evt_0"), 1.0)
+        tx.notices.add("session:s0", 1, "r", 1000.0, 3600.0)
+        tx.throttle.throttled("r", "user_42", 1000.0, 60.0)
+        tx.silences.add({"userId": "u1"}, "maintenance", 1000.0, 9000.0)
+        tx.state.set("heartbeat", {"firing": False})
 
     await store.transact(route)
-    await store.replay("evt_0", now=1001.0)
+    await store.events.replay("evt_0", now=1001.0)
 
 
 async def snapshot(store: Store) -> dict[str, Any]:
@@ -72,13 +74,13 @@ async def snapshot(store: Store) -> dict[str, Any]:
 
     def read(tx: Tx) -> dict[str, Any]:
         return {
-            "unrouted": sorted(e.id for e in tx.unrouted(10)),
-            "bodies": [tx.event_body(f"evt_{i}") for i in range(3)],
-            "alerts": tx.open_alerts(),
-            "notices": tx.notices("session:s0", 1),
-            "silences": tx.all_silences(),
-            "state": tx.get_state("heartbeat"),
-            "throttled": tx.throttled("r", "user_42", 1010.0, 60.0),
+            "unrouted": sorted(e.id for e in tx.events.unrouted(10)),
+            "bodies": [tx.events.body(f"evt_{i}") for i in range(3)],
+            "alerts": tx.alerts.list_open(),
+            "notices": tx.notices.of("session:s0", 1),
+            "silences": tx.silences.recent(),
+            "state": tx.state.get("heartbeat"),
+            "throttled": tx.throttle.throttled("r", "user_42", 1010.0, 60.0),
         }
 
     found = await store.transact(read)
@@ -104,7 +106,7 @@ def test_copy_moves_the_whole_history_and_refuses_a_store_in_use(
     new_id = run(
         pg_url,
         lambda s: s.transact(
-            lambda tx: tx.add(
+            lambda tx: tx.outbox.add(
                 "evt_2",
                 Notification(rule="n", notifier="console", target=0, title="t", body="b"),
                 state="pending",

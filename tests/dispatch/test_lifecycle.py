@@ -417,8 +417,8 @@ def test_explain_shows_what_the_lifecycle_would_do_now(tmp_path: Path) -> None:
     now = time.time()
 
     def seed(tx: SQLiteTx) -> None:
-        tx.add_silence({"userId": "user_4*"}, "maintenance", now - 1, now + 3600)
-        tx.save_alert(Alert("session:sess_1", "resolved", 1, at(30)), now)
+        tx.silences.add({"userId": "user_4*"}, "maintenance", now - 1, now + 3600)
+        tx.alerts.save(Alert("session:sess_1", "resolved", 1, at(30)), now)
 
     async def setup() -> None:
         store = SQLiteStore(db)

@@ -45,7 +45,9 @@ def test_batches_grow_while_behind_and_shrink_once_caught_up(tmp_path: Path) -> 
                 )
                 for i in range(BATCH * 8)
             ]
-            await asyncio.gather(*(store.accept(e, e.model_dump_json().encode()) for e in stored))
+            await asyncio.gather(
+                *(store.events.accept(e, e.model_dump_json().encode()) for e in stored)
+            )
             r = Router(
                 store,
                 lambda: RULES,

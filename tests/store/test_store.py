@@ -35,7 +35,7 @@ def event(i: int | str, **fields: Any) -> tuple[events._Event, bytes]:
 
 def test_rows_keep_columns_and_raw_body(tmp_path: Path) -> None:
     e, raw = event(1, context="checkout")
-    run(tmp_path / "r.db", lambda s: s.accept(e, raw))
+    run(tmp_path / "r.db", lambda s: s.events.accept(e, raw))
     row = (
         sqlite3.connect(tmp_path / "r.db")
         .execute(
@@ -77,7 +77,7 @@ def test_a_version_2_database_keeps_its_events_and_drops_the_session_index(
     )
     conn.close()
 
-    run(db, lambda s: s.accept(*event(1)))
+    run(db, lambda s: s.events.accept(*event(1)))
     conn = sqlite3.connect(db)
     ids = [row[0] for row in conn.execute("SELECT id FROM events ORDER BY rowid")]
     indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
@@ -99,7 +99,7 @@ def test_concurrent_accepts_share_commits_and_dedupe(
 
     async def go(store: SQLiteStore) -> list[str]:
         # 400 deliveries of 100 distinct ids, all in flight at once.
-        return await asyncio.gather(*(store.accept(*event(i % 100)) for i in range(400)))
+        return await asyncio.gather(*(store.events.accept(*event(i % 100)) for i in range(400)))
 
     results = run(tmp_path / "r.db", go)
     assert results.count("new") == 100 and results.count("duplicate") == 300
@@ -109,7 +109,7 @@ def test_concurrent_accepts_share_commits_and_dedupe(
 
 
 def test_schema_is_versioned_and_reopening_does_not_migrate_again(tmp_path: Path) -> None:
-    run(tmp_path / "r.db", lambda s: s.accept(*event(1)))
+    run(tmp_path / "r.db", lambda s: s.events.accept(*event(1)))
     run(tmp_path / "r.db", lambda s: s.check_writable())
     versions = (
         sqlite3.connect(tmp_path / "r.db").execute("SELECT version FROM schema_version").fetchall()
@@ -125,12 +125,12 @@ def test_locked_database_is_unavailable_then_recovers(tmp_path: Path) -> None:
         locker = sqlite3.connect(db, isolation_level=None)
         locker.execute("BEGIN EXCLUSIVE")
         with pytest.raises(StorageUnavailableError, match="database is locked"):
-            await store.accept(*event(1))
+            await store.events.accept(*event(1))
         with pytest.raises(StorageUnavailableError):
             await store.check_writable()
         locker.execute("ROLLBACK")
         locker.close()
-        return [await store.accept(*event(1)), await store.accept(*event(1))]
+        return [await store.events.accept(*event(1)), await store.events.accept(*event(1))]
 
     assert run(db, go, busy_timeout=0.2) == ["new", "duplicate"]
 
@@ -144,7 +144,7 @@ def test_a_failed_write_is_remembered_until_a_write_commits(tmp_path: Path) -> N
         locker = sqlite3.connect(db, isolation_level=None)
         locker.execute("BEGIN EXCLUSIVE")
         with pytest.raises(StorageUnavailableError):
-            await store.accept(*event(1))
+            await store.events.accept(*event(1))
         seen.append(store.last_write_error)
         locker.execute("ROLLBACK")
         locker.close()
@@ -165,7 +165,7 @@ def test_a_failed_write_is_remembered_until_a_write_commits(tmp_path: Path) -> N
 def test_quarantine_keeps_the_bytes(tmp_path: Path) -> None:
     run(
         tmp_path / "r.db",
-        lambda s: s.quarantine(
+        lambda s: s.events.quarantine(
             b"\xff{", reason="invalid_json: x", client="127.0.0.1", event_id=None
         ),
     )

@@ -62,9 +62,9 @@ async def queue(store: Store, event_id: str, notes: list[Notification], now: flo
     """Mark event_id routed and queue notes for it, as the router does; rows written."""
 
     def work(tx: Tx) -> int:
-        if not tx.mark_routed([event_id], now):
+        if not tx.events.mark_routed([event_id], now):
             return 0
-        return len([tx.add(event_id, n, state="pending", now=now) for n in notes])
+        return len([tx.outbox.add(event_id, n, state="pending", now=now) for n in notes])
 
     return await store.transact(work)
 
@@ -79,9 +79,9 @@ def test_accept_is_new_then_duplicate_or_conflict(store_url: str) -> None:
 
     async def go(store: Store) -> list[str]:
         return [
-            await store.accept(e, raw),
-            await store.accept(e, raw),
-            await store.accept(e, other),
+            await store.events.accept(e, raw),
+            await store.events.accept(e, raw),
+            await store.events.accept(e, other),
         ]
 
     assert run(store_url, go) == ["new", "duplicate", "conflict"]
@@ -93,16 +93,16 @@ def test_a_conflict_keeps_the_first_body_alone_and_within_one_group_commit(
     first, other = event(1, score=10), event(1, score=11)
 
     async def go(store: Store) -> tuple[list[str], list[str | None]]:
-        alone = [await store.accept(*first), await store.accept(*other)]
+        alone = [await store.events.accept(*first), await store.events.accept(*other)]
         # In one group commit too: the second and third copies are checked against the first.
         together = await asyncio.gather(
-            store.accept(*event(2, score=1)),
-            store.accept(*event(2, score=1)),
-            store.accept(*event(2, score=2)),
-            store.accept(*other),
-            store.accept(*first),
+            store.events.accept(*event(2, score=1)),
+            store.events.accept(*event(2, score=1)),
+            store.events.accept(*event(2, score=2)),
+            store.events.accept(*other),
+            store.events.accept(*first),
         )
-        bodies = await store.transact(lambda tx: [tx.event_body(f"evt_{i}") for i in (1, 2)])
+        bodies = await store.transact(lambda tx: [tx.events.body(f"evt_{i}") for i in (1, 2)])
         return alone + list(together), bodies
 
     results, bodies = run(store_url, go)
@@ -116,8 +116,8 @@ def test_concurrent_accepts_of_one_id_store_it_once(store_url: str) -> None:
     copies = [event(i) for i in range(50)]
 
     async def go(store: Store) -> tuple[list[str], list[Any]]:
-        results = await asyncio.gather(*(store.accept(*copies[i % 50]) for i in range(200)))
-        unrouted = await store.transact(lambda tx: tx.unrouted(500))
+        results = await asyncio.gather(*(store.events.accept(*copies[i % 50]) for i in range(200)))
+        unrouted = await store.transact(lambda tx: tx.events.unrouted(500))
         return results, unrouted
 
     results, unrouted = run(store_url, go)
@@ -133,7 +133,7 @@ def test_accepts_arriving_while_batches_commit_store_each_id_once(store_url: str
     async def go(store: Store) -> list[str]:
         async def later(i: int) -> str:
             await asyncio.sleep(0.002 * (i % 7))  # arrivals spread over several commits
-            return await store.accept(*copies[i % 20])
+            return await store.events.accept(*copies[i % 20])
 
         return list(await asyncio.gather(*(later(i) for i in range(140))))
 
@@ -143,17 +143,17 @@ def test_accepts_arriving_while_batches_commit_store_each_id_once(store_url: str
 
 def test_ids_stay_duplicates_after_reopening(store_url: str) -> None:
     e, raw = event(1)
-    run(store_url, lambda s: s.accept(e, raw))
-    assert run(store_url, lambda s: s.accept(e, raw)) == "duplicate"
+    run(store_url, lambda s: s.events.accept(e, raw))
+    assert run(store_url, lambda s: s.events.accept(e, raw)) == "duplicate"
 
 
 def test_stored_event_keeps_its_raw_body_and_arrival(store_url: str) -> None:
     e, raw = event(7, context="checkout")
 
     async def go(store: Store) -> Any:
-        await store.accept(e, raw)
+        await store.events.accept(e, raw)
         return await store.transact(
-            lambda tx: (tx.unrouted(5), tx.event_body("evt_7"), tx.last_received())
+            lambda tx: (tx.events.unrouted(5), tx.events.body("evt_7"), tx.events.last_received())
         )
 
     [stored], body, last = run(store_url, go, clock=1234.5)
@@ -175,14 +175,14 @@ def test_check_writable_passes_on_a_healthy_store(store_url: str) -> None:
 
 def test_route_writes_the_outbox_once_and_marks_routed(tx_url: str) -> None:
     async def go(store: Store) -> Any:
-        await store.accept(*event(1))
-        [pending] = await store.transact(lambda tx: tx.unrouted(10))
+        await store.events.accept(*event(1))
+        [pending] = await store.transact(lambda tx: tx.events.unrouted(10))
         first = await queue(store, pending.id, [note(), note("s")], now=100.0)
         again = await queue(store, pending.id, [note()], now=101.0)  # a racing second pass
         return (
             first,
             again,
-            await store.transact(lambda tx: tx.unrouted(10)),
+            await store.transact(lambda tx: tx.events.unrouted(10)),
             await store.deliveries(),
         )
 
@@ -194,24 +194,24 @@ def test_route_writes_the_outbox_once_and_marks_routed(tx_url: str) -> None:
 def test_unrouted_skips_the_ids_it_is_told_to(tx_url: str) -> None:
     async def go(store: Store) -> list[str]:
         for i in range(3):
-            await store.accept(*event(i))
-        return [e.id for e in await store.transact(lambda tx: tx.unrouted(10, {"evt_1"}))]
+            await store.events.accept(*event(i))
+        return [e.id for e in await store.transact(lambda tx: tx.events.unrouted(10, {"evt_1"}))]
 
     assert sorted(run(tx_url, go)) == ["evt_0", "evt_2"]
 
 
 def test_a_failing_transaction_writes_nothing(tx_url: str) -> None:
     async def go(store: Store) -> Any:
-        await store.accept(*event(1))
+        await store.events.accept(*event(1))
 
         def fail(tx: Tx) -> None:
-            tx.mark_routed(["evt_1"], 5.0)
-            tx.add("evt_1", note(), state="pending", now=5.0)
+            tx.events.mark_routed(["evt_1"], 5.0)
+            tx.outbox.add("evt_1", note(), state="pending", now=5.0)
             raise ValueError("a bug in the middle of routing")
 
         with pytest.raises(ValueError, match="a bug"):
             await store.transact(fail)
-        return await store.transact(lambda tx: tx.unrouted(5)), await store.deliveries()
+        return await store.transact(lambda tx: tx.events.unrouted(5)), await store.deliveries()
 
     unrouted, rows = run(tx_url, go)
     assert [e.id for e in unrouted] == ["evt_1"] and rows == []
@@ -219,15 +219,15 @@ def test_a_failing_transaction_writes_nothing(tx_url: str) -> None:
 
 def test_a_savepoint_rolls_back_its_own_writes_only(tx_url: str) -> None:
     async def go(store: Store) -> list[str]:
-        await store.accept(*event(1))
+        await store.events.accept(*event(1))
 
         def work(tx: Tx) -> None:
-            tx.add("evt_1", note("kept"), state="pending", now=5.0)
+            tx.outbox.add("evt_1", note("kept"), state="pending", now=5.0)
             with pytest.raises(ValueError), tx.savepoint():
-                tx.add("evt_1", note("undone"), state="pending", now=5.0)
+                tx.outbox.add("evt_1", note("undone"), state="pending", now=5.0)
                 raise ValueError
             with tx.savepoint():
-                tx.add("evt_1", note("also kept"), state="pending", now=5.0)
+                tx.outbox.add("evt_1", note("also kept"), state="pending", now=5.0)
 
         await store.transact(work)
         return [row.rule for row in await store.deliveries()]
@@ -237,13 +237,15 @@ def test_a_savepoint_rolls_back_its_own_writes_only(tx_url: str) -> None:
 
 def test_add_many_queues_each_row_as_add_would(tx_url: str) -> None:
     async def go(store: Store) -> list[tuple[str, str, int, str, str, str, float, str]]:
-        await store.accept(*event(1))
-        await store.accept(*event(2))
+        await store.events.accept(*event(1))
+        await store.events.accept(*event(2))
         items = [("evt_1", note("w", "@subscriber", 7)), ("evt_2", note("w", "@subscriber", 8))]
         await store.transact(
-            lambda tx: tx.add_many(items, state="pending", now=5.0, kind="webhook")
+            lambda tx: tx.outbox.add_many(items, state="pending", now=5.0, kind="webhook")
         )
-        await store.transact(lambda tx: tx.add_many([], state="pending", now=6.0, kind="webhook"))
+        await store.transact(
+            lambda tx: tx.outbox.add_many([], state="pending", now=6.0, kind="webhook")
+        )
         return sorted(
             (r.event_id, r.notifier, r.target, r.title, r.body, r.state, r.next_at, r.kind)
             for r in await store.deliveries()
@@ -258,12 +260,12 @@ def test_add_many_queues_each_row_as_add_would(tx_url: str) -> None:
 def test_throttle_opens_a_window_and_holds_within_it(tx_url: str) -> None:
     async def go(store: Store) -> list[bool]:
         def check(now: float) -> Callable[[Tx], bool]:
-            return lambda tx: tx.throttled("r", "user_1", now, 60.0)
+            return lambda tx: tx.throttle.throttled("r", "user_1", now, 60.0)
 
         return [
             await store.transact(check(100.0)),  # opens [100, 160)
             await store.transact(check(159.0)),
-            await store.transact(lambda tx: tx.throttled("r", "user_2", 159.0, 60.0)),
+            await store.transact(lambda tx: tx.throttle.throttled("r", "user_2", 159.0, 60.0)),
             await store.transact(check(160.0)),  # a new window
             await store.transact(check(200.0)),
         ]
@@ -274,24 +276,26 @@ def test_throttle_opens_a_window_and_holds_within_it(tx_url: str) -> None:
 def test_alerts_read_ahead_written_once_and_listed_open(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         def batch(tx: Tx) -> None:
-            tx.read_alerts(["a", "b"])
-            assert tx.alert("a") is None
-            tx.save_alert(Alert("a", "open", 1, "2026-01-01T00:00:01Z", "t1", "evt_1"), 10.0)
-            tx.save_alert(Alert("b", "resolved", 1, "2026-01-01T00:00:02Z"), 10.0)
-            assert tx.alert("a") is not None  # the batch sees its own change
-            tx.write_alerts()
+            tx.alerts.read_ahead(["a", "b"])
+            assert tx.alerts.get("a") is None
+            tx.alerts.save(Alert("a", "open", 1, "2026-01-01T00:00:01Z", "t1", "evt_1"), 10.0)
+            tx.alerts.save(Alert("b", "resolved", 1, "2026-01-01T00:00:02Z"), 10.0)
+            assert tx.alerts.get("a") is not None  # the batch sees its own change
+            tx.alerts.flush()
 
         await store.transact(batch)
 
         def reopen(tx: Tx) -> None:
-            a = tx.alert("a")
+            a = tx.alerts.get("a")
             assert a is not None
             a.state, a.episode = "resolved", 1
-            tx.save_alert(a, 11.0)
-            tx.save_alert(Alert("c", "open", 2, "2026-01-01T00:00:03Z", "t3", "evt_3"), 11.0)
+            tx.alerts.save(a, 11.0)
+            tx.alerts.save(Alert("c", "open", 2, "2026-01-01T00:00:03Z", "t3", "evt_3"), 11.0)
 
         await store.transact(reopen)
-        return await store.transact(lambda tx: (tx.open_alerts(), tx.alert("b"), tx.alert("x")))
+        return await store.transact(
+            lambda tx: (tx.alerts.list_open(), tx.alerts.get("b"), tx.alerts.get("x"))
+        )
 
     open_alerts, b, missing = run(tx_url, go)
     assert [(a.id, a.episode, a.opened_event) for a in open_alerts] == [("c", 2, "evt_3")]
@@ -301,15 +305,15 @@ def test_alerts_read_ahead_written_once_and_listed_open(tx_url: str) -> None:
 def test_notices_repeat_and_end(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         def work(tx: Tx) -> Any:
-            tx.add_notice("a", 1, "r", 100.0, 60.0)
-            tx.add_notice("a", 1, "r", 105.0, 60.0)  # once per (alert, episode, rule)
-            tx.add_notice("a", 1, "q", 100.0, None)
-            [due] = tx.due_repeats(200.0)
-            tx.repeated(due, 260.0)
-            early = tx.due_repeats(200.0)
-            notices = sorted(tx.notices("a", 1), key=lambda n: n.rule)
-            tx.end_repeats("a", 1)
-            return early, notices, tx.due_repeats(1000.0)
+            tx.notices.add("a", 1, "r", 100.0, 60.0)
+            tx.notices.add("a", 1, "r", 105.0, 60.0)  # once per (alert, episode, rule)
+            tx.notices.add("a", 1, "q", 100.0, None)
+            [due] = tx.notices.due(200.0)
+            tx.notices.repeated(due, 260.0)
+            early = tx.notices.due(200.0)
+            notices = sorted(tx.notices.of("a", 1), key=lambda n: n.rule)
+            tx.notices.end_repeats("a", 1)
+            return early, notices, tx.notices.due(1000.0)
 
         return await store.transact(work)
 
@@ -324,10 +328,16 @@ def test_notices_repeat_and_end(tx_url: str) -> None:
 def test_held_rows_are_cancelled_and_sent_is_known(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         def work(tx: Tx) -> Any:
-            tx.add("e1", note("hold"), state="held", now=1.0, next_at=60.0, alert="a", episode=1)
-            tx.add("e1", note("now"), state="pending", now=1.0, alert="a", episode=1)
-            before = tx.sent("a", 1, "hold"), tx.sent("a", 1, "now"), tx.sent("a", 2, "now")
-            cancelled = tx.cancel_held("a", 1, 2.0, "resolved before it was sent")
+            tx.outbox.add(
+                "e1", note("hold"), state="held", now=1.0, next_at=60.0, alert="a", episode=1
+            )
+            tx.outbox.add("e1", note("now"), state="pending", now=1.0, alert="a", episode=1)
+            before = (
+                tx.outbox.sent("a", 1, "hold"),
+                tx.outbox.sent("a", 1, "now"),
+                tx.outbox.sent("a", 2, "now"),
+            )
+            cancelled = tx.outbox.cancel_held("a", 1, 2.0, "resolved before it was sent")
             return before, cancelled
 
         before, cancelled = await store.transact(work)
@@ -347,20 +357,24 @@ def test_a_batch_finds_held_rows_and_notices_from_before_it_and_its_own(tx_url: 
 
     async def go(store: Store) -> Any:
         def before(tx: Tx) -> None:
-            tx.add("e1", note("hold"), state="held", now=1.0, next_at=60.0, alert="a", episode=1)
-            tx.add_notice("a", 1, "hold", 1.0, None)
+            tx.outbox.add(
+                "e1", note("hold"), state="held", now=1.0, next_at=60.0, alert="a", episode=1
+            )
+            tx.notices.add("a", 1, "hold", 1.0, None)
 
         await store.transact(before)
 
         def batch(tx: Tx) -> Any:
-            tx.read_alerts(["a", "b", "c"])
-            tx.add("e2", note("hold"), state="held", now=2.0, next_at=60.0, alert="b", episode=1)
-            tx.add_notice("b", 1, "hold", 2.0, None)
+            tx.alerts.read_ahead(["a", "b", "c"])
+            tx.outbox.add(
+                "e2", note("hold"), state="held", now=2.0, next_at=60.0, alert="b", episode=1
+            )
+            tx.notices.add("b", 1, "hold", 2.0, None)
             found = [
-                (tx.cancel_held(alert, 1, 3.0, "resolved"), len(tx.notices(alert, 1)))
+                (tx.outbox.cancel_held(alert, 1, 3.0, "resolved"), len(tx.notices.of(alert, 1)))
                 for alert in ("a", "b", "c")
             ]
-            tx.write_alerts()
+            tx.alerts.flush()
             return found
 
         return await store.transact(batch)
@@ -371,21 +385,21 @@ def test_a_batch_finds_held_rows_and_notices_from_before_it_and_its_own(tx_url: 
 def test_digest_groups_open_fill_and_release(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         def first(tx: Tx) -> int:
-            assert tx.open_group("r", "k", 100.0) is None
-            group = tx.new_group("r", "k", 100.0, 160.0)
-            tx.add("e1", note("r"), state="held", now=100.0, next_at=160.0, kind="digest",
+            assert tx.digests.find_open("r", "k", 100.0) is None
+            group = tx.digests.new("r", "k", 100.0, 160.0)
+            tx.outbox.add("e1", note("r"), state="held", now=100.0, next_at=160.0, kind="digest",
                    group_id=group.id)  # fmt: skip
             group.members.append({"id": "e1"})
-            tx.update_group(group, title="1 event", body="e1", now=100.0, release=False)
+            tx.digests.update(group, title="1 event", body="e1", now=100.0, release=False)
             return group.id
 
         gid = await store.transact(first)
 
         def second(tx: Tx) -> Any:
-            group = tx.open_group("r", "k", 120.0)
+            group = tx.digests.find_open("r", "k", 120.0)
             assert group is not None and group.id == gid and group.members == [{"id": "e1"}]
-            tx.update_group(group, title="2 events", body="e1 e2", now=130.0, release=True)
-            return tx.open_group("r", "k", 170.0)
+            tx.digests.update(group, title="2 events", body="e1 e2", now=130.0, release=True)
+            return tx.digests.find_open("r", "k", 170.0)
 
         closed = await store.transact(second)
         return closed, await store.deliveries()
@@ -398,12 +412,18 @@ def test_digest_groups_open_fill_and_release(tx_url: str) -> None:
 def test_silences_added_listed_and_expired(tx_url: str) -> None:
     async def go(store: Store) -> Any:
         sid = await store.transact(
-            lambda tx: tx.add_silence({"userId": "u1"}, "maintenance", 100.0, 200.0)
+            lambda tx: tx.silences.add({"userId": "u1"}, "maintenance", 100.0, 200.0)
         )
-        active = await store.transact(lambda tx: tx.silences(150.0))
-        expired = await store.transact(lambda tx: tx.expire_silence(sid, 160.0))
-        again = await store.transact(lambda tx: tx.expire_silence(sid, 161.0))
-        return sid, active, expired, again, await store.transact(lambda tx: tx.silences(170.0))
+        active = await store.transact(lambda tx: tx.silences.active(150.0))
+        expired = await store.transact(lambda tx: tx.silences.expire(sid, 160.0))
+        again = await store.transact(lambda tx: tx.silences.expire(sid, 161.0))
+        return (
+            sid,
+            active,
+            expired,
+            again,
+            await store.transact(lambda tx: tx.silences.active(170.0)),
+        )
 
     sid, [active], expired, again, after = run(tx_url, go)
     assert (active.id, active.matchers, active.reason) == (sid, {"userId": "u1"}, "maintenance")
@@ -412,9 +432,9 @@ def test_silences_added_listed_and_expired(tx_url: str) -> None:
 
 def test_named_state_round_trips_json(tx_url: str) -> None:
     async def go(store: Store) -> Any:
-        await store.transact(lambda tx: tx.set_state("heartbeat", {"firing": True}))
-        await store.transact(lambda tx: tx.set_state("heartbeat", {"firing": False, "n": 2}))
-        return await store.transact(lambda tx: (tx.get_state("heartbeat"), tx.get_state("x")))
+        await store.transact(lambda tx: tx.state.set("heartbeat", {"firing": True}))
+        await store.transact(lambda tx: tx.state.set("heartbeat", {"firing": False, "n": 2}))
+        return await store.transact(lambda tx: (tx.state.get("heartbeat"), tx.state.get("x")))
 
     assert run(tx_url, go) == ({"firing": False, "n": 2}, None)
 
@@ -428,7 +448,7 @@ def test_timers_lock_is_held_with_one_process(tx_url: str) -> None:
 
 def test_claim_lease_retry_and_dead(store_url: str) -> None:
     async def go(store: Store) -> None:
-        await store.accept(*event(1))
+        await store.events.accept(*event(1))
         await queue(store, "evt_1", [note()], now=100.0)
         [row] = await store.claim_due(now=100.0, limit=5, lease=30)
         assert row.state == "sending" and row.attempts == 1
@@ -456,27 +476,27 @@ def test_backlog_counts_unrouted_events_and_waiting_rows_by_channel(store_url: s
     oldest; rows held on purpose, delivered or dead are not waiting."""
 
     async def go(store: Store) -> list[Backlog]:
-        seen = [await store.backlog(1010.0)]
+        seen = [await store.stats.backlog(1010.0)]
         for i in range(4):
-            await store.accept(*event(i))  # received at 1000 (the store's clock)
-        seen.append(await store.backlog(1010.0))
+            await store.events.accept(*event(i))  # received at 1000 (the store's clock)
+        seen.append(await store.stats.backlog(1010.0))
         hook = Notification("webhook", WEBHOOK_NOTIFIER, 7, "1", "{}")
 
         def route(tx: Tx) -> None:
-            tx.mark_routed(["evt_0", "evt_1"], 1004.0)
+            tx.events.mark_routed(["evt_0", "evt_1"], 1004.0)
             for n in (note(), note(target=1)):
-                tx.add("evt_0", n, state="pending", now=1004.0)
-            tx.add("evt_1", note("digest", "mail"), state="held", now=1001.0, next_at=2000.0)
-            tx.add_many([("evt_1", hook)], state="pending", now=1006.0, kind="webhook")
+                tx.outbox.add("evt_0", n, state="pending", now=1004.0)
+            tx.outbox.add("evt_1", note("digest", "mail"), state="held", now=1001.0, next_at=2000.0)
+            tx.outbox.add_many([("evt_1", hook)], state="pending", now=1006.0, kind="webhook")
 
         await store.transact(route)
-        seen.append(await store.backlog(1010.0))
+        seen.append(await store.stats.backlog(1010.0))
         [first, second] = await store.claim_due(
             now=1008.0, limit=0, lease=30, lanes={("console", 0): 1, ("console", 1): 1}
         )
         await store.mark_delivered(first.id, now=1009.0)
         await store.mark_failed(second.id, error="x", now=1009.0, retry_at=None)  # dead
-        seen.append(await store.backlog(1012.0))
+        seen.append(await store.stats.backlog(1012.0))
         return seen
 
     empty, accepted, routed, sent = run(store_url, go)
@@ -494,7 +514,7 @@ def test_backlog_counts_unrouted_events_and_waiting_rows_by_channel(store_url: s
 
 def test_claims_keep_to_each_targets_lane(store_url: str) -> None:
     async def go(store: Store) -> Any:
-        await store.accept(*event(1))
+        await store.events.accept(*event(1))
         notes = [note(f"r{i}", "slow") for i in range(5)] + [
             note(f"f{i}", "fast") for i in range(3)
         ]
@@ -513,7 +533,7 @@ def test_claims_keep_to_each_targets_lane(store_url: str) -> None:
 
 def test_release_gives_back_an_abandoned_send(store_url: str) -> None:
     async def go(store: Store) -> Any:
-        await store.accept(*event(1))
+        await store.events.accept(*event(1))
         await queue(store, "evt_1", [note("a"), note("b")], now=100.0)
         a, b = await store.claim_due(now=100.0, limit=5, lease=30)
         await store.mark_delivered(b.id, now=101.0)
@@ -531,7 +551,7 @@ def test_release_gives_back_an_abandoned_send(store_url: str) -> None:
 def test_deliveries_filter_by_state_and_event(store_url: str) -> None:
     async def go(store: Store) -> Any:
         for i in (1, 2):
-            await store.accept(*event(i))
+            await store.events.accept(*event(i))
             await queue(store, f"evt_{i}", [note()], now=100.0)
         [row, _] = await store.claim_due(now=100.0, limit=5, lease=30)
         await store.mark_delivered(row.id, now=101.0)
@@ -547,27 +567,27 @@ def test_deliveries_filter_by_state_and_event(store_url: str) -> None:
 
 def test_an_event_not_routed_yet_cannot_be_replayed(store_url: str) -> None:
     async def go(store: Store) -> None:
-        await store.accept(*event(1))
+        await store.events.accept(*event(1))
         with pytest.raises(StoreError, match="event evt_1 has not been routed yet"):
-            await store.replay("evt_1", now=2.0)
+            await store.events.replay("evt_1", now=2.0)
 
     run(store_url, go)
 
 
 def test_replay_routes_a_stored_event_again_and_reports_its_rows(store_url: str) -> None:
     async def go(store: Store) -> Any:
-        await store.accept(*event(1))
+        await store.events.accept(*event(1))
         await queue(store, "evt_1", [note()], now=1.0)
-        replayed = await store.replay("evt_1", now=2.0, respect_lifecycle=True)
-        missing = await store.replay("nope", now=2.0)
-        [again] = await store.transact(lambda tx: tx.unrouted(5))
+        replayed = await store.events.replay("evt_1", now=2.0, respect_lifecycle=True)
+        missing = await store.events.replay("nope", now=2.0)
+        [again] = await store.transact(lambda tx: tx.events.unrouted(5))
         assert replayed is not None and again.replay == replayed
         before = await store.replay_status(replayed)
 
         def route(tx: Tx) -> None:
-            tx.add("evt_1", note("r"), state="pending", now=3.0, replay=replayed)
-            tx.replay_done(replayed, 3.0)
-            tx.mark_routed(["evt_1"], 3.0)
+            tx.outbox.add("evt_1", note("r"), state="pending", now=3.0, replay=replayed)
+            tx.events.replay_done(replayed, 3.0)
+            tx.events.mark_routed(["evt_1"], 3.0)
 
         await store.transact(route)
         return replayed, missing, before, await store.replay_status(replayed)
@@ -585,14 +605,16 @@ def test_replay_routes_a_stored_event_again_and_reports_its_rows(store_url: str)
 def test_prune_deletes_what_is_old_and_finished_only(store_url: str) -> None:
     async def go(store: Store) -> Any:
         for i in range(4):
-            await store.accept(*event(i))
+            await store.events.accept(*event(i))
         await queue(store, "evt_0", [note("done")], now=1.0)
         await queue(store, "evt_1", [note("waiting")], now=1.0)
         [done, _] = await store.claim_due(now=1.0, limit=5, lease=30)  # both in flight
         await store.mark_delivered(done.id, now=2.0)
-        await store.quarantine(b"\xff{", reason="invalid_json", client="127.0.0.1", event_id=None)
-        counts = await store.prune(before=2000.0, limit=100)
-        left = [e.id for e in await store.transact(lambda tx: tx.unrouted(10))]
+        await store.events.quarantine(
+            b"\xff{", reason="invalid_json", client="127.0.0.1", event_id=None
+        )
+        counts = await store.events.prune(before=2000.0, limit=100)
+        left = [e.id for e in await store.transact(lambda tx: tx.events.unrouted(10))]
         return counts, left, [(r.event_id, r.state) for r in await store.deliveries()]
 
     counts, left, rows = run(store_url, go)
@@ -618,14 +640,14 @@ def test_two_replicas_route_disjoint_batches_and_claim_disjoint_rows(pg_url: str
             taken = threading.Event()
 
             def slow(tx: Tx) -> list[str]:
-                ids = [e.id for e in tx.unrouted(8)]
+                ids = [e.id for e in tx.events.unrouted(8)]
                 taken.set()
                 hold.wait(10)
                 return ids
 
             first = asyncio.create_task(a.transact(slow))
             await asyncio.get_running_loop().run_in_executor(None, taken.wait, 10)
-            second = await b.transact(lambda tx: [e.id for e in tx.unrouted(20)])
+            second = await b.transact(lambda tx: [e.id for e in tx.events.unrouted(20)])
             hold.set()
             first_ids = await first
             for i in range(20):
@@ -678,7 +700,10 @@ def test_the_throttle_lets_one_replica_through(pg_url: str) -> None:
             await store.open()
         try:
             return await asyncio.gather(
-                *(s.transact(lambda tx: tx.throttled("r", "user_1", 100.0, 60.0)) for s in stores)
+                *(
+                    s.transact(lambda tx: tx.throttle.throttled("r", "user_1", 100.0, 60.0))
+                    for s in stores
+                )
             )
         finally:
             for store in stores:

@@ -38,7 +38,7 @@ async def accept(store: Store, clock: list[float], event_id: str, at: float, **f
     clock[0] = at
     fields.setdefault("sessionId", "s1")
     payload = events.sample("score.drop", id=event_id, timestamp="2026-01-01T00:00:00Z", **fields)
-    await store.accept(events.validate(payload), json.dumps(payload).encode())
+    await store.events.accept(events.validate(payload), json.dumps(payload).encode())
 
 
 def test_events_of_a_period_stream_in_order_of_arrival_in_pages(store_url: str) -> None:
@@ -77,16 +77,17 @@ def test_the_noise_report_counts_a_periods_notifications(store_url: str) -> None
 
         def work(tx: Tx) -> list[int]:
             ids = [
-                tx.add("e1", note("page"), state="pending", now=BASE + 11),
-                tx.add("e1", note("page", "chat"), state="pending", now=BASE + 12),
-                tx.add("e2", note("page"), state="pending", now=BASE + DAY + 5),
-                tx.add("e2", note("page"), state="throttled", now=BASE + DAY + 6),
-                tx.add("e2", note("chat", "chat", 1), state="pending", now=BASE + DAY + 7),
-                tx.add("old", note("page"), state="pending", now=BASE - 5),  # before the period
-                tx.add("e2", note("w", "@sub"), state="pending", now=BASE + 30, kind="webhook"),
+                tx.outbox.add("e1", note("page"), state="pending", now=BASE + 11),
+                tx.outbox.add("e1", note("page", "chat"), state="pending", now=BASE + 12),
+                tx.outbox.add("e2", note("page"), state="pending", now=BASE + DAY + 5),
+                tx.outbox.add("e2", note("page"), state="throttled", now=BASE + DAY + 6),
+                tx.outbox.add("e2", note("chat", "chat", 1), state="pending", now=BASE + DAY + 7),
+                tx.outbox.add("old", note("page"), state="pending", now=BASE - 5),  # before it
+                tx.outbox.add("e2", note("w", "@sub"), state="pending", now=BASE + 30,
+                              kind="webhook"),
             ]  # fmt: skip
-            tx.save_alert(Alert("session:s1", "open", 5, "2026-01-01T00:00:00Z"), BASE + 40)
-            tx.save_alert(Alert("session:s2", "resolved", 2, "2026-01-01T00:00:00Z"), BASE + 40)
+            tx.alerts.save(Alert("session:s1", "open", 5, "2026-01-01T00:00:00Z"), BASE + 40)
+            tx.alerts.save(Alert("session:s2", "resolved", 2, "2026-01-01T00:00:00Z"), BASE + 40)
             return ids
 
         ids = await store.transact(work)

@@ -18,7 +18,7 @@ def note(rule: str, target: int = 0, notifier: str = "mail") -> Notification:
 async def add(store: Store, rule: str, *, now: float, alert: str, kind: str, **more: Any) -> int:
     def work(tx: Tx) -> None:
         n = note(rule, **more)
-        tx.add("evt_1", n, state="pending", now=now, kind=kind, alert=alert, episode=1)
+        tx.outbox.add("evt_1", n, state="pending", now=now, kind=kind, alert=alert, episode=1)
 
     await store.transact(work)
     [row] = [r for r in await store.deliveries(limit=100) if r.rule == rule]
@@ -31,8 +31,8 @@ def claimed(rows: list[Any]) -> list[str]:
 
 def test_a_resolved_message_waits_for_its_opener_after_an_outage(store_url: str) -> None:
     async def go(store: Store) -> list[list[str]]:
-        await store.accept(*event(1))
-        await store.transact(lambda tx: tx.mark_routed(["evt_1"], 100.0))
+        await store.events.accept(*event(1))
+        await store.transact(lambda tx: tx.events.mark_routed(["evt_1"], 100.0))
         opener = await add(store, "opener", now=100.0, alert="user:u1", kind="event")
         [first] = await store.claim_due(now=100.0, limit=10, lease=30)
         assert first.id == opener
@@ -68,8 +68,8 @@ def test_a_message_behind_one_that_failed_for_good_goes_out(store_url: str) -> N
     """Waiting ends when the earlier row is done either way: delivered, or failed (dead)."""
 
     async def go(store: Store) -> list[list[str]]:
-        await store.accept(*event(1))
-        await store.transact(lambda tx: tx.mark_routed(["evt_1"], 100.0))
+        await store.events.accept(*event(1))
+        await store.transact(lambda tx: tx.events.mark_routed(["evt_1"], 100.0))
         opener = await add(store, "opener", now=100.0, alert="a", kind="event")
         await add(store, "repeat", now=100.0, alert="a", kind="repeat")
         seen = [claimed(await store.claim_due(now=100.0, limit=10, lease=30))]

@@ -30,17 +30,17 @@ def ev(
 async def accept(store: Store, *payloads: dict[str, Any]) -> None:
     for p in payloads:
         e = events.validate(p)
-        await store.accept(e, json.dumps(p).encode())
+        await store.events.accept(e, json.dumps(p).encode())
 
 
 async def route(store: Store) -> int:
     """What the router does to the projection: fold each unrouted event once, mark it."""
 
     def work(tx: Tx) -> int:
-        batch = tx.unrouted(1000)
+        batch = tx.events.unrouted(1000)
         facts = [Fact.from_payload(json.loads(e.body)) for e in batch]
-        tx.project([f for f in facts if f is not None])
-        tx.mark_routed([e.id for e in batch], 2000.0)
+        tx.sessions.project([f for f in facts if f is not None])
+        tx.events.mark_routed([e.id for e in batch], 2000.0)
         return len(batch)
 
     return await store.transact(work)
@@ -390,7 +390,7 @@ def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: s
 
         def queue(tx: Tx) -> list[int]:
             return [
-                tx.add(
+                tx.outbox.add(
                     f"evt_{i}",
                     Notification("webhook", WEBHOOK_NOTIFIER, hook.id, f"evt_{i}", "{}"),
                     state="pending",
@@ -444,9 +444,9 @@ def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: s
 def test_threshold_sides_are_kept_per_subscription_and_session(store_url: str) -> None:
     async def go(store: Store) -> Any:
         await store.transact(
-            lambda tx: tx.save_sides({(1, "s"): (True, "m1"), (2, "s"): (False, "m2")})
+            lambda tx: tx.webhooks.save_sides({(1, "s"): (True, "m1"), (2, "s"): (False, "m2")})
         )
-        await store.transact(lambda tx: tx.save_sides({(1, "s"): (False, "m3")}))
-        return await store.transact(lambda tx: tx.sides([1, 2, 3], ["s", "t"]))
+        await store.transact(lambda tx: tx.webhooks.save_sides({(1, "s"): (False, "m3")}))
+        return await store.transact(lambda tx: tx.webhooks.sides([1, 2, 3], ["s", "t"]))
 
     assert run(store_url, go) == {(1, "s"): (False, "m3"), (2, "s"): (False, "m2")}

@@ -28,16 +28,16 @@ def test_prune_deletes_failed_rows_whose_event_was_pruned_while_they_waited(
 
     async def go(store: Store) -> Any:
         for i in range(3):
-            await store.accept(*event(i))
+            await store.events.accept(*event(i))
             await queue(store, f"evt_{i}", [hook_note(i)], now=1.0)
         rows = await store.claim_due(now=1.0, limit=5, lease=30)
         assert len(rows) == 3
-        first = await store.prune(before=2000.0, limit=100)  # all three still in flight
+        first = await store.events.prune(before=2000.0, limit=100)  # all three still in flight
         dead, delivered, retrying = sorted(rows, key=lambda r: r.event_id)
         await store.mark_failed(dead.id, error="HTTP 500", now=50.0, retry_at=None)
         await store.mark_delivered(delivered.id, now=50.0)
         await store.mark_failed(retrying.id, error="HTTP 500", now=50.0, retry_at=3000.0)
-        second = await store.prune(before=100.0, limit=100)
+        second = await store.events.prune(before=100.0, limit=100)
         left = [(r.event_id, r.state) for r in await store.deliveries()]
         return first, second, left
 

@@ -254,13 +254,18 @@ def test_keys_take_a_plan_after_a_colon() -> None:
 
 
 class _Events:
-    """The one store method texts() reads: a stored event's body by id."""
+    """The one store method texts() reads: a stored event's body by id (store.events.get)."""
 
     def __init__(self, payload: dict[str, Any]) -> None:
         self.payload = payload
 
-    async def event(self, event_id: str) -> tuple[None, str] | None:
+    async def get(self, event_id: str) -> tuple[None, str] | None:
         return (None, json.dumps(self.payload)) if event_id == self.payload["id"] else None
+
+
+class _Store:
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.events = _Events(payload)
 
 
 def _row(title: str, **fields: Any) -> OutboxRow:
@@ -299,7 +304,7 @@ def test_texts_are_rendered_again_with_the_enrichment_keeping_a_replay_mark() ->
     async def go() -> list[Any]:
         async with _client(handler) as client:
             enricher = Enricher(client, timeout=5)
-            store: Any = _Events(payload)
+            store: Any = _Store(payload)
             return [
                 await enricher.texts(_row("u1 on ?"), ruleset, store),
                 await enricher.texts(_row("[replay] u1 on ?"), ruleset, store),

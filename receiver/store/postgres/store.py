@@ -38,7 +38,9 @@ from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.logs import redact_url
 from receiver.store.admin import SQLAdmin
+from receiver.store.alerts import SQLAlerts
 from receiver.store.base import Accepted, OnAccepted, Tx
+from receiver.store.events import SQLEvents
 from receiver.store.history import SQLHistory
 from receiver.store.keys import SQLKeys
 from receiver.store.legacy import Flat
@@ -46,6 +48,7 @@ from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
 from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.statements import POSTGRES
+from receiver.store.stats import SQLStats
 from receiver.store.upstream_state import SQLUpstream
 from receiver.store.views import SQLSessions
 from receiver.store.webhooks import SQLWebhooks
@@ -95,6 +98,15 @@ class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
         self.keys = SQLKeys(self)
         self.upstream = SQLUpstream(self)
         self.history = SQLHistory(self)
+        self.events = SQLEvents(
+            self,
+            accept=self._accept,
+            quarantine=self._quarantine,
+            replay=self._replay,
+            prune=self._prune,
+        )
+        self.alerts = SQLAlerts(self)
+        self.stats = SQLStats(self, size=self._size)
         self.prepare_threshold = prepare_threshold
         # Why the last statement failed, while none has succeeded since (/readyz). With a
         # server at the other end, reads fail the same way writes do, so both count.
@@ -188,7 +200,7 @@ class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
 
     # -- ingest: group commit ---------------------------------------------------------------
 
-    async def accept(self, event: Event, raw: bytes) -> Accepted:
+    async def _accept(self, event: Event, raw: bytes) -> Accepted:
         if self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
         future: asyncio.Future[Accepted] = self._loop.create_future()
@@ -248,7 +260,7 @@ class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
         if "new" in results and self.on_accepted is not None:
             self.on_accepted()
 
-    async def quarantine(
+    async def _quarantine(
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
     ) -> None:
         now = self.clock()
@@ -287,7 +299,7 @@ class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
     def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
         return f"{column} = ANY(?)", list(values)
 
-    async def size(self) -> int:
+    async def _size(self) -> int:
         """Bytes on disk of the whole database."""
         return int(
             await self._read(
@@ -303,7 +315,7 @@ class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
     async def read(self, fn: Callable[[Query], T]) -> T:
         return await self.statements(fn, write=False)
 
-    async def replay(
+    async def _replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False
     ) -> int | None:
         def request(conn: Any) -> int | None:
@@ -330,7 +342,7 @@ class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
 
         return await self._call(request)
 
-    async def prune(self, before: float, *, limit: int) -> dict[str, int]:
+    async def _prune(self, before: float, *, limit: int) -> dict[str, int]:
         """One batch of retention, on the replica that holds the retention lock this turn."""
 
         def delete(conn: Any) -> dict[str, int]:

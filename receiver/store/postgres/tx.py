@@ -1,5 +1,6 @@
-"""One routing transaction on PostgreSQL (receiver.store.base.Tx): the statements SQLite runs
-too (receiver.store.sql), plus the locks that let several replicas share the tables."""
+"""One routing transaction on PostgreSQL: the roles of a Tx (receiver.store.base) over one
+connection, with the statements SQLite runs too, plus the locks that let several replicas
+share the tables."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any
 
+from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
+from receiver.store.events import SQLTxEvents
+from receiver.store.fanout import SQLTxWebhooks
+from receiver.store.legacy import TX_NAMES, Flat
+from receiver.store.outbox import TxOutbox
 from receiver.store.postgres.schema import lock_key
 from receiver.store.records import Alert, StoredEvent
-from receiver.store.sql import SELECT_ALERTS, SQLTx, alert_row
+from receiver.store.routing import SQLTxDigests, SQLTxSilences, SQLTxState, SQLTxThrottle
+from receiver.store.statements import POSTGRES
+from receiver.store.views import SQLTxSessions
 
 
 @lru_cache(maxsize=512)
@@ -42,43 +50,134 @@ _SAVE_ALERT = (
 )
 
 
-class PostgresTx(SQLTx):
-    """One routing transaction on PostgreSQL."""
+class PostgresStatements:
+    """The open transaction's connection, as the roles run statements on it."""
 
-    # Replicas running the timers at once (after a failover) take disjoint repeats.
-    _skip_locked = " FOR UPDATE SKIP LOCKED"
-    _lock_sessions = True
+    dialect = POSTGRES
 
     def __init__(self, conn: Any) -> None:
-        super().__init__()
         self.conn = conn
-        self._locked: set[str] = set()  # alerts locked by this transaction
 
-    def _q(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def q(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return query(self.conn, sql, params)
 
-    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             with self.conn.cursor() as cursor:  # psycopg pipelines the rows
                 cursor.executemany(_placeholders(sql), rows)
 
-    def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
-        return f"{column} = ANY(?)", list(values)
 
-    def _lock_group(self, rule: str, key: str) -> None:
-        # One digest per (rule, key) across replicas: whoever looks first holds the key.
-        self.conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", (rule, key))
+class PostgresTxEvents(SQLTxEvents):
+    """tx.events on PostgreSQL: replicas route disjoint batches."""
+
+    def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
+        rows = self.st.q(
+            "SELECT id, type, body, received_at, replay FROM events WHERE routed_at IS NULL"
+            " AND NOT (id = ANY(?)) ORDER BY received_at LIMIT ? FOR UPDATE SKIP LOCKED",
+            (list(skip), limit),
+        )
+        return [StoredEvent(*row) for row in rows]
+
+    def last_received(self) -> float | None:
+        row = self.st.q("SELECT max(received_at) FROM events").fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+
+class PostgresTxWebhooks(SQLTxWebhooks):
+    """tx.webhooks on PostgreSQL: the sessions whose sides are read stay locked."""
 
     def sides(
         self, webhook_ids: Iterable[int], session_ids: Iterable[str]
     ) -> dict[tuple[int, str], tuple[bool, str]]:
         # Replicas routing events of one session at once take turns: one crossing, one event.
         for session_id in sorted(set(session_ids)):
-            self.conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtext('webhook-sides'), hashtext(%s))",
+            self.st.q(
+                "SELECT pg_advisory_xact_lock(hashtext('webhook-sides'), hashtext(?))",
                 (session_id,),
             )
         return super().sides(webhook_ids, session_ids)
+
+
+class PostgresTxDigests(SQLTxDigests):
+    """tx.digests on PostgreSQL."""
+
+    def _lock(self, rule: str, key: str) -> None:
+        # One digest per (rule, key) across replicas: whoever looks first holds the key.
+        self.st.q("SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))", (rule, key))
+
+
+class PostgresTxAlerts(SQLTxAlerts):
+    """tx.alerts on PostgreSQL: read ahead like SQLite's, and locked."""
+
+    def __init__(self, st: PostgresStatements, ahead: ReadAhead) -> None:
+        super().__init__(st, ahead)
+        self._locked: set[str] = set()  # alerts locked by this transaction
+
+    def _lock(self, alert_ids: Iterable[str]) -> None:
+        """Serialize changes to these alerts across replicas (sorted: no deadlock between
+        two batches)."""
+        todo = sorted(set(alert_ids) - self._locked)
+        if todo:
+            self.st.q(
+                "SELECT pg_advisory_xact_lock(hashtextextended(id, 0)) FROM unnest(?::text[])"
+                " AS id ORDER BY id",
+                (todo,),
+            ).fetchall()
+            self._locked.update(todo)
+
+    def get(self, alert_id: str) -> Alert | None:
+        kept = self.ahead.alerts
+        if kept is not None and alert_id in kept:
+            return kept[alert_id]
+        self._lock([alert_id])
+        row = self.st.q(f"{SELECT_ALERTS} WHERE id = ?", (alert_id,)).fetchone()
+        return None if row is None else Alert(*row)
+
+    def save(self, alert: Alert, now: float) -> None:
+        if self.ahead.keep(alert, now):
+            return
+        self._lock([alert.id])
+        self.st.q(_SAVE_ALERT, alert_row(alert, now))
+
+    def read_ahead(self, alert_ids: Iterable[str]) -> None:
+        ids = sorted(set(alert_ids))
+        self._lock(ids)
+        kept: dict[str, Alert | None] = dict.fromkeys(ids)
+        for row in self.st.q(f"{SELECT_ALERTS} WHERE id = ANY(?)", (ids,)):
+            kept[row[0]] = Alert(*row)
+        self.ahead.alerts = kept
+        self.ahead.read_marks(self.st, ids)
+
+    def flush(self) -> None:
+        # One statement for the batch's alerts, pipelined: not a round trip for each.
+        self.st.many(_SAVE_ALERT, [alert_row(a, now) for a, now in self.ahead.changed.values()])
+        self.forget()
+
+    def forget(self) -> None:
+        super().forget()
+        # After a savepoint's rollback the locks taken inside it are gone too: take again.
+        self._locked.clear()
+
+
+class PostgresTx(Flat):
+    """A Tx on one PostgreSQL connection in a transaction: its roles share it."""
+
+    _names = TX_NAMES
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        st = PostgresStatements(conn)
+        ahead = ReadAhead()
+        self.events = PostgresTxEvents(st)
+        self.webhooks = PostgresTxWebhooks(st)
+        self.sessions = SQLTxSessions(st)
+        self.outbox = TxOutbox(st, ahead)
+        self.alerts = PostgresTxAlerts(st, ahead)
+        self.notices = SQLTxNotices(st, ahead)
+        self.digests = PostgresTxDigests(st)
+        self.throttle = SQLTxThrottle(st)
+        self.silences = SQLTxSilences(st)
+        self.state = SQLTxState(st)
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
@@ -87,64 +186,3 @@ class PostgresTx(SQLTx):
 
     def try_lock(self, name: str) -> bool:
         return try_lock(self.conn, name)
-
-    def _lock_alerts(self, alert_ids: Iterable[str]) -> None:
-        """Serialize changes to these alerts across replicas (sorted: no deadlock between
-        two batches)."""
-        todo = sorted(set(alert_ids) - self._locked)
-        if todo:
-            self.conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(id, 0)) FROM unnest(%s::text[])"
-                " AS id ORDER BY id",
-                (todo,),
-            ).fetchall()
-            self._locked.update(todo)
-
-    # -- events -----------------------------------------------------------------------------
-
-    def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
-        rows = self.conn.execute(
-            "SELECT id, type, body, received_at, replay FROM events WHERE routed_at IS NULL"
-            " AND NOT (id = ANY(%s)) ORDER BY received_at LIMIT %s FOR UPDATE SKIP LOCKED",
-            (list(skip), limit),
-        )
-        return [StoredEvent(*row) for row in rows]
-
-    def last_received(self) -> float | None:
-        row = self.conn.execute("SELECT max(received_at) FROM events").fetchone()
-        return None if row is None or row[0] is None else float(row[0])
-
-    # -- alerts: read ahead like SQLite's, and locked -----------------------------------------
-
-    def alert(self, alert_id: str) -> Alert | None:
-        if self._alerts is not None and alert_id in self._alerts:
-            return self._alerts[alert_id]
-        self._lock_alerts([alert_id])
-        row = self._q(f"{SELECT_ALERTS} WHERE id = ?", (alert_id,)).fetchone()
-        return None if row is None else Alert(*row)
-
-    def save_alert(self, alert: Alert, now: float) -> None:
-        if self._alerts is not None and alert.id in self._alerts:
-            self._alerts[alert.id] = alert
-            self._changed[alert.id] = (alert, now)
-            return
-        self._lock_alerts([alert.id])
-        self._q(_SAVE_ALERT, alert_row(alert, now))
-
-    def read_alerts(self, alert_ids: Iterable[str]) -> None:
-        ids = sorted(set(alert_ids))
-        self._lock_alerts(ids)
-        self._alerts = dict.fromkeys(ids)
-        for row in self._q(f"{SELECT_ALERTS} WHERE id = ANY(?)", (ids,)):
-            self._alerts[row[0]] = Alert(*row)
-        self._read_marks(ids)
-
-    def write_alerts(self) -> None:
-        # One statement for the batch's alerts, pipelined: not a round trip for each.
-        self._many(_SAVE_ALERT, [alert_row(a, now) for a, now in self._changed.values()])
-        self.forget_alerts()
-
-    def forget_alerts(self) -> None:
-        super().forget_alerts()
-        # After a savepoint's rollback the locks taken inside it are gone too: take again.
-        self._locked.clear()

@@ -25,7 +25,9 @@ from typing import Any, TypeVar
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.store.admin import SQLAdmin
+from receiver.store.alerts import SQLAlerts
 from receiver.store.base import Accepted, OnAccepted
+from receiver.store.events import SQLEvents
 from receiver.store.history import SQLHistory
 from receiver.store.keys import SQLKeys
 from receiver.store.legacy import Flat
@@ -33,6 +35,7 @@ from receiver.store.sql import Query, SQLOutbox, event_row
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
 from receiver.store.statements import SQLITE
+from receiver.store.stats import SQLStats
 from receiver.store.upstream_state import SQLUpstream
 from receiver.store.views import SQLSessions
 from receiver.store.webhooks import SQLWebhooks
@@ -164,6 +167,15 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
         self.keys = SQLKeys(self)
         self.upstream = SQLUpstream(self)
         self.history = SQLHistory(self)
+        self.events = SQLEvents(
+            self,
+            accept=self._accept,
+            quarantine=self._quarantine,
+            replay=self._replay,
+            prune=self._prune,
+        )
+        self.alerts = SQLAlerts(self)
+        self.stats = SQLStats(self, size=self._size)
         self.schema_version = 0  # once open: the schema it was migrated to
         self._conn: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -369,7 +381,7 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
 
     # -- ingest -----------------------------------------------------------------------------
 
-    async def accept(self, event: Event, raw: bytes) -> Accepted:
+    async def _accept(self, event: Event, raw: bytes) -> Accepted:
         if self._conn is None or self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
         future: asyncio.Future[Accepted] = self._loop.create_future()
@@ -383,7 +395,7 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
         assert self._loop is not None
         return self._loop.time() - self._pressed_at < PRESSURE_WINDOW
 
-    async def quarantine(
+    async def _quarantine(
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
     ) -> None:
         now = self.clock()
@@ -417,7 +429,7 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
                 f" {DISK_HEADROOM} wanted to take events)"
             )
 
-    async def prune(self, before: float, *, limit: int) -> dict[str, int]:
+    async def _prune(self, before: float, *, limit: int) -> dict[str, int]:
         """Delete one batch of what is older than before (received_at, epoch seconds).
 
         Looks only at the oldest `limit` rows by arrival (rowid) order, so a batch costs the
@@ -494,7 +506,7 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
     async def statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
         return await self._call(lambda conn: fn(conn.execute), write=write)
 
-    async def size(self) -> int:
+    async def _size(self) -> int:
         """Bytes on disk: the database file and its write-ahead log."""
         wal = self.path.with_name(self.path.name + "-wal")
         return sum(p.stat().st_size for p in (self.path, wal) if p.exists())
@@ -532,7 +544,7 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
         except sqlite3.Error as exc:
             raise StorageUnavailableError(f"storage unavailable: {exc}") from exc
 
-    async def replay(
+    async def _replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False
     ) -> int | None:
         """Ask the router to route a stored event again; the request's id, or None if no

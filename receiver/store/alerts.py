@@ -1,0 +1,197 @@
+"""Alerts on either SQL store: the lifecycle's alerts and notices inside a routing
+transaction (tx.alerts, tx.notices), with the read-ahead a batch shares between them and
+the outbox, and the acknowledgements operators give (store.alerts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from receiver.store.records import Ack, Alert, Notice
+from receiver.store.statements import Query, Runner, Statements
+
+SELECT_ALERTS = (
+    "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts FROM alerts"
+)
+_NOTICE_COLUMNS = "alert, episode, rule, notified_at, next_repeat_at, repeats"
+
+
+def alert_row(alert: Alert, now: float) -> tuple[Any, ...]:
+    """An alert as the alerts table's columns, in order (updated_at: now)."""
+    return (
+        alert.id,
+        alert.state,
+        alert.episode,
+        alert.last_ts,
+        alert.opened_ts,
+        alert.opened_event,
+        alert.resolved_ts,
+        now,
+    )
+
+
+class ReadAhead:
+    """A batch's alerts read ahead (tx.alerts.read_ahead(); None: known not to exist), and
+    those changed since: a batch reads and writes each alert once, not once an event. Of
+    those alerts, the ones with held notifications or notices: a resolve looks for them
+    only there (most alerts have neither; each look is a statement, and on PostgreSQL a
+    round trip). Shared by the transaction's alerts, notices and outbox."""
+
+    def __init__(self) -> None:
+        self.alerts: dict[str, Alert | None] | None = None
+        self.changed: dict[str, tuple[Alert, float]] = {}
+        self.held: set[str] = set()
+        self.noticed: set[str] = set()
+
+    def read_marks(self, st: Statements, alert_ids: Sequence[str]) -> None:
+        """Which of a batch's alerts have held notifications, and which notices."""
+        among, listed = st.dialect.in_("alert", alert_ids)
+        self.held = {
+            alert
+            for (alert,) in st.q(
+                f"SELECT DISTINCT alert FROM outbox WHERE {among} AND state = 'held'"
+                " AND kind = 'event'",
+                (listed,),
+            )
+        }
+        self.noticed = {
+            alert
+            for (alert,) in st.q(f"SELECT DISTINCT alert FROM notices WHERE {among}", (listed,))
+        }
+
+    def may_have_held(self, alert: str) -> bool:
+        return self.alerts is None or alert not in self.alerts or alert in self.held
+
+    def may_have_notices(self, alert: str) -> bool:
+        return self.alerts is None or alert not in self.alerts or alert in self.noticed
+
+    def clear(self) -> None:
+        self.alerts = None
+        self.changed.clear()
+        self.held.clear()
+        self.noticed.clear()
+
+    def keep(self, alert: Alert, now: float) -> bool:
+        """Keep a changed alert read ahead, to be written at flush(); False if it was not
+        read ahead (the caller writes it now)."""
+        if self.alerts is None or alert.id not in self.alerts:
+            return False
+        self.alerts[alert.id] = alert
+        self.changed[alert.id] = (alert, now)
+        return True
+
+
+class SQLTxAlerts:
+    """What tx.alerts (base.TxAlerts) says alike on both stores; each store's subclass
+    reads, writes and (PostgreSQL) locks alerts its way."""
+
+    def __init__(self, st: Statements, ahead: ReadAhead) -> None:
+        self.st = st
+        self.ahead = ahead
+
+    def forget(self) -> None:
+        """Drop what read_ahead() kept, written or not (after rolling its writes back)."""
+        self.ahead.clear()
+
+    def list_open(self, limit: int = 1000) -> list[Alert]:
+        rows = self.st.q(
+            f"{SELECT_ALERTS} WHERE state = 'open' ORDER BY opened_ts LIMIT ?", (limit,)
+        )
+        return [Alert(*row) for row in rows]
+
+
+class SQLTxNotices:
+    """tx.notices (base.TxNotices) on either SQL store."""
+
+    def __init__(self, st: Statements, ahead: ReadAhead) -> None:
+        self.st = st
+        self.ahead = ahead
+
+    def add(self, alert: str, episode: int, rule: str, now: float, repeat: float | None) -> None:
+        self.ahead.noticed.add(alert)
+        self.st.q(
+            "INSERT INTO notices (alert, episode, rule, notified_at, next_repeat_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (alert, episode, rule, now, None if repeat is None else now + repeat),
+        )
+
+    def of(self, alert: str, episode: int) -> list[Notice]:
+        if not self.ahead.may_have_notices(alert):
+            return []
+        rows = self.st.q(
+            f"SELECT {_NOTICE_COLUMNS} FROM notices WHERE alert = ? AND episode = ?",
+            (alert, episode),
+        )
+        return [Notice(*row) for row in rows]
+
+    def end_repeats(self, alert: str, episode: int) -> None:
+        if self.ahead.may_have_notices(alert):
+            self.st.q(
+                "UPDATE notices SET next_repeat_at = NULL WHERE alert = ? AND episode = ?",
+                (alert, episode),
+            )
+
+    def due(self, now: float, limit: int = 100) -> list[Notice]:
+        rows = self.st.q(
+            f"SELECT {_NOTICE_COLUMNS} FROM notices WHERE next_repeat_at IS NOT NULL"
+            " AND next_repeat_at <= ? AND NOT EXISTS (SELECT 1 FROM acks"
+            " WHERE acks.alert = notices.alert AND acks.episode = notices.episode)"
+            f" LIMIT ?{self.st.dialect.skip_locked}",
+            (now, limit),
+        )
+        return [Notice(*row) for row in rows]
+
+    def repeated(self, notice: Notice, next_at: float | None) -> None:
+        self.st.q(
+            "UPDATE notices SET next_repeat_at = ?, repeats = repeats + 1"
+            " WHERE alert = ? AND episode = ? AND rule = ?",
+            (next_at, notice.alert, notice.episode, notice.rule),
+        )
+
+
+class SQLAlerts:
+    """store.alerts (base.Alerts) on either SQL store."""
+
+    def __init__(self, db: Runner) -> None:
+        self.db = db
+
+    async def ack(self, alert_id: str, *, by: str, now: float) -> Ack | None:
+        """Acknowledge an open alert: its repeats stop, and it shows who acked it and when,
+        until it resolves. None if no alert of that id is open."""
+
+        def ack(q: Query) -> Ack | None:
+            row = q(
+                "SELECT episode FROM alerts WHERE id = ? AND state = 'open'", (alert_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            episode = int(row[0])
+            q(
+                "INSERT INTO acks (alert, episode, acked_by, acked_at) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (alert, episode) DO NOTHING",
+                (alert_id, episode, by, now),
+            )
+            q(
+                "UPDATE notices SET next_repeat_at = NULL WHERE alert = ? AND episode = ?",
+                (alert_id, episode),
+            )
+            found = q(
+                "SELECT alert, episode, acked_by, acked_at FROM acks"
+                " WHERE alert = ? AND episode = ?",
+                (alert_id, episode),
+            ).fetchone()
+            return Ack(*found)
+
+        return await self.db.statements(ack)
+
+    async def acks(self, alert_ids: Iterable[str]) -> dict[tuple[str, int], Ack]:
+        ids = list(alert_ids)
+        if not ids:
+            return {}
+        cond, param = self.db.dialect.in_("alert", ids)
+
+        def select(q: Query) -> dict[tuple[str, int], Ack]:
+            rows = q(f"SELECT alert, episode, acked_by, acked_at FROM acks WHERE {cond}", (param,))
+            return {(r[0], int(r[1])): Ack(r[0], int(r[1]), r[2], r[3]) for r in rows}
+
+        return await self.db.read(select)

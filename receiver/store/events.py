@@ -1,0 +1,147 @@
+"""Events on either SQL store: the admin page's reads of them and of the quarantine
+(store.events, beside each store's own accept, quarantine, replay and prune), and what the
+router reads and marks (tx.events, beside each store's own unrouted and last_received)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from receiver.events import _Event as Event
+from receiver.store.base import Accepted
+from receiver.store.records import EventQuery, EventRow, Quarantined, Replay
+from receiver.store.statements import Query, Runner, Statements
+
+# Event pages sort by (received_at, id): see ADMIN_SCHEMA's indexes (receiver.store.admin).
+_EVENT_COLUMNS = (
+    "id, type, session_id, user_id, score, event_ts, received_at, routed_at, duplicates"
+)
+SELECT_REPLAY = (
+    "SELECT id, event_id, requested_at, respect_lifecycle, routed_at FROM replays WHERE id = ?"
+)
+
+
+class SQLEvents:
+    """store.events (base.Events) on either SQL store: the reads both stores share, and the
+    writes each store makes its own way (its group commit, its locks), handed in."""
+
+    def __init__(
+        self,
+        db: Runner,
+        *,
+        accept: Callable[[Event, bytes], Awaitable[Accepted]],
+        quarantine: Callable[..., Awaitable[None]],
+        replay: Callable[..., Awaitable[int | None]],
+        prune: Callable[..., Awaitable[dict[str, int]]],
+    ) -> None:
+        self.db = db
+        self._accept = accept
+        self._quarantine = quarantine
+        self._replay = replay
+        self._prune = prune
+
+    async def accept(self, event: Event, raw: bytes) -> Accepted:
+        """Keep event durably: "new"; or, its id already stored, "duplicate" if the stored
+        raw body is the same bytes, "conflict" if not (the stored one is kept)."""
+        return await self._accept(event, raw)
+
+    async def quarantine(
+        self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
+    ) -> None:
+        """Keep a body that was signed but is no event, with why (nothing is lost)."""
+        await self._quarantine(raw, reason=reason, client=client, event_id=event_id)
+
+    async def replay(
+        self, event_id: str, *, now: float, respect_lifecycle: bool = False
+    ) -> int | None:
+        """Ask the router to route a stored event again; the request's id, or None if no
+        event has that id. See records.Replay. StoreError for an event never routed yet
+        (its first routing must apply it to its alert); a request still waiting is
+        replaced by this one."""
+        return await self._replay(event_id, now=now, respect_lifecycle=respect_lifecycle)
+
+    async def prune(self, before: float, *, limit: int) -> dict[str, int]:
+        """Delete one batch of what is older than before: see each store's own."""
+        return await self._prune(before, limit=limit)
+
+    async def page(self, query: EventQuery) -> list[EventRow]:
+        """Events newest first (received_at, then id), after query.before if given."""
+        wanted = [
+            ("type = ?", query.type),
+            ("session_id = ?", query.session_id),
+            ("user_id = ?", query.user_id),
+            ("received_at >= ?", query.since),
+            ("received_at < ?", query.until),
+        ]
+        conds = [cond for cond, value in wanted if value is not None]
+        params: list[Any] = [value for _, value in wanted if value is not None]
+        if query.duplicated:
+            conds.append("duplicates > 0")
+        if query.before is not None:
+            conds.append("(received_at < ? OR (received_at = ? AND id < ?))")
+            params += [query.before[0], query.before[0], query.before[1]]
+        where = f" WHERE {' AND '.join(conds)}" if conds else ""
+        sql = (
+            f"SELECT {_EVENT_COLUMNS} FROM events{where} ORDER BY received_at DESC, id DESC LIMIT ?"
+        )
+        return await self.db.read(lambda q: [EventRow(*r) for r in q(sql, (*params, query.limit))])
+
+    async def get(self, event_id: str) -> tuple[EventRow, str] | None:
+        """One event and its raw body."""
+
+        def select(q: Query) -> tuple[EventRow, str] | None:
+            row = q(
+                f"SELECT {_EVENT_COLUMNS}, body FROM events WHERE id = ?", (event_id,)
+            ).fetchone()
+            return (EventRow(*row[:-1]), row[-1]) if row else None
+
+        return await self.db.read(select)
+
+    async def quarantined(self, *, before: int | None, limit: int) -> list[Quarantined]:
+        def select(q: Query) -> list[Quarantined]:
+            rows = q(
+                "SELECT id, received_at, reason, client, event_id, body FROM quarantine"
+                " WHERE id < ? ORDER BY id DESC LIMIT ?",
+                (before if before is not None else 2**62, limit),
+            )
+            return [
+                Quarantined(r[0], r[1], r[2], r[3], r[4], bytes(r[5]).decode("utf-8", "replace"))
+                for r in rows
+            ]
+
+        return await self.db.read(select)
+
+
+class SQLTxEvents:
+    """The statements of tx.events (base.TxEvents) both stores share; each store's
+    subclass adds unrouted and last_received."""
+
+    def __init__(self, st: Statements) -> None:
+        self.st = st
+
+    def mark_routed(self, event_ids: list[str], now: float) -> int:
+        """Mark these events routed; how many were not already."""
+        where, param = self.st.dialect.in_("id", event_ids)
+        return int(
+            self.st.q(
+                f"UPDATE events SET routed_at = ? WHERE {where} AND routed_at IS NULL",
+                (now, param),
+            ).rowcount
+        )
+
+    def body(self, event_id: str) -> str | None:
+        row = self.st.q("SELECT body FROM events WHERE id = ?", (event_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def replay_request(self, replay_id: int) -> Replay | None:
+        row = self.st.q(SELECT_REPLAY, (replay_id,)).fetchone()
+        return None if row is None else Replay(row[0], row[1], row[2], bool(row[3]), row[4])
+
+    def replay_done(self, replay_id: int, now: float) -> None:
+        """The replay request is routed: note when, and clear it from its event."""
+        self.st.q("UPDATE replays SET routed_at = ? WHERE id = ?", (now, replay_id))
+        self.st.q(
+            "UPDATE events SET replay = NULL"
+            " WHERE id = (SELECT event_id FROM replays WHERE id = ?) AND replay = ?",
+            (replay_id, replay_id),
+        )

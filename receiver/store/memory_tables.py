@@ -1,0 +1,213 @@
+"""The in-memory store's tables (receiver.store.memory: the Tx roles over them), and what a
+backtest needs of them besides the Tx (tx.scratch, base.Scratch): a journal of every outbox
+row written or changed, the notify worker's part, the events and alerts of one replay
+shared by several rules files, and a lean mode that forgets what can no longer change."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from receiver.store.records import (
+    SENT_STATES,
+    Alert,
+    Group,
+    Notice,
+    OutboxRow,
+    Silence,
+    StoredEvent,
+)
+
+# States a row can leave: the notify worker sends pending and (when due) held rows.
+OPEN_STATES = ("pending", "held", "sending")
+
+
+@dataclass(slots=True)
+class Row:
+    """One outbox row, as the SQL stores keep it (the columns the routing reads)."""
+
+    id: int
+    event_id: str
+    rule: str
+    notifier: str
+    target: int
+    title: str
+    body: str
+    state: str
+    reason: str | None
+    next_at: float
+    created_at: float
+    updated_at: float
+    kind: str
+    alert: str | None
+    episode: int | None
+    group_id: int | None
+    replay: int | None
+
+    def record(self) -> OutboxRow:
+        return OutboxRow(
+            self.id, self.event_id, self.rule, self.notifier, self.target, self.title,
+            self.body, self.state, 0, self.next_at, self.created_at, self.updated_at,
+            self.reason, None, self.kind, self.replay,
+        )  # fmt: skip
+
+
+class Tables:
+    """What the in-memory store keeps, shared by its roles (a savepoint copies it whole)."""
+
+    def __init__(self, *, lean: bool = False) -> None:
+        self.lean = lean
+        self.events: dict[str, StoredEvent] = {}
+        self.unrouted: dict[str, None] = {}  # ids in arrival order
+        self.rows: dict[int, Row] = {}
+        self.row_ids = itertools.count(1)
+        self.due: list[tuple[float, int]] = []  # (next_at, row id) of open rows; may be stale
+        self.held: dict[tuple[str, int], set[int]] = {}  # held event rows by alert episode
+        self.digests: dict[int, set[int]] = {}  # held digest rows by group
+        self.sent: dict[tuple[str, int], set[str]] = {}  # alert episode -> rules that sent
+        self.journal: list[tuple[Row, str]] = []  # (row, its new state) since changes()
+        self.alerts: dict[str, Alert] = {}
+        self.notices: dict[tuple[str, int], dict[str, Notice]] = {}
+        self.repeats: list[tuple[float, tuple[str, int, str]]] = []  # may be stale
+        self.throttle: dict[tuple[str, str], float] = {}
+        self.groups: dict[int, tuple[Group, str, float]] = {}  # id -> (group, state, opened)
+        self.open_group: dict[tuple[str, str], int] = {}  # (rule, key) -> newest group id
+        self.group_ids = itertools.count(1)
+        self.silences: dict[int, Silence] = {}
+        self.silence_ids = itertools.count(1)
+        self.state: dict[str, str] = {}
+
+    def set_state(self, row: Row, state: str, now: float, reason: str | None = None) -> None:
+        """Move an outbox row to state, journaled (lean: forgotten once it cannot change)."""
+        old = row.state
+        row.state, row.updated_at = state, now
+        if reason is not None:
+            row.reason = reason
+        if old == "held" and row.alert is not None and row.episode is not None:
+            _discard(self.held, (row.alert, row.episode), row.id)
+        if old == "held" and row.group_id is not None:
+            _discard(self.digests, row.group_id, row.id)
+        self.index_sent(row)
+        self.journal.append((row, state))
+        if self.lean and state not in OPEN_STATES:
+            del self.rows[row.id]
+
+    def index_sent(self, row: Row) -> None:
+        if (
+            row.kind == "event"
+            and row.alert is not None
+            and row.episode is not None
+            and row.state in SENT_STATES
+        ):
+            self.sent.setdefault((row.alert, row.episode), set()).add(row.rule)
+
+    def episode_over(self, alert: Alert) -> None:
+        """The alert has opened a new episode: lean, forget what the lifecycle kept of the
+        one before (nothing asks about it again)."""
+        if self.lean:
+            ended = (alert.id, alert.episode - 1)
+            self.sent.pop(ended, None)
+            self.notices.pop(ended, None)
+
+    def notice(self, key: tuple[str, int, str]) -> Notice | None:
+        return self.notices.get((key[0], key[1]), {}).get(key[2])
+
+    def next_repeat(self) -> float | None:
+        """When the next repeat is due (acknowledgements aside: a scratch store has none)."""
+        while self.repeats:
+            at, key = self.repeats[0]
+            notice = self.notice(key)
+            if notice is not None and notice.next_repeat_at == at:
+                return at
+            heapq.heappop(self.repeats)
+        return None
+
+    def next_due(self) -> float | None:
+        """When the next row is due to be sent (pending or held)."""
+        while self.due:
+            at, row_id = self.due[0]
+            row = self.rows.get(row_id)
+            if row is not None and row.state in ("pending", "held") and row.next_at == at:
+                return at
+            heapq.heappop(self.due)
+        return None
+
+    def get_state(self, name: str) -> Any:
+        value = self.state.get(name)
+        return None if value is None else json.loads(value)
+
+    def set_named(self, name: str, value: Any) -> None:
+        self.state[name] = json.dumps(value)
+
+
+def _discard(index: dict[Any, set[int]], key: Any, row_id: int) -> None:
+    """Take a row out of an index, and the key with its last row."""
+    rows = index.get(key)
+    if rows is not None:
+        rows.discard(row_id)
+        if not rows:
+            del index[key]
+
+
+class MemoryScratch:
+    """tx.scratch (base.Scratch): what a backtest needs of its store besides the Tx."""
+
+    def __init__(self, t: Tables) -> None:
+        self.tables = t
+
+    def follow(self, leader: MemoryScratch) -> None:
+        """Share leader's events and alerts: leader keeps them (put, mark_routed, apply()),
+        and this store only reads them. A backtest replays one period through several
+        rules files, and what an event does to its alert does not depend on the rules."""
+        t, kept = self.tables, leader.tables
+        t.events, t.unrouted, t.alerts = kept.events, kept.unrouted, kept.alerts
+
+    def episode_over(self, alert: Alert) -> None:
+        """The alert has opened a new episode: lean, forget what the lifecycle kept of the
+        one before (nothing asks about it again). tx.alerts.save() does this for the leader."""
+        self.tables.episode_over(alert)
+
+    def put(self, event: StoredEvent) -> bool:
+        """Keep an event, unrouted; False if its id is kept already."""
+        t = self.tables
+        if event.id in t.events:
+            return False
+        t.events[event.id] = event
+        t.unrouted[event.id] = None
+        return True
+
+    def forget_event(self, event_id: str) -> None:
+        """Drop a routed event's body (a backtest keeps only those alerts still need)."""
+        if event_id not in self.tables.unrouted:
+            self.tables.events.pop(event_id, None)
+
+    def changes(self) -> list[tuple[Row, str]]:
+        """The rows written or changed since the last call, in order, each with the state it
+        was given then (a row added and sent since is there twice: pending, delivered)."""
+        journal, self.tables.journal = self.tables.journal, []
+        return journal
+
+    def next_due(self) -> float | None:
+        """When the next row is due to be sent (pending or held)."""
+        return self.tables.next_due()
+
+    def deliver_due(self, now: float) -> int:
+        """The notify worker's part: every pending or held row due by now is delivered."""
+        t = self.tables
+        delivered = 0
+        while (at := t.next_due()) is not None and at <= now:
+            _, row_id = heapq.heappop(t.due)
+            t.set_state(t.rows[row_id], "delivered", now)
+            delivered += 1
+        return delivered
+
+    def next_repeat(self) -> float | None:
+        """When the next repeat is due (acknowledgements aside: a scratch store has none)."""
+        return self.tables.next_repeat()
+
+    def rows(self) -> list[OutboxRow]:
+        """The rows kept, newest first (lean: only those that can still change)."""
+        return [row.record() for row in sorted(self.tables.rows.values(), key=lambda r: -r.id)]
