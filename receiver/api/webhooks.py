@@ -53,18 +53,17 @@ def describe(hook: Webhook, *, secret: bool = False) -> dict[str, Any]:
 
 
 def delivery(row: OutboxRow) -> dict[str, Any]:
+    """A delivery as the API shows it; lastStatus: its last attempt's HTTP status, whether
+    that attempt failed or went through."""
     error = row.last_error
-    status = None
-    if error and error.startswith("HTTP ") and error[5:8].isdigit():
-        status = int(error[5:8])
     state = DELIVERY_STATES.get(row.state, "pending")
     return {
         "id": str(row.id),
-        "eventId": row.title,
+        "eventId": row.delivery_id,
         "sourceEventId": row.event_id,
         "state": state,
         "attempts": row.attempts,
-        "lastStatus": status,
+        "lastStatus": row.last_status,
         "lastError": error,
         "nextAttemptAt": iso_epoch(row.next_at) if state == "pending" else None,
         "createdAt": iso_epoch(row.created_at),

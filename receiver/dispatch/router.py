@@ -38,7 +38,7 @@ from receiver.rules import Decision, Ruleset
 from receiver.sessions import Fact
 from receiver.store import Store, systemic
 from receiver.store.base import StoredEvent, Tx
-from receiver.store.records import WEBHOOK_NOTIFIER, Notification
+from receiver.store.records import subscriber_delivery
 from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.router")
@@ -339,8 +339,7 @@ def _fan_out(
     sides = tx.webhooks.sides(with_threshold, sessions) if with_threshold and sessions else {}
     deliveries, changed = fan_out(hooks, items, sides)
     notes = [
-        (d.event_id, Notification("webhook", WEBHOOK_NOTIFIER, d.webhook.id, d.delivery_id, d.body))
-        for d in deliveries
+        (d.event_id, subscriber_delivery(d.webhook.id, d.delivery_id, d.body)) for d in deliveries
     ]
     tx.outbox.add_many(notes, state="pending", now=now, kind="webhook")
     tx.webhooks.save_sides(changed)

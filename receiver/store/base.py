@@ -13,6 +13,7 @@ from receiver.store.records import (
     Ack,
     Alert,
     ApiKey,
+    Attempt,
     Backlog,
     EventQuery,
     EventRow,
@@ -68,10 +69,25 @@ class _FlatStore(Protocol):
         """Give back claimed rows that were never sent: pending, due now, attempt uncounted."""
 
     async def next_due(self) -> float | None: ...
-    async def mark_delivered(self, row_id: int, *, now: float) -> None: ...
+    async def mark_delivered(
+        self, row_id: int, *, now: float, attempt: Attempt | None = None
+    ) -> None:
+        """The row went out; attempt (if given) joins its log, its status the row's last."""
+
     async def mark_failed(
-        self, row_id: int, *, error: str, now: float, retry_at: float | None
-    ) -> None: ...
+        self,
+        row_id: int,
+        *,
+        error: str,
+        now: float,
+        retry_at: float | None,
+        attempt: Attempt | None = None,
+    ) -> None:
+        """The send failed: pending again at retry_at, or dead (None); attempt as above."""
+
+    async def attempts(self, row_ids: Sequence[int]) -> dict[int, list[Attempt]]:
+        """The attempt logs of outbox rows, oldest first (a row never tried has none)."""
+
     async def deliveries(
         self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
     ) -> list[OutboxRow]: ...
@@ -131,6 +147,9 @@ class _FlatStore(Protocol):
     async def webhook_deliveries(
         self, webhook_id: int, *, limit: int, before: int | None = None
     ) -> list[OutboxRow]: ...
+    async def webhook_delivery(self, webhook_id: int, delivery_id: int) -> OutboxRow | None:
+        """One delivery (outbox row id) of a subscription, or None."""
+
     async def retry_delivery(
         self, webhook_id: int, delivery_id: int, *, now: float
     ) -> OutboxRow | None: ...

@@ -32,7 +32,11 @@ TABLES: dict[str, tuple[str, ...]] = {
     "outbox": (
         "id", "event_id", "rule", "notifier", "target", "title", "body", "state", "reason",
         "attempts", "next_at", "lease_until", "last_error", "created_at", "updated_at", "kind",
-        "alert", "episode", "group_id", "replay",
+        "alert", "episode", "group_id", "replay", "delivery_id", "subscription_id",
+        "last_status",
+    ),
+    "outbox_attempts": (
+        "id", "outbox_id", "number", "at", "status", "duration_ms", "error", "excerpt",
     ),
     "throttle": ("rule", "key", "until"),
     "alerts": (
@@ -59,7 +63,10 @@ TABLES: dict[str, tuple[str, ...]] = {
     "webhook_sides": ("webhook_id", "session_id", "below", "mark"),
     "acks": ("alert", "episode", "acked_by", "acked_at"),
 }  # fmt: skip
-_IDENTITY = ("quarantine", "outbox", "groups", "silences", "replays", "api_keys", "webhooks")
+_IDENTITY = (
+    "quarantine", "outbox", "outbox_attempts", "groups", "silences", "replays", "api_keys",
+    "webhooks",
+)  # fmt: skip
 _BOOLEAN = {("replays", "respect_lifecycle")}
 CHUNK = 5000
 

@@ -119,7 +119,7 @@ class MemoryOutbox:
         row = Row(
             next(t.row_ids), event_id, n.rule, n.notifier, n.target, n.title, n.body,
             state, reason, now if next_at is None else next_at, now, now, kind, alert,
-            episode, group_id, replay,
+            episode, group_id, replay, n.delivery_id, n.subscription_id,
         )  # fmt: skip
         t.journal.append((row, state))
         t.index_sent(row)

@@ -44,6 +44,10 @@ class Notification:
     body: str
     throttle_key: str | None = None
     throttle_seconds: float | None = None
+    # A delivery to a webhook subscriber: its stable id (webhook-id / X-Service-Event-Id)
+    # and the subscription's (Webhook.id); None for the rules' notifications.
+    delivery_id: str | None = None
+    subscription_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,29 @@ class OutboxRow:
     last_error: str | None = None
     kind: str = "event"
     replay: int | None = None  # the Replay request that produced it
+    delivery_id: str | None = None  # a subscriber delivery's stable id (Notification's)
+    subscription_id: int | None = None  # a subscriber delivery's Webhook.id
+    last_status: int | None = None  # the HTTP status of the last attempt, if it had one
 
     @property
     def label(self) -> str:
         """A name for logs that never includes the target URL."""
         return f"{self.notifier}[{self.target}]"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One send of an outbox row, as its attempt log keeps it: when it started, the HTTP
+    status if the channel saw one, how long it took, the error if it failed, and the start
+    of the answer (a channel's own excerpt, short, never a secret). number: the row's nth
+    attempt ever, counted by the store (a manual retry goes on counting)."""
+
+    at: float
+    duration_ms: int
+    status: int | None = None
+    error: str | None = None
+    excerpt: str | None = None
+    number: int = 0
 
 
 # Outbox states of a notification that went out, or is on its way.
@@ -192,6 +214,20 @@ class SessionPage:
 # No rules notifier can take this name (they start with a letter or digit), so their
 # lanes, listings and cancellations never mix.
 WEBHOOK_NOTIFIER = "@subscriber"
+
+
+def subscriber_delivery(subscription_id: int, delivery_id: str, body: str) -> Notification:
+    """The outbox notification of one delivery to a subscriber: its lane the subscription,
+    its stable id delivery_id, body the exact JSON to send (no title)."""
+    return Notification(
+        "webhook",
+        WEBHOOK_NOTIFIER,
+        subscription_id,
+        "",
+        body,
+        delivery_id=delivery_id,
+        subscription_id=subscription_id,
+    )
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,11 @@ from typing import Any, TypeVar
 from receiver.events import _Event as Event
 from receiver.events import iso
 from receiver.sessions import Fact
-from receiver.store import views
+from receiver.store import attempts, views
 from receiver.store.records import (
     SENT_STATES,
     Alert,
+    Attempt,
     Group,
     Notice,
     Notification,
@@ -29,7 +30,8 @@ T = TypeVar("T")
 
 OUTBOX_COLUMNS = (
     "id, event_id, rule, notifier, target, title, body, state, attempts, next_at,"
-    " created_at, updated_at, reason, last_error, kind, replay"
+    " created_at, updated_at, reason, last_error, kind, replay, delivery_id, subscription_id,"
+    " last_status"
 )
 SELECT_ALERTS = (
     "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts FROM alerts"
@@ -244,8 +246,9 @@ class SQLTx:
             self._held.add(alert)
         row = self._q(
             "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state, reason,"
-            " next_at, created_at, updated_at, kind, alert, episode, group_id, replay)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " next_at, created_at, updated_at, kind, alert, episode, group_id, replay,"
+            " delivery_id, subscription_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 event_id,
                 n.rule,
@@ -263,6 +266,8 @@ class SQLTx:
                 episode,
                 group_id,
                 replay,
+                n.delivery_id,
+                n.subscription_id,
             ),
         ).fetchone()
         return int(row[0])
@@ -274,10 +279,11 @@ class SQLTx:
         in one statement run for each: no ids come back."""
         self._many(
             "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state,"
-            " next_at, created_at, updated_at, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " next_at, created_at, updated_at, kind, delivery_id, subscription_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (event_id, n.rule, n.notifier, n.target, n.title, n.body, state, now, now, now,
-                 kind)
+                 kind, n.delivery_id, n.subscription_id)
                 for event_id, n in items
             ],
         )  # fmt: skip
@@ -549,26 +555,52 @@ class SQLOutbox:
 
         return await self._statements(select, write=False)
 
-    async def mark_delivered(self, row_id: int, *, now: float) -> None:
-        await self._statements(
-            lambda q: q(
+    async def mark_delivered(
+        self, row_id: int, *, now: float, attempt: Attempt | None = None
+    ) -> None:
+        """The row went out; attempt (if given) joins its log, its status the row's last."""
+
+        def update(q: Query) -> None:
+            q(
                 "UPDATE outbox SET state = 'delivered', lease_until = NULL, updated_at = ?,"
-                " last_error = NULL WHERE id = ?",
-                (now, row_id),
+                " last_error = NULL, last_status = ? WHERE id = ?",
+                (now, attempt.status if attempt else None, row_id),
             )
-        )
+            if attempt is not None:
+                attempts.record(q, row_id, attempt)
+
+        await self._statements(update)
 
     async def mark_failed(
-        self, row_id: int, *, error: str, now: float, retry_at: float | None
+        self,
+        row_id: int,
+        *,
+        error: str,
+        now: float,
+        retry_at: float | None,
+        attempt: Attempt | None = None,
     ) -> None:
+        """The send failed: pending again at retry_at, or dead (None); attempt (if given)
+        joins its log, its status the row's last."""
         state = "pending" if retry_at is not None else "dead"
-        await self._statements(
-            lambda q: q(
+
+        def update(q: Query) -> None:
+            q(
                 "UPDATE outbox SET state = ?, next_at = ?, lease_until = NULL, last_error = ?,"
-                " updated_at = ? WHERE id = ?",
-                (state, retry_at if retry_at is not None else now, error, now, row_id),
+                " last_status = ?, updated_at = ? WHERE id = ?",
+                (
+                    state,
+                    retry_at if retry_at is not None else now,
+                    error,
+                    attempt.status if attempt else None,
+                    now,
+                    row_id,
+                ),
             )
-        )
+            if attempt is not None:
+                attempts.record(q, row_id, attempt)
+
+        await self._statements(update)
 
     async def deliveries(
         self, *, state: str | None = None, event_id: str | None = None, limit: int = 50

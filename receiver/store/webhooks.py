@@ -1,7 +1,7 @@
 """What both SQL stores say alike about webhook subscribers: the subscriptions, the side of
 its threshold each session was last on (for derived score.drop / score.recover), and the
-deliveries, which are outbox rows (notifier "@subscriber", kind "webhook", target the
-subscription's id)."""
+deliveries, which are outbox rows (notifier "@subscriber", kind "webhook", subscription_id
+and target the subscription's id, delivery_id the delivery's stable id)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable
 from typing import TypeVar
 
-from receiver.store.records import WEBHOOK_NOTIFIER, OutboxRow, Webhook
+from receiver.store.records import OutboxRow, Webhook
 from receiver.store.sql import OUTBOX_COLUMNS, WEBHOOK_COLUMNS, Query, webhook
 
 T = TypeVar("T")
@@ -143,9 +143,8 @@ class SQLWebhooks:
             if status in ("deleted", "disabled"):
                 q(
                     "UPDATE outbox SET state = 'cancelled', reason = ?, updated_at = ?"
-                    " WHERE notifier = ? AND target = ? AND kind = 'webhook'"
-                    " AND state IN ('pending', 'held')",
-                    (f"subscription {status}", now, WEBHOOK_NOTIFIER, found.id),
+                    " WHERE subscription_id = ? AND state IN ('pending', 'held')",
+                    (f"subscription {status}", now, found.id),
                 )
             return found
 
@@ -158,11 +157,23 @@ class SQLWebhooks:
 
         def select(q: Query) -> list[OutboxRow]:
             rows = q(
-                f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE notifier = ? AND target = ?"
-                " AND kind = 'webhook' AND id < ? ORDER BY id DESC LIMIT ?",
-                (WEBHOOK_NOTIFIER, webhook_id, before if before is not None else 2**62, limit),
+                f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE subscription_id = ?"
+                " AND id < ? ORDER BY id DESC LIMIT ?",
+                (webhook_id, before if before is not None else 2**62, limit),
             ).fetchall()
             return [OutboxRow(*row) for row in rows]
+
+        return await self._statements(select, write=False)
+
+    async def webhook_delivery(self, webhook_id: int, delivery_id: int) -> OutboxRow | None:
+        """One delivery of a subscription (its outbox row id), or None if it has none such."""
+
+        def select(q: Query) -> OutboxRow | None:
+            row = q(
+                f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE id = ? AND subscription_id = ?",
+                (delivery_id, webhook_id),
+            ).fetchone()
+            return OutboxRow(*row) if row else None
 
         return await self._statements(select, write=False)
 
@@ -177,9 +188,9 @@ class SQLWebhooks:
                 "UPDATE outbox SET state = CASE WHEN state = 'sending' THEN state ELSE 'pending'"
                 " END, attempts = CASE WHEN state = 'sending' THEN attempts ELSE 0 END,"
                 " next_at = CASE WHEN state = 'sending' THEN next_at ELSE ? END, updated_at = ?"
-                " WHERE id = ? AND notifier = ? AND target = ? AND kind = 'webhook'"
+                " WHERE id = ? AND subscription_id = ?"
                 f" RETURNING {OUTBOX_COLUMNS}",
-                (now, now, delivery_id, WEBHOOK_NOTIFIER, webhook_id),
+                (now, now, delivery_id, webhook_id),
             ).fetchone()
             return OutboxRow(*row) if row else None
 

@@ -119,8 +119,8 @@ def test_a_subscribers_answer_is_escaped_in_webhook_listings(
     with sqlite3.connect(stored.db) as source, sqlite3.connect(copy.db) as target:
         source.backup(target)
 
-    from receiver.store import Notification, open_store
-    from receiver.store.records import WEBHOOK_NOTIFIER
+    from receiver.store import open_store
+    from receiver.store.records import subscriber_delivery
 
     async def go() -> str:
         store = open_store(str(copy.db))
@@ -132,10 +132,7 @@ def test_a_subscribers_answer_is_escaped_in_webhook_listings(
                 now=time.time(),
             )  # fmt: skip
             assert hook is not None
-            note = Notification(
-                rule="@subscriber", notifier=WEBHOOK_NOTIFIER, target=hook.id, title="d",
-                body="{}",
-            )  # fmt: skip
+            note = subscriber_delivery(hook.id, "d", "{}")
             await store.transact(
                 lambda tx: tx.add(HOSTILE, note, state="pending", now=time.time(), kind="webhook")
             )

@@ -19,7 +19,7 @@ from receiver.notify.worker import Worker
 from receiver.rules import load_text
 from receiver.store import Notification, Store, open_store
 from receiver.store.base import Tx
-from receiver.store.records import WEBHOOK_NOTIFIER
+from receiver.store.records import WEBHOOK_NOTIFIER, subscriber_delivery
 
 RULES = """
 notifiers:
@@ -77,7 +77,7 @@ def test_sends_that_raise_are_failed_attempts_retried_then_dead(
                 for notifier in ("bad", "good"):
                     n = Notification("r", notifier, 0, f"to {notifier}", "b")
                     tx.add("evt_1", n, state="pending", now=now[0])
-                sub = Notification("webhook", WEBHOOK_NOTIFIER, hook.id, "evt_1", "{}")
+                sub = subscriber_delivery(hook.id, "evt_1", "{}")
                 tx.add_many([("evt_1", sub)], state="pending", now=now[0], kind="webhook")
 
             await store.transact(route)

@@ -63,9 +63,10 @@ def hook(
 def row(
     body: bytes = b'{"id":"evt_1"}',
     *,
-    title: str = "evt_1",
+    delivery_id: str = "evt_1",
     state: str = "pending",
     last_error: str | None = None,
+    last_status: int | None = None,
 ) -> OutboxRow:
     return OutboxRow(
         id=7,
@@ -73,7 +74,7 @@ def row(
         rule="webhook",
         notifier=WEBHOOK_NOTIFIER,
         target=1,
-        title=title,
+        title="",
         body=body.decode(),
         state=state,
         attempts=1,
@@ -82,6 +83,9 @@ def row(
         updated_at=100.0,
         last_error=last_error,
         kind="webhook",
+        delivery_id=delivery_id,
+        subscription_id=1,
+        last_status=last_status,
     )
 
 
@@ -488,7 +492,7 @@ def test_a_subscription_shows_its_secret_only_when_asked() -> None:
 @pytest.mark.parametrize(
     ("state", "error", "shown", "status"),
     [
-        pytest.param("delivered", None, "delivered", None, id="delivered"),
+        pytest.param("delivered", None, "delivered", 200, id="delivered"),
         pytest.param("dead", "HTTP 503 Service Unavailable", "failed", 503, id="dead"),
         pytest.param("cancelled", None, "failed", None, id="cancelled"),
         pytest.param("pending", "no answer within 2s", "pending", None, id="retrying"),
@@ -498,7 +502,7 @@ def test_a_subscription_shows_its_secret_only_when_asked() -> None:
 def test_delivery_states_as_the_api_shows_them(
     state: str, error: str | None, shown: str, status: int | None
 ) -> None:
-    d = api.delivery(row(state=state, last_error=error))
+    d = api.delivery(row(state=state, last_error=error, last_status=status))
     assert (d["state"], d["lastStatus"], d["lastError"]) == (shown, status, error)
     assert (d["nextAttemptAt"] is None) == (shown != "pending")
 
@@ -669,11 +673,11 @@ class _Recorded:
         self.sent.append(sub.public_id)
         return Outcome(True, status=200)
 
-    async def mark_delivered(self, row_id: int, *, now: float) -> None:
+    async def mark_delivered(self, row_id: int, *, now: float, **attempt: Any) -> None:
         self.outcomes.append(("delivered", row_id, None))
 
     async def mark_failed(
-        self, row_id: int, *, error: str, now: float, retry_at: float | None
+        self, row_id: int, *, error: str, now: float, retry_at: float | None, **attempt: Any
     ) -> None:
         self.outcomes.append((error, row_id, retry_at))
 

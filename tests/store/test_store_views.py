@@ -366,7 +366,7 @@ def test_replicas_share_one_count(pg_url: str) -> None:
 
 
 def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: str) -> None:
-    from receiver.store.records import WEBHOOK_NOTIFIER, Notification
+    from receiver.store.records import subscriber_delivery
 
     async def go(store: Store) -> tuple[Any, ...]:
         hook = await store.add_webhook(
@@ -392,7 +392,7 @@ def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: s
             return [
                 tx.outbox.add(
                     f"evt_{i}",
-                    Notification("webhook", WEBHOOK_NOTIFIER, hook.id, f"evt_{i}", "{}"),
+                    subscriber_delivery(hook.id, f"evt_{i}", "{}"),
                     state="pending",
                     now=3.0,
                     kind="webhook",
@@ -430,7 +430,8 @@ def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: s
         store_url, go
     )
     assert hook.events == ["score.drop"] and hook.status == "active" and hook.secret == "s1"
-    assert [r.title for r in page] == ["evt_2", "evt_1"] and [r.title for r in rest] == ["evt_0"]
+    assert [r.delivery_id for r in page] == ["evt_2", "evt_1"]
+    assert [r.delivery_id for r in rest] == ["evt_0"]
     assert rotated.secret == "s2"
     assert retried.state == "pending" and retried.attempts == 0 and retried.next_at == 6.0
     assert wrong is None

@@ -39,6 +39,7 @@ from receiver.events import _Event as Event
 from receiver.logs import redact_url
 from receiver.store.admin import SQLAdmin
 from receiver.store.alerts import SQLAlerts
+from receiver.store.attempts import SQLAttempts
 from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.events import SQLEvents
 from receiver.store.history import SQLHistory
@@ -75,7 +76,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
+class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -357,19 +358,23 @@ class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
                     (before, limit),
                 )
             ]
-            counts["outbox"] = conn.execute(
+            gone = conn.execute(
                 "DELETE FROM outbox WHERE event_id = ANY(%s)"
-                " AND state NOT IN ('pending', 'held', 'sending')",
+                " AND state NOT IN ('pending', 'held', 'sending') RETURNING id",
                 (ids,),
-            ).rowcount
+            ).fetchall()
             # Finished rows whose event went first (pruned while they were still to send)
             # belong to no event any more: the head of the outbox, by id, finished before.
-            counts["outbox"] += conn.execute(
+            gone += conn.execute(
                 "DELETE FROM outbox WHERE id IN (SELECT id FROM (SELECT id, state, updated_at"
                 " FROM outbox ORDER BY id LIMIT %s) AS head WHERE updated_at < %s"
-                " AND state IN ('delivered', 'dead', 'cancelled'))",
+                " AND state IN ('delivered', 'dead', 'cancelled')) RETURNING id",
                 (limit, before),
-            ).rowcount
+            ).fetchall()
+            counts["outbox"] = len(gone)
+            conn.execute(  # their attempt logs go with them
+                "DELETE FROM outbox_attempts WHERE outbox_id = ANY(%s)", ([r[0] for r in gone],)
+            )
             counts["events"] = conn.execute(
                 "DELETE FROM events WHERE id = ANY(%s)", (ids,)
             ).rowcount

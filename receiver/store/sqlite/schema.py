@@ -10,6 +10,7 @@ from typing import Any
 import sqlite_utils
 
 from receiver.store.admin import ADMIN_SCHEMA
+from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
 from receiver.store.sql import OUTBOX_ORDER_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
@@ -174,6 +175,9 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     # 13: the messages of one alert to one target go out in order: a claim finds the rows
     # still to be sent ahead of a row of its alert at once (PostgreSQL's 10).
     OUTBOX_ORDER_SCHEMA,
+    # 14: subscriber deliveries' own columns (delivery id, subscription), the status of
+    # each row's last attempt, and the attempt log.
+    ATTEMPTS_SCHEMA.format(id="INTEGER PRIMARY KEY", has_status=SQLITE_HAS_STATUS),
 ]
 
 

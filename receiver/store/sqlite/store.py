@@ -26,6 +26,7 @@ from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.store.admin import SQLAdmin
 from receiver.store.alerts import SQLAlerts
+from receiver.store.attempts import SQLAttempts
 from receiver.store.base import Accepted, OnAccepted
 from receiver.store.events import SQLEvents
 from receiver.store.history import SQLHistory
@@ -145,7 +146,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
+class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -444,19 +445,24 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, Flat):
                 " ORDER BY rowid LIMIT ?) WHERE received_at < ? AND routed_at IS NOT NULL",
                 (limit, before),
             ).fetchone()[0]
-            outbox = conn.execute(
+            gone = conn.execute(
                 "DELETE FROM outbox WHERE event_id IN (SELECT value FROM json_each(?))"
-                " AND state NOT IN ('pending', 'held', 'sending')",
+                " AND state NOT IN ('pending', 'held', 'sending') RETURNING id",
                 (ids,),
-            ).rowcount
+            ).fetchall()
             # Finished rows whose event went first (pruned while they were still to send)
             # belong to no event any more: the head of the outbox, by id, finished before.
-            outbox += conn.execute(
+            gone += conn.execute(
                 "DELETE FROM outbox WHERE id IN (SELECT id FROM (SELECT id, state, updated_at"
                 " FROM outbox ORDER BY id LIMIT ?) WHERE updated_at < ?"
-                " AND state IN ('delivered', 'dead', 'cancelled'))",
+                " AND state IN ('delivered', 'dead', 'cancelled')) RETURNING id",
                 (limit, before),
-            ).rowcount
+            ).fetchall()
+            outbox = len(gone)
+            conn.execute(  # their attempt logs go with them
+                "DELETE FROM outbox_attempts WHERE outbox_id IN (SELECT value FROM json_each(?))",
+                (json.dumps([row[0] for row in gone]),),
+            )
             events = conn.execute(
                 "DELETE FROM events WHERE id IN (SELECT value FROM json_each(?))", (ids,)
             ).rowcount
