@@ -30,7 +30,16 @@ from receiver.store.postgres import PostgresStore
 from receiver.store.postgres.store import PREPARE_THRESHOLD
 from tests.harness import Receiver
 from tests.servers import HTTPSink
-from tests.store import test_store_contract
+from tests.store.contract import (
+    common,
+    test_alerts,
+    test_events,
+    test_outbox,
+    test_replicas,
+    test_routing,
+    test_stats,
+    test_transactions,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -102,9 +111,20 @@ def test_the_setting_reaches_the_servers_connections(
 
 # -- the store contract again, through the bouncer -------------------------------------------
 
+# The roles' contract tests that take one store's URL (tests/store/contract/).
+ROLES = [
+    test_alerts,
+    test_events,
+    test_outbox,
+    test_replicas,
+    test_routing,
+    test_stats,
+    test_transactions,
+]
 CONTRACT = [
     test
-    for name, test in vars(test_store_contract).items()
+    for module in ROLES
+    for name, test in vars(module).items()
     if name.startswith("test_")
     and callable(test)
     and set(inspect.signature(test).parameters) <= {"store_url", "tx_url", "pg_url"}
@@ -118,7 +138,9 @@ def test_the_store_contract_holds_through_pgbouncer(
 ) -> None:
     # The contract's tests open their stores with open_store: here, never preparing.
     never = functools.partial(open_store, prepare_threshold=None)
-    monkeypatch.setattr(test_store_contract, "open_store", never)
+    for module in (common, *ROLES):
+        if hasattr(module, "open_store"):
+            monkeypatch.setattr(module, "open_store", never)
     contract(bouncer_url)
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from receiver.store import Notification, Store
 from receiver.store.base import Tx
-from tests.store.test_store_contract import event, run
+from tests.store.contract.common import event, run
 
 
 def note(rule: str, target: int = 0, notifier: str = "mail") -> Notification:

@@ -15,7 +15,7 @@ from receiver.sessions import Fact
 from receiver.store import Store, open_store
 from receiver.store.base import Tx
 from receiver.store.records import SessionQuery
-from tests.store.test_store_contract import run
+from tests.store.contract.common import run
 
 T = TypeVar("T")
 

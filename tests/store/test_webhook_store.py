@@ -11,7 +11,7 @@ import httpx
 
 from receiver.store import Notification, Store
 from receiver.store.records import WEBHOOK_NOTIFIER
-from tests.store.test_store_contract import event, queue, run
+from tests.store.contract.common import event, queue, run
 
 
 def test_prune_deletes_failed_rows_whose_event_was_pruned_while_they_waited(

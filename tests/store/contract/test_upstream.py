@@ -10,7 +10,7 @@ from typing import Any
 from receiver.store import Store, open_store
 from receiver.store.records import SessionQuery
 from receiver.store.upstream_state import bucket_shape, take
-from tests.store.test_store_contract import run
+from tests.store.contract.common import run
 from tests.store.test_store_views import accept, ev, route
 
 

@@ -1,0 +1,53 @@
+"""What the store's contract tests share: a store of each kind opened around a test's
+coroutine, sample events and notifications, the router's write of a routed event."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from receiver import events
+from receiver.store import Notification, Store, open_store
+from receiver.store.base import Tx
+from receiver.store.memory import MemoryStore
+
+T = TypeVar("T")
+MEMORY = "memory:"  # the backtest's scratch store (receiver.store.memory): the Tx roles only
+
+
+def run(url: str, fn: Callable[[Any], Awaitable[T]], clock: float = 1000.0) -> T:
+    """fn(store) on an open store of url (MEMORY: the in-memory one), closed after."""
+
+    async def main() -> T:
+        store: Any = MemoryStore(clock=lambda: clock) if url == MEMORY else None
+        store = store or open_store(url, clock=lambda: clock)
+        await store.open()
+        try:
+            return await fn(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
+def event(i: int | str, **fields: Any) -> tuple[events._Event, bytes]:
+    """Event i; the same bytes each time (a redelivery), unless fields differ (a conflict)."""
+    fields.setdefault("timestamp", "2026-01-01T00:00:00.000Z")
+    e = events.validate(events.sample("score.drop", id=f"evt_{i}", **fields))
+    return e, e.model_dump_json().encode()
+
+
+def note(rule: str = "r", notifier: str = "console", target: int = 0) -> Notification:
+    return Notification(rule=rule, notifier=notifier, target=target, title="t", body="b")
+
+
+async def queue(store: Store, event_id: str, notes: list[Notification], now: float) -> int:
+    """Mark event_id routed and queue notes for it, as the router does; rows written."""
+
+    def work(tx: Tx) -> int:
+        if not tx.events.mark_routed([event_id], now):
+            return 0
+        return len([tx.outbox.add(event_id, n, state="pending", now=now) for n in notes])
+
+    return await store.transact(work)
