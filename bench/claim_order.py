@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from receiver import events
-from receiver.store import Notification, open_store, sql
+from receiver.store import Notification, open_store, outbox
 
 ALERTS, TARGETS, ROUNDS = 2000, 10, 30
 
@@ -39,26 +39,26 @@ async def main(url: str, due: int, done: int) -> None:
             )
 
     await store.transact(fill)
-    await store._statements(
+    await store.statements(
         lambda q: q("UPDATE outbox SET state = 'delivered' WHERE id <= ?", (done,))
     )
     lanes = {("mail", t): 8 for t in range(TARGETS)}
-    checked = sql._IN_ORDER
+    checked = outbox._IN_ORDER
     for label, condition in [("in order", checked), ("without", "1 = 1")] * 2:
-        sql._IN_ORDER = condition
+        outbox._IN_ORDER = condition
         took, got = [], 0
         for _ in range(ROUNDS):
             start = time.perf_counter()
-            rows = await store.claim_due(now=1e6, limit=0, lease=30, lanes=lanes)
+            rows = await store.outbox.claim_due(now=1e6, limit=0, lease=30, lanes=lanes)
             took.append(time.perf_counter() - start)
             got = len(rows)
-            await store.release([r.id for r in rows], now=0.0)
+            await store.outbox.release([r.id for r in rows], now=0.0)
         print(
             f"due={due} delivered={done} {label:8} claim p50"
             f" {statistics.median(took) * 1000:.2f} ms, max {max(took) * 1000:.2f} ms,"
             f" {got} rows"
         )
-    sql._IN_ORDER = checked
+    outbox._IN_ORDER = checked
     await store.close()
 
 

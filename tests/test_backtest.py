@@ -78,7 +78,7 @@ def replay(
             results, _ = await backtest.run(store, rulesets, start=START, end=at(minutes))
             untouched = await store.transact(lambda tx: len(tx.events.unrouted(10_000)))
             assert untouched == len(stream)  # the real store: nothing routed
-            assert await store.deliveries() == []  # and nothing queued
+            assert await store.outbox.deliveries() == []  # and nothing queued
             return results
         finally:
             await store.close()
@@ -310,7 +310,7 @@ def stored(tmp_path: Path, stream: list[dict]) -> str:
             row = await store.transact(
                 lambda tx: tx.outbox.add(stream[0]["id"], note, state="pending", now=START + 1)
             )
-            await store.mark_delivered(row, now=START + 3)
+            await store.outbox.mark_delivered(row, now=START + 3)
         finally:
             await store.close()
 

@@ -208,7 +208,7 @@ class Admin:
         return HTMLResponse(html, status_code=status)
 
     async def _strip(self, request: Request) -> None:
-        counts = await self.store.outbox_counts()
+        counts = await self.store.outbox.counts()
         request.state.strip = {
             "rate": self.strip.rate(),
             "lag": getattr(self.router, "lag", 0.0),

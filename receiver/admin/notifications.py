@@ -23,7 +23,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
     state = p.get("state") or None
     notifier = p.get("notifier") or None
     before = p.get("before")
-    rows = await admin.store.outbox_page(
+    rows = await admin.store.outbox.page(
         OutboxQuery(
             limit=PAGE + 1,
             state=state if state in OUTBOX_STATES else None,
@@ -56,7 +56,7 @@ async def retry(admin: Admin, request: Request, session: Session) -> Response:
             "It is queued again now, with its attempts counted afresh.",
             request.url.path,
         )
-    done = await admin.store.retry_dead(int(notification_id), now=admin.clock())
+    done = await admin.store.outbox.retry_dead(int(notification_id), now=admin.clock())
     if not done:
         return await admin.message(
             request, session, "Not retried", f"Notification #{notification_id} is not dead."
@@ -68,7 +68,7 @@ async def retry(admin: Admin, request: Request, session: Session) -> Response:
 
 async def bulk_retry(admin: Admin, request: Request, session: Session) -> Response:
     notifier = request.query_params.get("notifier") or None
-    count = await admin.store.count_dead(notifier)
+    count = await admin.store.outbox.count_dead(notifier)
     target = f" to `{notifier}`" if notifier else ""
     title = f"Retry all {count:,} dead notifications{target}?"
     if request.method == "GET":
@@ -90,7 +90,7 @@ async def run_bulk(admin: Admin, job: Job, notifier: str | None) -> None:
     """Retry the dead notifications (to notifier, or all), a batch at a time, into job."""
     try:
         while job.done < job.total:
-            n = await admin.store.retry_dead_batch(
+            n = await admin.store.outbox.retry_dead_batch(
                 notifier, limit=min(BULK_BATCH, job.total - job.done), now=admin.clock()
             )
             if n == 0:

@@ -50,7 +50,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
             created = describe(hook, secret=True)
         except InvalidWebhookError as exc:
             error = exc.message
-    hooks = [await _row(admin, h) for h in await admin.store.webhooks()]
+    hooks = [await _row(admin, h) for h in await admin.store.webhooks.all()]
     return await admin.view(
         request,
         session,
@@ -62,7 +62,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
 async def _row(admin: Admin, hook: Webhook) -> dict[str, Any]:
     """A subscriber as its table row shows it: what the API shows (statusReason only
     when there is one, so it is set here for every row) and its last delivery."""
-    last = await admin.store.webhook_deliveries(hook.id, limit=1)
+    last = await admin.store.webhooks.deliveries(hook.id, limit=1)
     shown = describe(replace(hook, created_at=showable(hook.created_at)))
     return {"statusReason": None, **shown, "last": shown_delivery(last[0]) if last else None}
 
@@ -76,6 +76,8 @@ async def delete(admin: Admin, request: Request, session: Session) -> Response:
             "Its deliveries not sent yet are cancelled; it gets nothing more.",
             request.url.path,
         )
-    await admin.store.set_webhook(request.path_params["id"], now=admin.clock(), status="deleted")
+    await admin.store.webhooks.update(
+        request.path_params["id"], now=admin.clock(), status="deleted"
+    )
     admin.webhooks.forget()
     return admin.back("/admin/webhooks")

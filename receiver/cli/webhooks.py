@@ -96,7 +96,7 @@ def add(
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
 def list_hooks(db: str, as_json: bool) -> None:
     """List the subscriptions (never their secrets)."""
-    found = with_store(db, lambda store: store.webhooks())
+    found = with_store(db, lambda store: store.webhooks.all())
     if as_json:
         for hook in found:
             click.echo(json.dumps(describe(hook)))
@@ -119,7 +119,7 @@ def list_hooks(db: str, as_json: bool) -> None:
 def rm(db: str, webhook_id: str) -> None:
     """Delete a subscription; its deliveries not sent yet are cancelled."""
     found = with_store(
-        db, lambda store: store.set_webhook(webhook_id, now=time.time(), status="deleted")
+        db, lambda store: store.webhooks.update(webhook_id, now=time.time(), status="deleted")
     )
     if found is None:
         raise click.ClickException(f"no webhook {webhook_id!r} (see: receiver webhooks list)")
@@ -135,10 +135,10 @@ def deliveries(db: str, webhook_id: str, limit: int, as_json: bool) -> None:
     """A subscription's deliveries, newest first."""
 
     async def go(store: Store) -> list[dict[str, object]] | None:
-        hook = await store.webhook(webhook_id)
+        hook = await store.webhooks.get(webhook_id)
         if hook is None:
             return None
-        return [delivery(r) for r in await store.webhook_deliveries(hook.id, limit=limit)]
+        return [delivery(r) for r in await store.webhooks.deliveries(hook.id, limit=limit)]
 
     found = with_store(db, go)
     if found is None:
@@ -162,10 +162,12 @@ def retry(db: str, webhook_id: str, delivery_id: int) -> None:
     """Send a delivery again now (a failed one, with a fresh schedule)."""
 
     async def go(store: Store) -> bool:
-        hook = await store.webhook(webhook_id)
+        hook = await store.webhooks.get(webhook_id)
         if hook is None:
             return False
-        return await store.retry_delivery(hook.id, delivery_id, now=time.time()) is not None
+        return (
+            await store.webhooks.retry_delivery(hook.id, delivery_id, now=time.time()) is not None
+        )
 
     if not with_store(db, go):
         raise click.ClickException(f"webhook {webhook_id!r} has no delivery {delivery_id}")

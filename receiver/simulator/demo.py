@@ -297,7 +297,7 @@ class Demo:
                     self.seen.arrived[row.type] += 1
                     score = "" if row.score is None else f" score {row.score:g}"
                     self.say("arrived", f"{row.type:<20} {row.session_id} {row.user_id}{score}")
-            for out in reversed(await store.outbox_page(OutboxQuery(limit=200))):
+            for out in reversed(await store.outbox.page(OutboxQuery(limit=200))):
                 before = self.seen.rows.get(out.id)
                 if before is None:
                     self.seen.routed[(out.rule, out.notifier)] += 1

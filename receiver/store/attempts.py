@@ -1,16 +1,12 @@
 """The outbox's attempt log, as both SQL stores keep it: every send of every row (when, the
 HTTP status or the error, how long, a short excerpt of the answer), written in the same
-transaction as the row's outcome, and read by the API, the CLI and the admin page."""
+transaction as the row's outcome (store.outbox.mark_delivered / mark_failed), and read by
+the API, the CLI and the admin page (store.outbox.attempts)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
-
 from receiver.store.records import Attempt
-
-T = TypeVar("T")
-Query = Callable[[str, Sequence[Any]], Any]
+from receiver.store.statements import Query
 
 # Subscriber deliveries get columns of their own (they kept their delivery id in title and
 # their subscription in target), the outbox the status of each row's last attempt, and
@@ -43,7 +39,7 @@ ATTEMPTS_SCHEMA = """
 SQLITE_HAS_STATUS = "last_error GLOB 'HTTP [0-9][0-9][0-9]*'"
 POSTGRES_HAS_STATUS = "last_error ~ '^HTTP [0-9][0-9][0-9]'"
 
-_COLUMNS = "outbox_id, at, duration_ms, status, error, excerpt, number"
+COLUMNS = "outbox_id, at, duration_ms, status, error, excerpt, number"
 
 
 def record(q: Query, row_id: int, attempt: Attempt) -> None:
@@ -63,30 +59,3 @@ def record(q: Query, row_id: int, attempt: Attempt) -> None:
         ),
     )
 
-
-class SQLAttempts:
-    """The Store's reading of attempt logs, both stores alike."""
-
-    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
-        raise NotImplementedError
-
-    def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
-        raise NotImplementedError
-
-    async def attempts(self, row_ids: Sequence[int]) -> dict[int, list[Attempt]]:
-        """The attempt logs of outbox rows, oldest attempt first; a row never tried (or
-        unknown) has none."""
-        if not row_ids:
-            return {}
-        where, param = self._in("outbox_id", row_ids)
-
-        def select(q: Query) -> dict[int, list[Attempt]]:
-            found: dict[int, list[Attempt]] = {}
-            for row in q(
-                f"SELECT {_COLUMNS} FROM outbox_attempts WHERE {where} ORDER BY outbox_id, number",
-                (param,),
-            ):
-                found.setdefault(int(row[0]), []).append(Attempt(*row[1:]))
-            return found
-
-        return await self._statements(select, write=False)

@@ -52,7 +52,8 @@ Accepted = Literal["new", "duplicate", "conflict"]
 
 
 class _FlatStore(Protocol):
-    """The Store's methods before the roles (transitional, as _FlatTx)."""
+    """Transitional: the Store's old names still called by the notify workers, the webhook
+    API and `receiver outbox` (each is the role method named in receiver.store.legacy)."""
 
     async def claim_due(
         self,
@@ -101,14 +102,6 @@ class _FlatStore(Protocol):
     async def replay_status(self, replay_id: int) -> tuple[Replay | None, list[OutboxRow]]:
         """A replay request as it stands, and the outbox rows it has produced so far."""
 
-    async def outbox_page(self, query: OutboxQuery) -> list[OutboxRow]: ...
-    async def count_dead(self, notifier: str | None = None) -> int: ...
-    async def retry_dead_batch(self, notifier: str | None, *, limit: int, now: float) -> int: ...
-    async def outbox_counts(self) -> dict[str, int]:
-        """Notifications waiting ("pending": pending, held, sending) and "dead"."""
-
-    # -- webhook subscriptions (receiver.store.webhooks) ------------------------------------
-
     async def add_webhook(
         self,
         *,
@@ -124,12 +117,6 @@ class _FlatStore(Protocol):
     ) -> Webhook | None:
         """Store a subscription made by the key owner (None: an operator); None, storing
         nothing, if that key already has cap subscriptions (deleted ones not counted)."""
-
-    async def webhooks(
-        self, *, active_only: bool = False, owner: int | None = None
-    ) -> list[Webhook]:
-        """The subscriptions not deleted (active_only: the active ones); owner: of that
-        key only."""
 
     async def webhook(self, public_id: str) -> Webhook | None: ...
     async def set_webhook(
@@ -185,6 +172,9 @@ class Events(Protocol):
         """Delete one batch (at most limit rows a table) received before `before`; the
         counts deleted by table: events, outbox, quarantine, lifecycle."""
 
+    async def replay_status(self, replay_id: int) -> tuple[Replay | None, list[OutboxRow]]:
+        """A replay request as it stands, and the outbox rows it has produced so far."""
+
 
 class Sessions(Protocol):
     """The read API's session projection (store.sessions); reads run beside ingest."""
@@ -205,6 +195,106 @@ class Sessions(Protocol):
         self, items: Sequence[tuple[dict[str, Any], Sequence[tuple[float, str]]]]
     ) -> int:
         """Merge upstream sessions and their score points into the projection (idempotent)."""
+
+
+class Outbox(Protocol):
+    """The outbox as the notify workers, operator commands and the admin page use it
+    (store.outbox): claims under a lease, outcomes with their attempt log, retries, pages."""
+
+    async def claim_due(
+        self,
+        *,
+        now: float,
+        limit: int,
+        lease: float,
+        lanes: Mapping[tuple[str, int], int] | None = None,
+    ) -> list[OutboxRow]:
+        """Lease due rows, oldest due first: up to lanes[(notifier, target)] of each target
+        named, and up to limit of all other targets (of every target when lanes is None)."""
+
+    async def release(self, row_ids: Sequence[int], *, now: float) -> int:
+        """Give back claimed rows that were never sent: pending, due now, attempt uncounted."""
+
+    async def next_due(self) -> float | None: ...
+    async def mark_delivered(
+        self, row_id: int, *, now: float, attempt: Attempt | None = None
+    ) -> None:
+        """The row went out; attempt (if given) joins its log, its status the row's last."""
+
+    async def mark_failed(
+        self,
+        row_id: int,
+        *,
+        error: str,
+        now: float,
+        retry_at: float | None,
+        attempt: Attempt | None = None,
+    ) -> None:
+        """The send failed: pending again at retry_at, or dead (None); attempt as above."""
+
+    async def attempts(self, row_ids: Sequence[int]) -> dict[int, list[Attempt]]:
+        """The attempt logs of outbox rows, oldest first (a row never tried has none)."""
+
+    async def deliveries(
+        self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
+    ) -> list[OutboxRow]: ...
+    async def retry_dead(self, row_id: int | None, *, now: float) -> int: ...
+    async def page(self, query: OutboxQuery) -> list[OutboxRow]: ...
+    async def count_dead(self, notifier: str | None = None) -> int: ...
+    async def retry_dead_batch(self, notifier: str | None, *, limit: int, now: float) -> int: ...
+    async def counts(self) -> dict[str, int]:
+        """Notifications waiting ("pending": pending, held, sending) and "dead"."""
+
+
+class Webhooks(Protocol):
+    """Webhook subscriptions and their deliveries (store.webhooks)."""
+
+    async def add(
+        self,
+        *,
+        public_id: str,
+        url: str,
+        events: list[str],
+        threshold: float | None,
+        format: str,
+        secret: str,
+        now: float,
+        owner: int | None = None,
+        cap: int | None = None,
+    ) -> Webhook | None:
+        """Store a subscription made by the key owner (None: an operator); None, storing
+        nothing, if that key already has cap subscriptions (deleted ones not counted)."""
+
+    async def all(self, *, active_only: bool = False, owner: int | None = None) -> list[Webhook]:
+        """The subscriptions not deleted (active_only: the active ones); owner: of that
+        key only."""
+
+    async def get(self, public_id: str) -> Webhook | None: ...
+    async def update(
+        self,
+        public_id: str,
+        *,
+        now: float,
+        status: str | None = None,
+        reason: str | None = None,
+        secret: str | None = None,
+    ) -> Webhook | None:
+        """Change a subscription's status or secret; deleting or disabling one cancels its
+        pending deliveries. None if no subscription (not deleted) has that id."""
+
+    async def deliveries(
+        self, webhook_id: int, *, limit: int, before: int | None = None
+    ) -> list[OutboxRow]: ...
+    async def delivery(self, webhook_id: int, delivery_id: int) -> OutboxRow | None:
+        """One delivery (outbox row id) of a subscription, or None."""
+
+    async def retry_delivery(
+        self, webhook_id: int, delivery_id: int, *, now: float
+    ) -> OutboxRow | None: ...
+    async def __call__(
+        self, *, active_only: bool = False, owner: int | None = None
+    ) -> list[Webhook]:
+        """Transitional: all(), under the name store.webhooks() had."""
 
 
 class Keys(Protocol):
@@ -514,6 +604,10 @@ class Store(_FlatStore, Protocol):
     def alerts(self) -> Alerts: ...
     @property
     def stats(self) -> Stats: ...
+    @property
+    def outbox(self) -> Outbox: ...
+    @property
+    def webhooks(self) -> Webhooks: ...
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from receiver.store.records import Webhook
-from receiver.store.sql import WEBHOOK_COLUMNS, webhook
 from receiver.store.statements import Statements
+from receiver.store.webhooks import WEBHOOK_COLUMNS, webhook
 
 
 class SQLTxWebhooks:

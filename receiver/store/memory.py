@@ -371,6 +371,20 @@ class MemoryEventsStore:
         return "duplicate" if self.tx.events.body(event.id) == body else "conflict"
 
 
+class MemoryOutboxStore:
+    """The part of store.outbox the Tx roles' contract tests read: the rows kept."""
+
+    def __init__(self, tx: MemoryTx) -> None:
+        self.tx = tx
+
+    async def deliveries(
+        self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
+    ) -> list[OutboxRow]:
+        rows = self.tx.scratch.rows()
+        rows = [r for r in rows if state in (None, r.state) and event_id in (None, r.event_id)]
+        return rows[:limit]
+
+
 class MemoryStore:
     """The few Store parts the Tx roles' contract tests use, over one MemoryTx: so those
     tests hold the in-memory Tx to the same contract as SQLite and PostgreSQL."""
@@ -378,6 +392,7 @@ class MemoryStore:
     def __init__(self, *, clock: Any = None) -> None:
         self.tx = MemoryTx()
         self.events = MemoryEventsStore(self.tx, clock)
+        self.outbox = MemoryOutboxStore(self.tx)
 
     async def open(self) -> None:
         pass
@@ -389,10 +404,3 @@ class MemoryStore:
         """fn(tx): all of its writes kept, or none if it raises."""
         with self.tx.savepoint():
             return fn(self.tx)
-
-    async def deliveries(
-        self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
-    ) -> list[OutboxRow]:
-        rows = self.tx.scratch.rows()
-        rows = [r for r in rows if state in (None, r.state) and event_id in (None, r.event_id)]
-        return rows[:limit]

@@ -1,21 +1,23 @@
-"""What both SQL stores say alike about webhook subscribers: the subscriptions, the side of
-its threshold each session was last on (for derived score.drop / score.recover), and the
+"""Webhook subscribers on either SQL store (store.webhooks): the subscriptions, and their
 deliveries, which are outbox rows (notifier "@subscriber", kind "webhook", subscription_id
-and target the subscription's id, delivery_id the delivery's stable id)."""
+and target the subscription's id, delivery_id the delivery's stable id). The side of its
+threshold each session was last on is routing's: receiver.store.fanout."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Sequence
+from typing import Any
 
+from receiver.store.outbox import OUTBOX_COLUMNS
 from receiver.store.records import OutboxRow, Webhook
-from receiver.store.sql import OUTBOX_COLUMNS, WEBHOOK_COLUMNS, Query, webhook
+from receiver.store.statements import Query, Runner
 
-T = TypeVar("T")
-
+WEBHOOK_COLUMNS = (
+    "id, public_id, url, events, threshold, format, secret, status, created_at, status_reason"
+)
 # The subscriptions read here carry their owner too (routing's reads need not): the
-# record's last field, so receiver.store.sql.webhook reads either form.
+# record's last field, so webhook() reads either form.
 _COLUMNS = WEBHOOK_COLUMNS + ", owner"
 
 WEBHOOK_OWNER_SCHEMA = """
@@ -48,13 +50,25 @@ WEBHOOKS_SCHEMA = """
 """
 
 
+def webhook(row: Sequence[Any]) -> Webhook:
+    values = list(row)
+    values[3] = json.loads(values[3])
+    return Webhook(*values)
+
+
 class SQLWebhooks:
-    """The Store's subscription methods both stores share."""
+    """store.webhooks (base.Webhooks) on either SQL store."""
 
-    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
-        raise NotImplementedError
+    def __init__(self, db: Runner) -> None:
+        self.db = db
 
-    async def add_webhook(
+    async def __call__(
+        self, *, active_only: bool = False, owner: int | None = None
+    ) -> list[Webhook]:
+        """Transitional: all(), under the name store.webhooks() had."""
+        return await self.all(active_only=active_only, owner=owner)
+
+    async def add(
         self,
         *,
         public_id: str,
@@ -87,9 +101,9 @@ class SQLWebhooks:
             ).fetchone()
             return webhook(row)
 
-        return await self._statements(insert)
+        return await self.db.statements(insert)
 
-    async def webhooks(
+    async def all(
         self, *, active_only: bool = False, owner: int | None = None
     ) -> list[Webhook]:
         """Every subscription but the deleted ones (with active_only: the active ones);
@@ -106,9 +120,9 @@ class SQLWebhooks:
                 for row in q(f"SELECT {_COLUMNS} FROM webhooks WHERE {where} ORDER BY id", params)
             ]
 
-        return await self._statements(select, write=False)
+        return await self.db.statements(select, write=False)
 
-    async def webhook(self, public_id: str) -> Webhook | None:
+    async def get(self, public_id: str) -> Webhook | None:
         def select(q: Query) -> Webhook | None:
             row = q(
                 f"SELECT {_COLUMNS} FROM webhooks WHERE public_id = ? AND status <> 'deleted'",
@@ -116,9 +130,9 @@ class SQLWebhooks:
             ).fetchone()
             return webhook(row) if row else None
 
-        return await self._statements(select, write=False)
+        return await self.db.statements(select, write=False)
 
-    async def set_webhook(
+    async def update(
         self,
         public_id: str,
         *,
@@ -148,9 +162,9 @@ class SQLWebhooks:
                 )
             return found
 
-        return await self._statements(update)
+        return await self.db.statements(update)
 
-    async def webhook_deliveries(
+    async def deliveries(
         self, webhook_id: int, *, limit: int, before: int | None = None
     ) -> list[OutboxRow]:
         """A subscription's deliveries, newest first; before: a delivery id (a page's end)."""
@@ -163,9 +177,9 @@ class SQLWebhooks:
             ).fetchall()
             return [OutboxRow(*row) for row in rows]
 
-        return await self._statements(select, write=False)
+        return await self.db.statements(select, write=False)
 
-    async def webhook_delivery(self, webhook_id: int, delivery_id: int) -> OutboxRow | None:
+    async def delivery(self, webhook_id: int, delivery_id: int) -> OutboxRow | None:
         """One delivery of a subscription (its outbox row id), or None if it has none such."""
 
         def select(q: Query) -> OutboxRow | None:
@@ -175,7 +189,7 @@ class SQLWebhooks:
             ).fetchone()
             return OutboxRow(*row) if row else None
 
-        return await self._statements(select, write=False)
+        return await self.db.statements(select, write=False)
 
     async def retry_delivery(
         self, webhook_id: int, delivery_id: int, *, now: float
@@ -194,4 +208,4 @@ class SQLWebhooks:
             ).fetchone()
             return OutboxRow(*row) if row else None
 
-        return await self._statements(update)
+        return await self.db.statements(update)

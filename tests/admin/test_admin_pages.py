@@ -177,9 +177,9 @@ def test_every_admin_template_renders_against_real_data(
             for url in (http_sink.url + "/sub", closed, http_sink.url + "/off"):
                 made = await admin.post("/admin/webhooks", {"url": url, "events": "score.drop"})
                 assert made.status_code == 200 and "shown only now" in made.text, made.text
-            hooks = await store.webhooks()
+            hooks = await store.webhooks.all()
             off = next(h for h in hooks if h.url.endswith("/off"))
-            await store.set_webhook(
+            await store.webhooks.update(
                 off.public_id, now=admin.clock(), status="disabled", reason="410 Gone"
             )
             first = events.sample("score.drop", id="evt_page_1", sessionId="sess_1", score=12)
@@ -202,7 +202,7 @@ def test_every_admin_template_renders_against_real_data(
             assert 'class="state disabled">disabled</span> (410 Gone)' in page
             assert page.count('class="state active"') == 2
             await until(
-                lambda: store.count_dead(), "a dead notification (the closed notifier port)"
+                lambda: store.outbox.count_dead(), "a dead notification (the closed notifier port)"
             )
             # Silences: one from the form, odd rows written as an older version could have.
             made = await admin.post(
@@ -223,7 +223,7 @@ def test_every_admin_template_renders_against_real_data(
                 role="reader", now=BEYOND_DATES,
             )  # fmt: skip
             assert "after 9999" in await admin.page("/admin/keys")
-            await store.add_webhook(
+            await store.webhooks.add(
                 public_id="wh_odd", url="https://odd.example/", events=["score.drop"],
                 threshold=None, format="service", secret="s" * 32, now=BEYOND_DATES,
             )  # fmt: skip

@@ -70,7 +70,7 @@ async def history(store: Store) -> None:
 
 
 async def snapshot(store: Store) -> dict[str, Any]:
-    rows = await store.deliveries()
+    rows = await store.outbox.deliveries()
 
     def read(tx: Tx) -> dict[str, Any]:
         return {
@@ -85,7 +85,7 @@ async def snapshot(store: Store) -> dict[str, Any]:
 
     found = await store.transact(read)
     found["outbox"] = [(r.id, r.event_id, r.state, r.reason, r.replay) for r in rows]
-    found["replay"] = await store.replay_status(1)
+    found["replay"] = await store.events.replay_status(1)
     return found
 
 

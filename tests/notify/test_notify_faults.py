@@ -159,9 +159,12 @@ def test_an_admin_bulk_retry_that_fails_unexpectedly_says_so_on_its_page(
     from receiver.admin.notifications import run_bulk
     from receiver.admin.views import AdminPages
 
-    class Store:
+    class Outbox:
         async def retry_dead_batch(self, notifier: str | None, *, limit: int, now: float) -> int:
             raise UnicodeEncodeError("ascii", "évt", 0, 1, "ordinal not in range(128)")
+
+    class Store:
+        outbox = Outbox()
 
     pages = AdminPages(
         Store(),  # type: ignore[arg-type]

@@ -150,8 +150,8 @@ def test_a_failed_write_is_remembered_until_a_write_commits(tmp_path: Path) -> N
         locker.close()
         # Reads, and writes that change nothing (nothing due, a duplicate), need no disk
         # space: they prove nothing, so the failure stays.
-        await store.next_due()
-        await store.claim_due(now=0, limit=10, lease=10)
+        await store.outbox.next_due()
+        await store.outbox.claim_due(now=0, limit=10, lease=10)
         seen.append(store.last_write_error)
         await store.check_writable()  # a real write: it clears
         seen.append(store.last_write_error)

@@ -21,7 +21,7 @@ async def add(store: Store, rule: str, *, now: float, alert: str, kind: str, **m
         tx.outbox.add("evt_1", n, state="pending", now=now, kind=kind, alert=alert, episode=1)
 
     await store.transact(work)
-    [row] = [r for r in await store.deliveries(limit=100) if r.rule == rule]
+    [row] = [r for r in await store.outbox.deliveries(limit=100) if r.rule == rule]
     return row.id
 
 
@@ -34,25 +34,27 @@ def test_a_resolved_message_waits_for_its_opener_after_an_outage(store_url: str)
         await store.events.accept(*event(1))
         await store.transact(lambda tx: tx.events.mark_routed(["evt_1"], 100.0))
         opener = await add(store, "opener", now=100.0, alert="user:u1", kind="event")
-        [first] = await store.claim_due(now=100.0, limit=10, lease=30)
+        [first] = await store.outbox.claim_due(now=100.0, limit=10, lease=30)
         assert first.id == opener
         # The mail server is down: the opener waits for its retry at 500.
-        await store.mark_failed(opener, error="smtp down", now=101.0, retry_at=500.0)
+        await store.outbox.mark_failed(opener, error="smtp down", now=101.0, retry_at=500.0)
         await add(store, "resolved", now=200.0, alert="user:u1", kind="resolved")
         await add(store, "other-target", now=200.0, alert="user:u1", kind="resolved", target=1)
         await add(store, "other-alert", now=200.0, alert="user:u2", kind="event")
-        rows = await store.claim_due(now=300.0, limit=10, lease=30)
+        rows = await store.outbox.claim_due(now=300.0, limit=10, lease=30)
         for row in rows:
-            await store.mark_delivered(row.id, now=301.0)
+            await store.outbox.mark_delivered(row.id, now=301.0)
         seen = [claimed(rows)]
         lanes = {("mail", 0): 8, ("mail", 1): 8}
-        seen.append(claimed(await store.claim_due(now=400.0, limit=0, lease=30, lanes=lanes)))
+        seen.append(
+            claimed(await store.outbox.claim_due(now=400.0, limit=0, lease=30, lanes=lanes))
+        )
         # At 500 the opener is due again; the resolved message still waits behind it...
-        seen.append(claimed(await store.claim_due(now=500.0, limit=10, lease=30)))
-        seen.append(claimed(await store.claim_due(now=501.0, limit=10, lease=30)))
+        seen.append(claimed(await store.outbox.claim_due(now=500.0, limit=10, lease=30)))
+        seen.append(claimed(await store.outbox.claim_due(now=501.0, limit=10, lease=30)))
         # ...until it is sent.
-        await store.mark_delivered(opener, now=502.0)
-        seen.append(claimed(await store.claim_due(now=502.0, limit=10, lease=30)))
+        await store.outbox.mark_delivered(opener, now=502.0)
+        seen.append(claimed(await store.outbox.claim_due(now=502.0, limit=10, lease=30)))
         return seen
 
     assert run(store_url, go) == [
@@ -72,9 +74,9 @@ def test_a_message_behind_one_that_failed_for_good_goes_out(store_url: str) -> N
         await store.transact(lambda tx: tx.events.mark_routed(["evt_1"], 100.0))
         opener = await add(store, "opener", now=100.0, alert="a", kind="event")
         await add(store, "repeat", now=100.0, alert="a", kind="repeat")
-        seen = [claimed(await store.claim_due(now=100.0, limit=10, lease=30))]
-        await store.mark_failed(opener, error="gone", now=101.0, retry_at=None)
-        seen.append(claimed(await store.claim_due(now=101.0, limit=10, lease=30)))
+        seen = [claimed(await store.outbox.claim_due(now=100.0, limit=10, lease=30))]
+        await store.outbox.mark_failed(opener, error="gone", now=101.0, retry_at=None)
+        seen.append(claimed(await store.outbox.claim_due(now=101.0, limit=10, lease=30)))
         return seen
 
     assert run(store_url, go) == [["opener"], ["repeat"]]

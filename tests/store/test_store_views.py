@@ -254,7 +254,7 @@ def test_an_upgrade_projects_the_events_routed_before(tmp_path: Any) -> None:
     this version builds their sessions."""
     import sqlite3
 
-    from receiver.store.sql import event_row
+    from receiver.store.events import event_row
     from receiver.store.sqlite.schema import MIGRATIONS
 
     db = str(tmp_path / "old.db")
@@ -369,7 +369,7 @@ def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: s
     from receiver.store.records import subscriber_delivery
 
     async def go(store: Store) -> tuple[Any, ...]:
-        hook = await store.add_webhook(
+        hook = await store.webhooks.add(
             public_id="wh_1",
             url="https://a.example/h",
             events=["score.drop"],
@@ -378,7 +378,7 @@ def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: s
             secret="s1",
             now=1.0,
         )
-        other = await store.add_webhook(
+        other = await store.webhooks.add(
             public_id="wh_2",
             url="https://b.example/h",
             events=["score.drop"],
@@ -401,16 +401,16 @@ def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: s
             ]
 
         ids = await store.transact(queue)
-        page = await store.webhook_deliveries(hook.id, limit=2)
-        rest = await store.webhook_deliveries(hook.id, limit=2, before=page[-1].id)
-        rotated = await store.set_webhook("wh_1", now=4.0, secret="s2")
-        await store.mark_failed(ids[0], error="HTTP 500", now=5.0, retry_at=None)
-        retried = await store.retry_delivery(hook.id, ids[0], now=6.0)
-        wrong = await store.retry_delivery(other.id, ids[0], now=6.0)
-        disabled = await store.set_webhook("wh_2", now=7.0, status="disabled", reason="410")
-        active = await store.webhooks(active_only=True)
-        deleted = await store.set_webhook("wh_1", now=8.0, status="deleted")
-        after = await store.webhook_deliveries(hook.id, limit=10)
+        page = await store.webhooks.deliveries(hook.id, limit=2)
+        rest = await store.webhooks.deliveries(hook.id, limit=2, before=page[-1].id)
+        rotated = await store.webhooks.update("wh_1", now=4.0, secret="s2")
+        await store.outbox.mark_failed(ids[0], error="HTTP 500", now=5.0, retry_at=None)
+        retried = await store.webhooks.retry_delivery(hook.id, ids[0], now=6.0)
+        wrong = await store.webhooks.retry_delivery(other.id, ids[0], now=6.0)
+        disabled = await store.webhooks.update("wh_2", now=7.0, status="disabled", reason="410")
+        active = await store.webhooks.all(active_only=True)
+        deleted = await store.webhooks.update("wh_1", now=8.0, status="deleted")
+        after = await store.webhooks.deliveries(hook.id, limit=10)
         return (
             hook,
             page,
@@ -422,8 +422,8 @@ def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: s
             active,
             deleted,
             after,
-            await store.webhook("wh_1"),
-            await store.webhooks(),
+            await store.webhooks.get("wh_1"),
+            await store.webhooks.all(),
         )
 
     hook, page, rest, rotated, retried, wrong, disabled, active, deleted, after, gone, listed = run(

@@ -30,15 +30,15 @@ def test_prune_deletes_failed_rows_whose_event_was_pruned_while_they_waited(
         for i in range(3):
             await store.events.accept(*event(i))
             await queue(store, f"evt_{i}", [hook_note(i)], now=1.0)
-        rows = await store.claim_due(now=1.0, limit=5, lease=30)
+        rows = await store.outbox.claim_due(now=1.0, limit=5, lease=30)
         assert len(rows) == 3
         first = await store.events.prune(before=2000.0, limit=100)  # all three still in flight
         dead, delivered, retrying = sorted(rows, key=lambda r: r.event_id)
-        await store.mark_failed(dead.id, error="HTTP 500", now=50.0, retry_at=None)
-        await store.mark_delivered(delivered.id, now=50.0)
-        await store.mark_failed(retrying.id, error="HTTP 500", now=50.0, retry_at=3000.0)
+        await store.outbox.mark_failed(dead.id, error="HTTP 500", now=50.0, retry_at=None)
+        await store.outbox.mark_delivered(delivered.id, now=50.0)
+        await store.outbox.mark_failed(retrying.id, error="HTTP 500", now=50.0, retry_at=3000.0)
         second = await store.events.prune(before=100.0, limit=100)
-        left = [(r.event_id, r.state) for r in await store.deliveries()]
+        left = [(r.event_id, r.state) for r in await store.outbox.deliveries()]
         return first, second, left
 
     first, second, left = run(store_url, go)
@@ -52,7 +52,7 @@ def test_prune_deletes_failed_rows_whose_event_was_pruned_while_they_waited(
 def test_subscriptions_belong_to_their_key_and_a_key_has_at_most_cap(store_url: str) -> None:
     async def go(store: Store) -> Any:
         async def add(n: int, owner: int | None, cap: int | None = 2) -> Any:
-            return await store.add_webhook(
+            return await store.webhooks.add(
                 public_id=f"wh_{n}",
                 url="https://hooks.example.com/in",
                 events=["score.drop"],
@@ -68,14 +68,14 @@ def test_subscriptions_belong_to_their_key_and_a_key_has_at_most_cap(store_url: 
         refused = await add(3, owner=7)  # the key's third: over its cap of 2
         other = await add(4, owner=8)
         operator = await add(5, owner=None)  # the CLI's: no key, no cap
-        await store.set_webhook("wh_1", now=2.0, status="deleted")
+        await store.webhooks.update("wh_1", now=2.0, status="deleted")
         again = await add(6, owner=7)  # a deleted one no longer counts
         return (
             [one.owner, two.owner, refused, other.owner, operator.owner, again.owner],
-            (await store.webhook("wh_2")).owner,  # type: ignore[union-attr]
-            [h.public_id for h in await store.webhooks(owner=7)],
-            [h.public_id for h in await store.webhooks()],
-            [h.owner for h in await store.webhooks(active_only=True)],
+            (await store.webhooks.get("wh_2")).owner,  # type: ignore[union-attr]
+            [h.public_id for h in await store.webhooks.all(owner=7)],
+            [h.public_id for h in await store.webhooks.all()],
+            [h.owner for h in await store.webhooks.all(active_only=True)],
         )
 
     owners, read, sevens, every, active = run(store_url, go)
@@ -117,7 +117,7 @@ def test_creates_of_one_key_at_once_keep_to_its_cap(pg_url: str) -> None:
                 )
             made = await asyncio.gather(
                 *(
-                    s.add_webhook(
+                    s.webhooks.add(
                         public_id=f"wh_race_{n}_{i}",
                         url="https://hooks.example.com/in",
                         events=["score.drop"],
@@ -133,7 +133,7 @@ def test_creates_of_one_key_at_once_keep_to_its_cap(pg_url: str) -> None:
                 )
             )
             return sum(hook is not None for hook in made), len(
-                await stores[0].webhooks(owner=key.id)
+                await stores[0].webhooks.all(owner=key.id)
             )
         finally:
             for store in stores:

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from receiver.errors import StoreError
-from receiver.store.admin import ADMIN_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
-from receiver.store.sql import OUTBOX_ORDER_SCHEMA
+from receiver.store.events import ADMIN_SCHEMA
+from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA

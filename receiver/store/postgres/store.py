@@ -30,25 +30,23 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
 from receiver.logs import redact_url
-from receiver.store.admin import SQLAdmin
 from receiver.store.alerts import SQLAlerts
-from receiver.store.attempts import SQLAttempts
 from receiver.store.base import Accepted, OnAccepted, Tx
-from receiver.store.events import SQLEvents
+from receiver.store.events import SQLEvents, event_row
 from receiver.store.history import SQLHistory
 from receiver.store.keys import SQLKeys
 from receiver.store.legacy import Flat
+from receiver.store.outbox import SQLOutbox
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
-from receiver.store.sql import Query, SQLOutbox, event_row
-from receiver.store.statements import POSTGRES
+from receiver.store.statements import POSTGRES, Query
 from receiver.store.stats import SQLStats
 from receiver.store.upstream_state import SQLUpstream
 from receiver.store.views import SQLSessions
@@ -76,7 +74,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
+class PostgresStore(Flat):
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -108,6 +106,8 @@ class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
         )
         self.alerts = SQLAlerts(self)
         self.stats = SQLStats(self, size=self._size)
+        self.outbox = SQLOutbox(self)
+        self.webhooks = SQLWebhooks(self)
         self.prepare_threshold = prepare_threshold
         # Why the last statement failed, while none has succeeded since (/readyz). With a
         # server at the other end, reads fail the same way writes do, so both count.
@@ -287,31 +287,18 @@ class PostgresStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
     async def transact(self, fn: Callable[[Tx], T]) -> T:
         return await self._call(lambda conn: fn(PostgresTx(conn)))
 
-    # -- delivery and operator commands (shared: receiver.store.sql.SQLOutbox) -------------
-
-    _claim_lock = " FOR UPDATE SKIP LOCKED"  # replicas claim disjoint rows
-
-    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
-        return await self.statements(fn, write=write)
-
-    async def statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
-        return await self._call(lambda conn: fn(functools.partial(query, conn)))
-
-    def _in(self, column: str, values: Iterable[Any]) -> tuple[str, Any]:
-        return f"{column} = ANY(?)", list(values)
-
     async def _size(self) -> int:
         """Bytes on disk of the whole database."""
         return int(
-            await self._read(
+            await self.read(
                 lambda q: q("SELECT pg_database_size(current_database())", ()).fetchone()[0]
             )
         )
 
     # -- the roles' statements (receiver.store.statements.Runner) ----------------------------
 
-    async def _read(self, fn: Callable[[Query], T]) -> T:
-        return await self.read(fn)
+    async def statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
+        return await self._call(lambda conn: fn(functools.partial(query, conn)))
 
     async def read(self, fn: Callable[[Query], T]) -> T:
         return await self.statements(fn, write=False)

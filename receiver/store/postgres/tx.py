@@ -13,7 +13,7 @@ from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNo
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.legacy import TX_NAMES, Flat
-from receiver.store.outbox import TxOutbox
+from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.schema import lock_key
 from receiver.store.records import Alert, StoredEvent
 from receiver.store.routing import SQLTxDigests, SQLTxSilences, SQLTxState, SQLTxThrottle
@@ -171,7 +171,7 @@ class PostgresTx(Flat):
         self.events = PostgresTxEvents(st)
         self.webhooks = PostgresTxWebhooks(st)
         self.sessions = SQLTxSessions(st)
-        self.outbox = TxOutbox(st, ahead)
+        self.outbox = SQLTxOutbox(st, ahead)
         self.alerts = PostgresTxAlerts(st, ahead)
         self.notices = SQLTxNotices(st, ahead)
         self.digests = PostgresTxDigests(st)

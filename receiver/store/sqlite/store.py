@@ -11,7 +11,6 @@ never waits on either.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sqlite3
@@ -24,18 +23,17 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import _Event as Event
-from receiver.store.admin import SQLAdmin
 from receiver.store.alerts import SQLAlerts
-from receiver.store.attempts import SQLAttempts
 from receiver.store.base import Accepted, OnAccepted
-from receiver.store.events import SQLEvents
+from receiver.store.events import SQLEvents, event_row
 from receiver.store.history import SQLHistory
 from receiver.store.keys import SQLKeys
 from receiver.store.legacy import Flat
-from receiver.store.sql import Query, SQLOutbox, event_row
+from receiver.store.outbox import SQLOutbox
+from receiver.store.sqlite import events
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
-from receiver.store.statements import SQLITE
+from receiver.store.statements import SQLITE, Query
 from receiver.store.stats import SQLStats
 from receiver.store.upstream_state import SQLUpstream
 from receiver.store.views import SQLSessions
@@ -54,20 +52,6 @@ PRESSURE_WINDOW = 0.25  # seconds a burst is remembered
 # Free space the readiness probe wants beside the database: the probe's own one-row write
 # can still commit into a WAL that has room while an event, which needs new pages, cannot.
 DISK_HEADROOM = 256 * 1024
-_INSERT_EVENT = (
-    "INSERT OR IGNORE INTO events (id, type, session_id, user_id, score, threshold,"
-    " event_ts, received_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-# A group in few statements: multi-row INSERTs that return the ids they stored, so what
-# they did not store is a duplicate.
-_CHUNKS = (64, 16, 4, 1)  # rows per INSERT; few distinct statements for the statement cache
-_INSERT_ROWS = {
-    n: _INSERT_EVENT.removesuffix("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
-    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * n)
-    + " RETURNING id"
-    for n in _CHUNKS
-}
-
 Result = tuple["asyncio.Future[Any]", Any, BaseException | None]
 
 
@@ -77,46 +61,6 @@ class _Accept:
     def __init__(self, future: asyncio.Future[Accepted], params: tuple[Any, ...]) -> None:
         self.future = future
         self.params = params
-
-
-def _insert_batch(conn: sqlite3.Connection, accepts: list[_Accept]) -> list[Accepted]:
-    """Insert a group of accepted events in the open transaction; "new" for each one new.
-
-    An id already stored, or seen earlier in the same group, is a "duplicate", or a
-    "conflict" if its raw body differs from the stored one. Only a group with duplicates
-    pays for reading bodies back: one SELECT for all of them.
-    """
-    stored: set[str] = set()
-    for start in range(0, len(accepts), _CHUNKS[0]):
-        rows = accepts[start : start + _CHUNKS[0]]
-        done = 0
-        while done < len(rows):
-            size = next(n for n in _CHUNKS if n <= len(rows) - done)
-            params = [value for job in rows[done : done + size] for value in job.params]
-            stored.update(row[0] for row in conn.execute(_INSERT_ROWS[size], params))
-            done += size
-    results: list[Accepted] = []
-    for job in accepts:
-        event_id = job.params[0]
-        results.append("new" if event_id in stored else "duplicate")
-        stored.discard(event_id)  # a second copy in the same group is a duplicate
-    if "duplicate" in results:
-        ids = json.dumps(
-            [job.params[0] for job, r in zip(accepts, results, strict=True) if r == "duplicate"]
-        )
-        # The first copy of an id repeated within the group is already in, so it is read too.
-        # Counted for the admin page; the UPDATE reads the bodies back too.
-        bodies = dict(
-            conn.execute(
-                "UPDATE events SET duplicates = duplicates + 1"
-                " WHERE id IN (SELECT value FROM json_each(?)) RETURNING id, body",
-                (ids,),
-            ).fetchall()
-        )
-        for i, (job, result) in enumerate(zip(accepts, results, strict=True)):
-            if result == "duplicate" and bodies.get(job.params[0], job.params[8]) != job.params[8]:
-                results[i] = "conflict"
-    return results
 
 
 class _Call:
@@ -146,7 +90,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
+class SQLiteStore(Flat):
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -177,6 +121,8 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
         )
         self.alerts = SQLAlerts(self)
         self.stats = SQLStats(self, size=self._size)
+        self.outbox = SQLOutbox(self)
+        self.webhooks = SQLWebhooks(self)
         self.schema_version = 0  # once open: the schema it was migrated to
         self._conn: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -351,7 +297,7 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
     def _insert(self, conn: sqlite3.Connection, accepts: list[_Accept]) -> list[Result]:
         conn.execute("SAVEPOINT accepts")
         try:
-            new = _insert_batch(conn, accepts)
+            new = events.insert_batch(conn, [job.params for job in accepts])
         except Exception as exc:  # noqa: BLE001 - refused, the senders retry; calls go on
             _undo(conn, "accepts", exc)
             log.exception("storing %d events failed", len(accepts))
@@ -400,15 +346,7 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
     ) -> None:
         now = self.clock()
-
-        def insert(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO quarantine (received_at, reason, client, event_id, body)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (now, reason, client, event_id, raw),
-            )
-
-        await self._call(insert)
+        await self._call(lambda conn: events.quarantine(conn, now, raw, reason, client, event_id))
 
     async def check_writable(self) -> None:
         """Commit a one-row write (the schema version, rewritten as it is): it needs a page
@@ -431,72 +369,8 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
             )
 
     async def _prune(self, before: float, *, limit: int) -> dict[str, int]:
-        """Delete one batch of what is older than before (received_at, epoch seconds).
-
-        Looks only at the oldest `limit` rows by arrival (rowid) order, so a batch costs the
-        same on a table of ten million rows as on a small one and needs no index; a row that
-        arrived out of clock order is pruned once it reaches the head. Unrouted events, and
-        notifications still to send (pending, held, sending), are kept.
-        """
-
-        def delete(conn: sqlite3.Connection) -> dict[str, int]:
-            ids = conn.execute(
-                "SELECT json_group_array(id) FROM (SELECT id, received_at, routed_at FROM events"
-                " ORDER BY rowid LIMIT ?) WHERE received_at < ? AND routed_at IS NOT NULL",
-                (limit, before),
-            ).fetchone()[0]
-            gone = conn.execute(
-                "DELETE FROM outbox WHERE event_id IN (SELECT value FROM json_each(?))"
-                " AND state NOT IN ('pending', 'held', 'sending') RETURNING id",
-                (ids,),
-            ).fetchall()
-            # Finished rows whose event went first (pruned while they were still to send)
-            # belong to no event any more: the head of the outbox, by id, finished before.
-            gone += conn.execute(
-                "DELETE FROM outbox WHERE id IN (SELECT id FROM (SELECT id, state, updated_at"
-                " FROM outbox ORDER BY id LIMIT ?) WHERE updated_at < ?"
-                " AND state IN ('delivered', 'dead', 'cancelled')) RETURNING id",
-                (limit, before),
-            ).fetchall()
-            outbox = len(gone)
-            conn.execute(  # their attempt logs go with them
-                "DELETE FROM outbox_attempts WHERE outbox_id IN (SELECT value FROM json_each(?))",
-                (json.dumps([row[0] for row in gone]),),
-            )
-            events = conn.execute(
-                "DELETE FROM events WHERE id IN (SELECT value FROM json_each(?))", (ids,)
-            ).rowcount
-            quarantine = conn.execute(
-                "DELETE FROM quarantine WHERE id IN (SELECT id FROM quarantine ORDER BY id"
-                " LIMIT ?) AND received_at < ?",
-                (limit, before),
-            ).rowcount
-            # The lifecycle's own state: resolved alerts, finished notices, digests, silences.
-            # A resolved alert pruned here cannot make a late event stale any more, but by
-            # then RECEIVER_MAX_EVENT_AGE (shorter than retention) refuses such an event.
-            lifecycle = sum(
-                conn.execute(sql, (before, limit)).rowcount
-                for sql in (
-                    "DELETE FROM alerts WHERE rowid IN (SELECT rowid FROM alerts"
-                    " WHERE state = 'resolved' AND updated_at < ? LIMIT ?)",
-                    "DELETE FROM notices WHERE rowid IN (SELECT rowid FROM notices"
-                    " WHERE next_repeat_at IS NULL AND notified_at < ? LIMIT ?)",
-                    "DELETE FROM groups WHERE id IN (SELECT id FROM groups"
-                    " WHERE closes_at < ? LIMIT ?)",
-                    "DELETE FROM silences WHERE id IN (SELECT id FROM silences"
-                    " WHERE ends_at < ? LIMIT ?)",
-                    "DELETE FROM replays WHERE id IN (SELECT id FROM replays"
-                    " WHERE requested_at < ? LIMIT ?)",
-                )
-            )
-            return {
-                "events": events,
-                "outbox": outbox,
-                "quarantine": quarantine,
-                "lifecycle": lifecycle,
-            }
-
-        return await self._call(delete)
+        """One batch of retention (receiver.store.sqlite.events.prune)."""
+        return await self._call(lambda conn: events.prune(conn, before, limit))
 
     # -- routing ----------------------------------------------------------------------------
 
@@ -504,10 +378,7 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
         """Run fn in one write transaction (a savepoint of a cycle): all of it commits, or none."""
         return await self._call(lambda conn: fn(SQLiteTx(conn)))
 
-    # -- delivery and operator commands (shared: receiver.store.sql.SQLOutbox) -------------
-
-    async def _statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
-        return await self.statements(fn, write=write)
+    # -- the roles' statements (receiver.store.statements.Runner) ----------------------------
 
     async def statements(self, fn: Callable[[Query], T], *, write: bool = True) -> T:
         return await self._call(lambda conn: fn(conn.execute), write=write)
@@ -516,11 +387,6 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
         """Bytes on disk: the database file and its write-ahead log."""
         wal = self.path.with_name(self.path.name + "-wal")
         return sum(p.stat().st_size for p in (self.path, wal) if p.exists())
-
-    # -- the roles' statements (receiver.store.statements.Runner) ----------------------------
-
-    async def _read(self, fn: Callable[[Query], T]) -> T:
-        return await self.read(fn)
 
     async def read(self, fn: Callable[[Query], T]) -> T:
         """fn(query) in one read transaction (a snapshot) on a reader thread's connection."""
@@ -553,33 +419,10 @@ class SQLiteStore(SQLOutbox, SQLWebhooks, SQLAdmin, SQLAttempts, Flat):
     async def _replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False
     ) -> int | None:
-        """Ask the router to route a stored event again; the request's id, or None if no
-        event has that id. See records.Replay. StoreError for an event never routed yet
-        (its first routing must apply it to its alert); a request still waiting is
-        replaced by this one."""
-
-        def request(conn: sqlite3.Connection) -> int | None:
-            row = conn.execute(
-                "SELECT routed_at, replay FROM events WHERE id = ?", (event_id,)
-            ).fetchone()
-            if row is None:
-                return None
-            if row[0] is None and row[1] is None:
-                raise StoreError(
-                    f"event {event_id} has not been routed yet; the server routes it in turn"
-                    " (replay it once it has been)"
-                )
-            cur = conn.execute(
-                "INSERT INTO replays (event_id, requested_at, respect_lifecycle) VALUES (?, ?, ?)",
-                (event_id, now, int(respect_lifecycle)),
-            )
-            replay_id = int(cur.lastrowid or 0)
-            conn.execute(
-                "UPDATE events SET routed_at = NULL, replay = ? WHERE id = ?", (replay_id, event_id)
-            )
-            return replay_id
-
-        return await self._call(request)
+        """A replay request (receiver.store.sqlite.events.request_replay)."""
+        return await self._call(
+            lambda conn: events.request_replay(conn, event_id, now, respect_lifecycle)
+        )
 
 
 def _free_bytes(path: Path) -> int | None:

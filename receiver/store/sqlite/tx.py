@@ -16,7 +16,7 @@ from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNo
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.legacy import TX_NAMES, Flat
-from receiver.store.outbox import TxOutbox
+from receiver.store.outbox import SQLTxOutbox
 from receiver.store.records import Alert, StoredEvent
 from receiver.store.routing import SQLTxDigests, SQLTxSilences, SQLTxState, SQLTxThrottle
 from receiver.store.statements import SQLITE
@@ -125,7 +125,7 @@ class SQLiteTx(Flat):
         self.events = SQLiteTxEvents(st)
         self.webhooks = SQLTxWebhooks(st)
         self.sessions = SQLTxSessions(st)
-        self.outbox = TxOutbox(st, ahead)
+        self.outbox = SQLTxOutbox(st, ahead)
         self.alerts = SQLiteTxAlerts(st, ahead)
         self.notices = SQLTxNotices(st, ahead)
         self.digests = SQLTxDigests(st)

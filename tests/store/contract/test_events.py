@@ -119,7 +119,7 @@ def test_route_writes_the_outbox_once_and_marks_routed(tx_url: str) -> None:
             first,
             again,
             await store.transact(lambda tx: tx.events.unrouted(10)),
-            await store.deliveries(),
+            await store.outbox.deliveries(),
         )
 
     first, again, unrouted, rows = run(tx_url, go)
@@ -153,7 +153,7 @@ def test_replay_routes_a_stored_event_again_and_reports_its_rows(store_url: str)
         missing = await store.events.replay("nope", now=2.0)
         [again] = await store.transact(lambda tx: tx.events.unrouted(5))
         assert replayed is not None and again.replay == replayed
-        before = await store.replay_status(replayed)
+        before = await store.events.replay_status(replayed)
 
         def route(tx: Tx) -> None:
             tx.outbox.add("evt_1", note("r"), state="pending", now=3.0, replay=replayed)
@@ -161,7 +161,7 @@ def test_replay_routes_a_stored_event_again_and_reports_its_rows(store_url: str)
             tx.events.mark_routed(["evt_1"], 3.0)
 
         await store.transact(route)
-        return replayed, missing, before, await store.replay_status(replayed)
+        return replayed, missing, before, await store.events.replay_status(replayed)
 
     replayed, missing, (request, rows), (done, [row]) = run(store_url, go)
     assert missing is None and rows == []
@@ -176,14 +176,14 @@ def test_prune_deletes_what_is_old_and_finished_only(store_url: str) -> None:
             await store.events.accept(*event(i))
         await queue(store, "evt_0", [note("done")], now=1.0)
         await queue(store, "evt_1", [note("waiting")], now=1.0)
-        [done, _] = await store.claim_due(now=1.0, limit=5, lease=30)  # both in flight
-        await store.mark_delivered(done.id, now=2.0)
+        [done, _] = await store.outbox.claim_due(now=1.0, limit=5, lease=30)  # both in flight
+        await store.outbox.mark_delivered(done.id, now=2.0)
         await store.events.quarantine(
             b"\xff{", reason="invalid_json", client="127.0.0.1", event_id=None
         )
         counts = await store.events.prune(before=2000.0, limit=100)
         left = [e.id for e in await store.transact(lambda tx: tx.events.unrouted(10))]
-        return counts, left, [(r.event_id, r.state) for r in await store.deliveries()]
+        return counts, left, [(r.event_id, r.state) for r in await store.outbox.deliveries()]
 
     counts, left, rows = run(store_url, go)
     # evt_0 and evt_1 were routed; evt_1's notification is still pending, so only its event

@@ -91,10 +91,10 @@ def test_the_noise_report_counts_a_periods_notifications(store_url: str) -> None
             return ids
 
         ids = await store.transact(work)
-        await store.mark_delivered(ids[0], now=BASE + 13)  # 3 s after e1 arrived
-        await store.mark_delivered(ids[1], now=BASE + 20)  # 10 s
-        await store.mark_delivered(ids[2], now=BASE + DAY + 5)
-        await store.mark_failed(ids[4], error="HTTP 500", now=BASE + DAY + 8, retry_at=None)
+        await store.outbox.mark_delivered(ids[0], now=BASE + 13)  # 3 s after e1 arrived
+        await store.outbox.mark_delivered(ids[1], now=BASE + 20)  # 10 s
+        await store.outbox.mark_delivered(ids[2], now=BASE + DAY + 5)
+        await store.outbox.mark_failed(ids[4], error="HTTP 500", now=BASE + DAY + 8, retry_at=None)
         return await store.history.noise(BASE, BASE + 2 * DAY, flapping=3)
 
     found = run(store_url, go)

@@ -23,7 +23,7 @@ def test_add_many_queues_each_row_as_add_would(tx_url: str) -> None:
         )
         return sorted(
             (r.event_id, r.notifier, r.target, r.title, r.body, r.state, r.next_at, r.kind)
-            for r in await store.deliveries()
+            for r in await store.outbox.deliveries()
         )
 
     assert run(tx_url, go) == [
@@ -48,7 +48,7 @@ def test_held_rows_are_cancelled_and_sent_is_known(tx_url: str) -> None:
             return before, cancelled
 
         before, cancelled = await store.transact(work)
-        return before, cancelled, await store.deliveries()
+        return before, cancelled, await store.outbox.deliveries()
 
     before, cancelled, rows = run(tx_url, go)
     assert before == (False, True, False) and cancelled == 1
@@ -62,23 +62,23 @@ def test_claim_lease_retry_and_dead(store_url: str) -> None:
     async def go(store: Store) -> None:
         await store.events.accept(*event(1))
         await queue(store, "evt_1", [note()], now=100.0)
-        [row] = await store.claim_due(now=100.0, limit=5, lease=30)
+        [row] = await store.outbox.claim_due(now=100.0, limit=5, lease=30)
         assert row.state == "sending" and row.attempts == 1
-        assert await store.claim_due(now=110.0, limit=5, lease=30) == []  # leased
-        [again] = await store.claim_due(now=131.0, limit=5, lease=30)  # lease ran out
+        assert await store.outbox.claim_due(now=110.0, limit=5, lease=30) == []  # leased
+        [again] = await store.outbox.claim_due(now=131.0, limit=5, lease=30)  # lease ran out
         assert again.attempts == 2
-        await store.mark_failed(row.id, error="down", now=131.0, retry_at=200.0)
-        assert await store.next_due() == 200.0
-        assert await store.claim_due(now=150.0, limit=5, lease=30) == []
-        [third] = await store.claim_due(now=200.0, limit=5, lease=30)
-        await store.mark_failed(third.id, error="still down", now=201.0, retry_at=None)
-        [dead] = await store.deliveries(state="dead")
+        await store.outbox.mark_failed(row.id, error="down", now=131.0, retry_at=200.0)
+        assert await store.outbox.next_due() == 200.0
+        assert await store.outbox.claim_due(now=150.0, limit=5, lease=30) == []
+        [third] = await store.outbox.claim_due(now=200.0, limit=5, lease=30)
+        await store.outbox.mark_failed(third.id, error="still down", now=201.0, retry_at=None)
+        [dead] = await store.outbox.deliveries(state="dead")
         assert dead.last_error == "still down"
-        assert await store.retry_dead(None, now=300.0) == 1
-        [fourth] = await store.claim_due(now=300.0, limit=5, lease=30)
-        await store.mark_delivered(fourth.id, now=301.0)
-        assert (await store.deliveries())[0].state == "delivered"
-        assert await store.next_due() is None
+        assert await store.outbox.retry_dead(None, now=300.0) == 1
+        [fourth] = await store.outbox.claim_due(now=300.0, limit=5, lease=30)
+        await store.outbox.mark_delivered(fourth.id, now=301.0)
+        assert (await store.outbox.deliveries())[0].state == "delivered"
+        assert await store.outbox.next_due() is None
 
     run(store_url, go)
 
@@ -92,9 +92,9 @@ def test_claims_keep_to_each_targets_lane(store_url: str) -> None:
         notes += [note("gone", "removed")]
         await queue(store, "evt_1", notes, now=100.0)
         lanes = {("slow", 0): 2, ("fast", 0): 8}
-        first = await store.claim_due(now=100.0, limit=0, lease=30, lanes=lanes)
+        first = await store.outbox.claim_due(now=100.0, limit=0, lease=30, lanes=lanes)
         full = dict.fromkeys(lanes, 0)  # both lanes busy now
-        others = await store.claim_due(now=100.0, limit=5, lease=30, lanes=full)
+        others = await store.outbox.claim_due(now=100.0, limit=5, lease=30, lanes=full)
         return first, others
 
     first, others = run(store_url, go)
@@ -106,11 +106,11 @@ def test_release_gives_back_an_abandoned_send(store_url: str) -> None:
     async def go(store: Store) -> Any:
         await store.events.accept(*event(1))
         await queue(store, "evt_1", [note("a"), note("b")], now=100.0)
-        a, b = await store.claim_due(now=100.0, limit=5, lease=30)
-        await store.mark_delivered(b.id, now=101.0)
-        released = await store.release([a.id, b.id], now=102.0)
-        rows = {r.rule: r for r in await store.deliveries()}
-        return released, rows, await store.claim_due(now=102.0, limit=5, lease=30)
+        a, b = await store.outbox.claim_due(now=100.0, limit=5, lease=30)
+        await store.outbox.mark_delivered(b.id, now=101.0)
+        released = await store.outbox.release([a.id, b.id], now=102.0)
+        rows = {r.rule: r for r in await store.outbox.deliveries()}
+        return released, rows, await store.outbox.claim_due(now=102.0, limit=5, lease=30)
 
     released, rows, reclaimed = run(store_url, go)
     assert released == 1  # the delivered one keeps its outcome
@@ -124,12 +124,12 @@ def test_deliveries_filter_by_state_and_event(store_url: str) -> None:
         for i in (1, 2):
             await store.events.accept(*event(i))
             await queue(store, f"evt_{i}", [note()], now=100.0)
-        [row, _] = await store.claim_due(now=100.0, limit=5, lease=30)
-        await store.mark_delivered(row.id, now=101.0)
+        [row, _] = await store.outbox.claim_due(now=100.0, limit=5, lease=30)
+        await store.outbox.mark_delivered(row.id, now=101.0)
         return (
-            [r.event_id for r in await store.deliveries(state="delivered")],
-            [r.event_id for r in await store.deliveries(event_id="evt_2")],
-            len(await store.deliveries(limit=1)),
+            [r.event_id for r in await store.outbox.deliveries(state="delivered")],
+            [r.event_id for r in await store.outbox.deliveries(event_id="evt_2")],
+            len(await store.outbox.deliveries(limit=1)),
         )
 
     delivered, of_two, limited = run(store_url, go)

@@ -37,8 +37,8 @@ def test_two_replicas_route_disjoint_batches_and_claim_disjoint_rows(pg_url: str
             for i in range(20):
                 await queue(a, f"evt_{i}", [note()], now=100.0)
             claims = await asyncio.gather(
-                a.claim_due(now=100.0, limit=15, lease=30),
-                b.claim_due(now=100.0, limit=15, lease=30),
+                a.outbox.claim_due(now=100.0, limit=15, lease=30),
+                b.outbox.claim_due(now=100.0, limit=15, lease=30),
             )
             return first_ids, second, claims
         finally:

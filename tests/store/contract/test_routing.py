@@ -46,7 +46,7 @@ def test_digest_groups_open_fill_and_release(tx_url: str) -> None:
             return tx.digests.find_open("r", "k", 170.0)
 
         closed = await store.transact(second)
-        return closed, await store.deliveries()
+        return closed, await store.outbox.deliveries()
 
     closed, [row] = run(tx_url, go)
     assert closed is None

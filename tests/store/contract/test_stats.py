@@ -28,11 +28,11 @@ def test_backlog_counts_unrouted_events_and_waiting_rows_by_channel(store_url: s
 
         await store.transact(route)
         seen.append(await store.stats.backlog(1010.0))
-        [first, second] = await store.claim_due(
+        [first, second] = await store.outbox.claim_due(
             now=1008.0, limit=0, lease=30, lanes={("console", 0): 1, ("console", 1): 1}
         )
-        await store.mark_delivered(first.id, now=1009.0)
-        await store.mark_failed(second.id, error="x", now=1009.0, retry_at=None)  # dead
+        await store.outbox.mark_delivered(first.id, now=1009.0)
+        await store.outbox.mark_failed(second.id, error="x", now=1009.0, retry_at=None)  # dead
         seen.append(await store.stats.backlog(1012.0))
         return seen
 

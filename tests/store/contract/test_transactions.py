@@ -27,7 +27,9 @@ def test_a_failing_transaction_writes_nothing(tx_url: str) -> None:
 
         with pytest.raises(ValueError, match="a bug"):
             await store.transact(fail)
-        return await store.transact(lambda tx: tx.events.unrouted(5)), await store.deliveries()
+        return await store.transact(
+            lambda tx: tx.events.unrouted(5)
+        ), await store.outbox.deliveries()
 
     unrouted, rows = run(tx_url, go)
     assert [e.id for e in unrouted] == ["evt_1"] and rows == []
@@ -46,7 +48,7 @@ def test_a_savepoint_rolls_back_its_own_writes_only(tx_url: str) -> None:
                 tx.outbox.add("evt_1", note("also kept"), state="pending", now=5.0)
 
         await store.transact(work)
-        return [row.rule for row in await store.deliveries()]
+        return [row.rule for row in await store.outbox.deliveries()]
 
     assert run(tx_url, go) == ["also kept", "kept"]
 
