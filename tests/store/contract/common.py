@@ -4,10 +4,12 @@ coroutine, sample events and notifications, the router's write of a routed event
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from receiver import events
+from receiver.sessions import Fact
 from receiver.store import Notification, Store, open_store
 from receiver.store.base import Tx
 from receiver.store.memory import MemoryStore
@@ -49,5 +51,34 @@ async def queue(store: Store, event_id: str, notes: list[Notification], now: flo
         if not tx.events.mark_routed([event_id], now):
             return 0
         return len([tx.outbox.add(event_id, n, state="pending", now=now) for n in notes])
+
+    return await store.transact(work)
+
+
+# -- the session projection's events ---------------------------------------------------------
+
+
+def ev(
+    i: int, kind: str = "score.drop", ts: str = "2026-01-01T00:00:00.000Z", **fields: Any
+) -> dict[str, Any]:
+    fields.setdefault("sessionId", "sess_1")
+    return events.sample(kind, id=f"evt_{i}", timestamp=ts, **fields)
+
+
+async def accept(store: Store, *payloads: dict[str, Any]) -> None:
+    for p in payloads:
+        e = events.validate(p)
+        await store.events.accept(e, json.dumps(p).encode())
+
+
+async def route(store: Store) -> int:
+    """What the router does to the projection: fold each unrouted event once, mark it."""
+
+    def work(tx: Tx) -> int:
+        batch = tx.events.unrouted(1000)
+        facts = [Fact.from_payload(json.loads(e.body)) for e in batch]
+        tx.sessions.project([f for f in facts if f is not None])
+        tx.events.mark_routed([e.id for e in batch], 2000.0)
+        return len(batch)
 
     return await store.transact(work)

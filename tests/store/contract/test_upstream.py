@@ -10,8 +10,7 @@ from typing import Any
 from receiver.store import Store, open_store
 from receiver.store.records import SessionQuery
 from receiver.store.upstream_state import bucket_shape, take
-from tests.store.contract.common import run
-from tests.store.test_store_views import accept, ev, route
+from tests.store.contract.common import accept, ev, route, run
 
 
 def test_the_bucket_lets_a_burst_go_then_one_request_per_refill(store_url: str) -> None:

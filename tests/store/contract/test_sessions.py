@@ -1,49 +1,18 @@
-"""The store contract of the read API: the session projection, its reads (the events not
-routed yet folded in), API keys and plan limits; on SQLite and PostgreSQL alike."""
+"""store.sessions and tx.sessions: the session projection, written by routing, read with
+the events not routed yet folded in; pages, totals, score groups, the upgrade."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from receiver import events
-from receiver.sessions import Fact
-from receiver.store import Store, open_store
-from receiver.store.base import Tx
+from receiver.store import Store
 from receiver.store.records import SessionQuery
-from tests.store.contract.common import run
-
-T = TypeVar("T")
-
-
-def ev(
-    i: int, kind: str = "score.drop", ts: str = "2026-01-01T00:00:00.000Z", **fields: Any
-) -> dict[str, Any]:
-    fields.setdefault("sessionId", "sess_1")
-    return events.sample(kind, id=f"evt_{i}", timestamp=ts, **fields)
-
-
-async def accept(store: Store, *payloads: dict[str, Any]) -> None:
-    for p in payloads:
-        e = events.validate(p)
-        await store.events.accept(e, json.dumps(p).encode())
-
-
-async def route(store: Store) -> int:
-    """What the router does to the projection: fold each unrouted event once, mark it."""
-
-    def work(tx: Tx) -> int:
-        batch = tx.events.unrouted(1000)
-        facts = [Fact.from_payload(json.loads(e.body)) for e in batch]
-        tx.sessions.project([f for f in facts if f is not None])
-        tx.events.mark_routed([e.id for e in batch], 2000.0)
-        return len(batch)
-
-    return await store.transact(work)
+from tests.store.contract.common import accept, ev, route, run
 
 
 def test_a_session_is_read_before_and_after_routing_alike(store_url: str) -> None:
@@ -288,166 +257,3 @@ def test_an_upgrade_projects_the_events_routed_before(tmp_path: Any) -> None:
     assert summary.score == 60 and summary.status == "active" and summary.signals == 2
     assert [s for s, _ in history] == [33.0, 60.0]
     assert listed.total == 1 and [s.id for s in listed.sessions] == ["sess_1"]  # hours counted
-
-
-# -- API keys and plan limits -----------------------------------------------------------------
-
-
-def test_keys_are_stored_listed_and_revoked(store_url: str) -> None:
-    async def go(store: Store) -> tuple[Any, ...]:
-        key = await store.keys.add(
-            name="ci", key_hash="h1", prefix="ar_ab", plan="pro", role="reader", now=5.0
-        )
-        with pytest.raises(KeyError):
-            await store.keys.add(
-                name="ci", key_hash="h2", prefix="ar_cd", plan="pro", role="reader", now=6.0
-            )
-        found = await store.keys.authorize("h1", now=10.0)
-        unknown = await store.keys.authorize("h9", now=10.0)
-        revoked = await store.keys.revoke("ci", now=11.0)
-        again = await store.keys.revoke("ci", now=12.0)
-        after = await store.keys.authorize("h1", now=13.0)
-        return key, found, unknown, revoked, again, after, await store.keys.all()
-
-    key, found, unknown, revoked, again, after, listed = run(store_url, go)
-    assert (key.name, key.plan, key.role, key.prefix) == ("ci", "pro", "reader", "ar_ab")
-    assert found[0] is not None and found[0].name == "ci"
-    assert found[1] is not None and found[1].limit == 600 and found[1].remaining == 599
-    assert unknown == (None, None)
-    assert (revoked, again, after) == (True, False, (None, None))
-    assert [(k.name, k.revoked_at) for k in listed] == [("ci", 11.0)]
-    assert not any(hasattr(k, "hash") for k in listed)
-
-
-def test_a_free_key_gets_sixty_a_minute_and_the_sixty_first_is_refused(store_url: str) -> None:
-    async def go(store: Store) -> tuple[Any, ...]:
-        await store.keys.add(
-            name="f", key_hash="hf", prefix="ar_f", plan="free", role="reader", now=0.0
-        )
-        await store.keys.add(
-            name="e", key_hash="he", prefix="ar_e", plan="enterprise", role="admin", now=0.0
-        )
-        burst = [await store.keys.authorize("hf", now=100.0 + i / 100) for i in range(61)]
-        later = await store.keys.authorize("hf", now=160.5)  # the first ones have left the window
-        unlimited = [await store.keys.authorize("he", now=100.0) for _ in range(100)]
-        return burst, later, unlimited
-
-    burst, later, unlimited = run(store_url, go)
-    refused = [limit for _, limit in burst if not limit.allowed]
-    assert len(refused) == 1 and burst[-1][1] == refused[0]
-    assert refused[0].remaining == 0 and refused[0].reset == 60
-    assert burst[0][1].remaining == 59
-    assert later[1].allowed
-    assert all(key is not None and limit is None for key, limit in unlimited)
-
-
-def test_replicas_share_one_count(pg_url: str) -> None:
-    async def go() -> list[bool]:
-        a, b = open_store(pg_url), open_store(pg_url)
-        await a.open()
-        await b.open()
-        try:
-            await a.keys.add(
-                name="f", key_hash="hf", prefix="ar_f", plan="free", role="reader", now=0.0
-            )
-            results = await asyncio.gather(
-                *(s.keys.authorize("hf", now=100.0) for s in [a, b] * 35)
-            )
-            return [limit.allowed for _, limit in results]
-        finally:
-            await a.close()
-            await b.close()
-
-    allowed = asyncio.run(go())
-    assert allowed.count(True) == 60 and allowed.count(False) == 10
-
-
-# -- webhook subscriptions ----------------------------------------------------------------------
-
-
-def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: str) -> None:
-    from receiver.store.records import subscriber_delivery
-
-    async def go(store: Store) -> tuple[Any, ...]:
-        hook = await store.webhooks.add(
-            public_id="wh_1",
-            url="https://a.example/h",
-            events=["score.drop"],
-            threshold=None,
-            format="service",
-            secret="s1",
-            now=1.0,
-        )
-        other = await store.webhooks.add(
-            public_id="wh_2",
-            url="https://b.example/h",
-            events=["score.drop"],
-            threshold=40,
-            format="standard",
-            secret="whsec_x",
-            now=2.0,
-        )
-
-        def queue(tx: Tx) -> list[int]:
-            return [
-                tx.outbox.add(
-                    f"evt_{i}",
-                    subscriber_delivery(hook.id, f"evt_{i}", "{}"),
-                    state="pending",
-                    now=3.0,
-                    kind="webhook",
-                )
-                for i in range(3)
-            ]
-
-        ids = await store.transact(queue)
-        page = await store.webhooks.deliveries(hook.id, limit=2)
-        rest = await store.webhooks.deliveries(hook.id, limit=2, before=page[-1].id)
-        rotated = await store.webhooks.update("wh_1", now=4.0, secret="s2")
-        await store.outbox.mark_failed(ids[0], error="HTTP 500", now=5.0, retry_at=None)
-        retried = await store.webhooks.retry_delivery(hook.id, ids[0], now=6.0)
-        wrong = await store.webhooks.retry_delivery(other.id, ids[0], now=6.0)
-        disabled = await store.webhooks.update("wh_2", now=7.0, status="disabled", reason="410")
-        active = await store.webhooks.all(active_only=True)
-        deleted = await store.webhooks.update("wh_1", now=8.0, status="deleted")
-        after = await store.webhooks.deliveries(hook.id, limit=10)
-        return (
-            hook,
-            page,
-            rest,
-            rotated,
-            retried,
-            wrong,
-            disabled,
-            active,
-            deleted,
-            after,
-            await store.webhooks.get("wh_1"),
-            await store.webhooks.all(),
-        )
-
-    hook, page, rest, rotated, retried, wrong, disabled, active, deleted, after, gone, listed = run(
-        store_url, go
-    )
-    assert hook.events == ["score.drop"] and hook.status == "active" and hook.secret == "s1"
-    assert [r.delivery_id for r in page] == ["evt_2", "evt_1"]
-    assert [r.delivery_id for r in rest] == ["evt_0"]
-    assert rotated.secret == "s2"
-    assert retried.state == "pending" and retried.attempts == 0 and retried.next_at == 6.0
-    assert wrong is None
-    assert disabled.status == "disabled" and disabled.status_reason == "410"
-    assert [h.public_id for h in active] == ["wh_1"]
-    assert deleted.status == "deleted" and gone is None
-    assert {r.state for r in after} == {"cancelled"}  # deleting cancels what is unsent
-    assert [h.public_id for h in listed] == ["wh_2"]
-
-
-def test_threshold_sides_are_kept_per_subscription_and_session(store_url: str) -> None:
-    async def go(store: Store) -> Any:
-        await store.transact(
-            lambda tx: tx.webhooks.save_sides({(1, "s"): (True, "m1"), (2, "s"): (False, "m2")})
-        )
-        await store.transact(lambda tx: tx.webhooks.save_sides({(1, "s"): (False, "m3")}))
-        return await store.transact(lambda tx: tx.webhooks.sides([1, 2, 3], ["s", "t"]))
-
-    assert run(store_url, go) == {(1, "s"): (False, "m3"), (2, "s"): (False, "m2")}

@@ -1,0 +1,98 @@
+"""store.webhooks and tx.webhooks: subscriptions, their deliveries, and the side of its
+threshold each session was last on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from receiver.store import Store
+from receiver.store.base import Tx
+from tests.store.contract.common import run
+
+
+def test_subscriptions_are_kept_changed_and_their_deliveries_listed(store_url: str) -> None:
+    from receiver.store.records import subscriber_delivery
+
+    async def go(store: Store) -> tuple[Any, ...]:
+        hook = await store.webhooks.add(
+            public_id="wh_1",
+            url="https://a.example/h",
+            events=["score.drop"],
+            threshold=None,
+            format="service",
+            secret="s1",
+            now=1.0,
+        )
+        other = await store.webhooks.add(
+            public_id="wh_2",
+            url="https://b.example/h",
+            events=["score.drop"],
+            threshold=40,
+            format="standard",
+            secret="whsec_x",
+            now=2.0,
+        )
+
+        def queue(tx: Tx) -> list[int]:
+            return [
+                tx.outbox.add(
+                    f"evt_{i}",
+                    subscriber_delivery(hook.id, f"evt_{i}", "{}"),
+                    state="pending",
+                    now=3.0,
+                    kind="webhook",
+                )
+                for i in range(3)
+            ]
+
+        ids = await store.transact(queue)
+        page = await store.webhooks.deliveries(hook.id, limit=2)
+        rest = await store.webhooks.deliveries(hook.id, limit=2, before=page[-1].id)
+        rotated = await store.webhooks.update("wh_1", now=4.0, secret="s2")
+        await store.outbox.mark_failed(ids[0], error="HTTP 500", now=5.0, retry_at=None)
+        retried = await store.webhooks.retry_delivery(hook.id, ids[0], now=6.0)
+        wrong = await store.webhooks.retry_delivery(other.id, ids[0], now=6.0)
+        disabled = await store.webhooks.update("wh_2", now=7.0, status="disabled", reason="410")
+        active = await store.webhooks.all(active_only=True)
+        deleted = await store.webhooks.update("wh_1", now=8.0, status="deleted")
+        after = await store.webhooks.deliveries(hook.id, limit=10)
+        return (
+            hook,
+            page,
+            rest,
+            rotated,
+            retried,
+            wrong,
+            disabled,
+            active,
+            deleted,
+            after,
+            await store.webhooks.get("wh_1"),
+            await store.webhooks.all(),
+        )
+
+    hook, page, rest, rotated, retried, wrong, disabled, active, deleted, after, gone, listed = run(
+        store_url, go
+    )
+    assert hook.events == ["score.drop"] and hook.status == "active" and hook.secret == "s1"
+    assert [r.delivery_id for r in page] == ["evt_2", "evt_1"]
+    assert [r.delivery_id for r in rest] == ["evt_0"]
+    assert rotated.secret == "s2"
+    assert retried.state == "pending" and retried.attempts == 0 and retried.next_at == 6.0
+    assert wrong is None
+    assert disabled.status == "disabled" and disabled.status_reason == "410"
+    assert [h.public_id for h in active] == ["wh_1"]
+    assert deleted.status == "deleted" and gone is None
+    assert {r.state for r in after} == {"cancelled"}  # deleting cancels what is unsent
+    assert [h.public_id for h in listed] == ["wh_2"]
+
+
+def test_threshold_sides_are_kept_per_subscription_and_session(store_url: str) -> None:
+    async def go(store: Store) -> Any:
+        await store.transact(
+            lambda tx: tx.webhooks.save_sides({(1, "s"): (True, "m1"), (2, "s"): (False, "m2")})
+        )
+        await store.transact(lambda tx: tx.webhooks.save_sides({(1, "s"): (False, "m3")}))
+        return await store.transact(lambda tx: tx.webhooks.sides([1, 2, 3], ["s", "t"]))
+
+    assert run(store_url, go) == {(1, "s"): (False, "m3"), (2, "s"): (False, "m2")}
