@@ -105,6 +105,14 @@ class Metrics:
             self.notifications[name] = self._outbox.labels(name)
         return self.notifications[name]
 
+    def sent(self, channel: str, outcome: str) -> Counter:
+        """The counter of one send outcome of a notify channel (receiver.notify.channel):
+        the subscribers' in receiver_webhook_deliveries, every other channel's in
+        receiver_notifications."""
+        if channel == "webhook":
+            return self.webhook_deliveries[outcome]
+        return self.outcome(outcome)
+
 
 class BacklogCollector:
     """The backlog gauges, from the snapshot taken for the scrape under way; none at all

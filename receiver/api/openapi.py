@@ -307,6 +307,36 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
         "properties": _DELIVERY_FIELDS,
         "additionalProperties": False,
     },
+    "DeliveryWithAttempts": {
+        "type": "object",
+        "required": [*_DELIVERY_FIELDS, "attemptLog"],
+        "properties": {
+            **_DELIVERY_FIELDS,
+            "attemptLog": {
+                "type": "array",
+                "description": "Every attempt, oldest first (a manual retry goes on numbering)",
+                "items": {"$ref": "#/components/schemas/Attempt"},
+            },
+        },
+        "additionalProperties": False,
+    },
+    "Attempt": {
+        "type": "object",
+        "required": ["attempt", "at", "status", "durationMs", "error"],
+        "properties": {
+            "attempt": {"type": "integer", "minimum": 1},
+            "at": _TIMESTAMP,
+            "status": {"type": "integer", "nullable": True, "description": "HTTP status"},
+            "durationMs": {"type": "integer", "minimum": 0},
+            "error": {"type": "string", "nullable": True},
+            "excerpt": {
+                "type": "string",
+                "maxLength": 256,
+                "description": "The start of the answer (256 bytes at most, on one line)",
+            },
+        },
+        "additionalProperties": False,
+    },
     "DeliveryList": {
         "type": "object",
         "required": ["deliveries", "cursor"],
@@ -414,6 +444,13 @@ def _webhook_paths() -> dict[str, Any]:
                     ),
                 ],
                 invalid=True,
+            )
+        },
+        "/v1/webhooks/{id}/deliveries/{deliveryId}": {
+            "get": _webhook_op(
+                "One delivery with its attempt log",
+                ("200", "DeliveryWithAttempts"),
+                [*one, delivery],
             )
         },
         "/v1/webhooks/{id}/deliveries/{deliveryId}/retry": {

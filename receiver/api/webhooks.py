@@ -1,5 +1,6 @@
 """POST/GET /v1/webhooks, GET/DELETE /v1/webhooks/:id, POST /v1/webhooks/:id/rotate-secret,
-GET /v1/webhooks/:id/deliveries and POST /v1/webhooks/:id/deliveries/:deliveryId/retry:
+GET /v1/webhooks/:id/deliveries, GET /v1/webhooks/:id/deliveries/:deliveryId (with its
+attemptLog) and POST /v1/webhooks/:id/deliveries/:deliveryId/retry:
 subscriptions only (a key with role writer or admin). Sending is receiver.notify.webhook's.
 """
 
@@ -24,7 +25,7 @@ from receiver.errors import InvalidParameterError, InvalidWebhookError, WebhookN
 from receiver.events import EVENT_TYPES, iso_epoch
 from receiver.notify.webhook import UnsafeURLError, WebhookChannel, check_subscriber, new_secret
 from receiver.store import OutboxRow, Store
-from receiver.store.records import Webhook
+from receiver.store.records import Attempt, Webhook
 
 FORMATS = ("service", "standard")
 PER_KEY = 100  # subscriptions an API key may have: RECEIVER_WEBHOOKS_PER_KEY's default
@@ -68,6 +69,23 @@ def delivery(row: OutboxRow) -> dict[str, Any]:
         "nextAttemptAt": iso_epoch(row.next_at) if state == "pending" else None,
         "createdAt": iso_epoch(row.created_at),
     }
+
+
+def attempt_log(attempts: list[Attempt]) -> list[dict[str, Any]]:
+    """A row's attempts as the API shows them (excerpt only where there was an answer)."""
+    shown = []
+    for a in attempts:
+        entry: dict[str, Any] = {
+            "attempt": a.number,
+            "at": iso_epoch(a.at),
+            "status": a.status,
+            "durationMs": a.duration_ms,
+            "error": a.error,
+        }
+        if a.excerpt:
+            entry["excerpt"] = a.excerpt
+        shown.append(entry)
+    return shown
 
 
 # A delivery id or cursor: an outbox row id, 1 to 18 ASCII digits (within every store's
@@ -206,6 +224,7 @@ class WebhooksAPI:
             ),
             Route(base + "/{id}/rotate-secret", self.rotate, methods=["POST"]),
             Route(base + "/{id}/deliveries", self.deliveries, methods=["GET"]),
+            Route(base + "/{id}/deliveries/{delivery}", self.one_delivery, methods=["GET"]),
             Route(base + "/{id}/deliveries/{delivery}/retry", self.retry, methods=["POST"]),
         ]
 
@@ -282,6 +301,19 @@ class WebhooksAPI:
             "cursor": str(page[-1].id) if len(rows) > limit else None,
         }
         return JSONResponse(body, headers=headers)
+
+    async def one_delivery(self, request: Request) -> Response:
+        hook, headers = await self._hook(request)
+        wanted = request.path_params["delivery"]
+        row = None
+        if (row_id := _row_id(wanted)) is not None:
+            row = await self.store.webhook_delivery(hook.id, row_id)
+        if row is None:
+            raise WebhookNotFoundError(
+                f"webhook {hook.public_id} has no delivery {wanted[:40]!r}", headers=headers
+            )
+        log = (await self.store.attempts([row.id])).get(row.id, [])
+        return JSONResponse({**delivery(row), "attemptLog": attempt_log(log)}, headers=headers)
 
     async def retry(self, request: Request) -> Response:
         hook, headers = await self._hook(request)

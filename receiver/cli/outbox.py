@@ -20,6 +20,7 @@ from receiver.cli._common import (
 from receiver.logs import escape
 from receiver.store import Store
 from receiver.store.base import OUTBOX_STATES
+from receiver.store.records import Attempt
 
 # The store's "dead" (out of attempts or out of time) is "failed" here, as in the API's
 # deliveries and the service's own words; --state dead and --all-dead still work.
@@ -42,18 +43,32 @@ def _state(state: str) -> str:
 @click.option("--event", "event_id", help="Only rows of this event id.")
 @click.option("--limit", type=int, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object a line.")
-def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_json: bool) -> None:
-    """List recent notifications, newest first. Names notifiers, never their URLs.
+@click.option(
+    "--attempts", is_flag=True, help="Each row's attempt log too: time, status, duration, error."
+)
+def deliveries(
+    db: str, state: str | None, event_id: str | None, limit: int, as_json: bool, attempts: bool
+) -> None:
+    """List recent notifications (chat, email, subscriber webhooks), newest first. Names
+    notifiers, never their URLs.
 
     Example:
 
-        receiver deliveries --state failed
+        receiver deliveries --state failed --attempts
     """
     stored = "dead" if state == FAILED else state
-    rows = with_store(db, lambda s: s.deliveries(state=stored, event_id=event_id, limit=limit))
+
+    async def read(s: Store) -> tuple[list[Any], dict[int, list[Attempt]]]:
+        rows = await s.deliveries(state=stored, event_id=event_id, limit=limit)
+        return rows, (await s.attempts([r.id for r in rows]) if attempts else {})
+
+    rows, logs = with_store(db, read)
     if as_json:
         for row in rows:
-            echo(json.dumps({**row.__dict__, "state": _state(row.state)}))
+            shown = {**row.__dict__, "state": _state(row.state)}
+            if attempts:
+                shown["attempt_log"] = [a.__dict__ for a in logs.get(row.id, [])]
+            echo(json.dumps(shown))
         return
     if not rows:
         echo("no deliveries match")
@@ -77,6 +92,18 @@ def deliveries(db: str, state: str | None, event_id: str | None, limit: int, as_
         )
         table.add_row(*(Text(escape(cell)) for cell in cells))
     Console(width=max(120, Console().width)).print(table)
+    if attempts:
+        _print_attempts(rows, logs)
+
+
+def _print_attempts(rows: list[Any], logs: dict[int, list[Attempt]]) -> None:
+    """12 oncall[0]  #1 2026-01-01 10:00:00  HTTP 503   120 ms  HTTP 503 Service Unavailable"""
+    for row in rows:
+        echo(f"{row.id} {row.label}: {len(logs.get(row.id, []))} attempt(s) logged")
+        for a in logs.get(row.id, []):
+            status = f"HTTP {a.status}" if a.status is not None else "-"
+            outcome = a.error or "ok"
+            echo(f"  #{a.number} {when(a.at)}  {status:<8} {a.duration_ms:>6} ms  {outcome}")
 
 
 @click.command()

@@ -66,13 +66,17 @@ class DeliveryError(ReceiverError):
     """A notification could not be delivered. The message is safe to log and store.
 
     .label names the target (e.g. "oncall[0]"); .timed_out is True when the send
-    outlived the timeout, in which case the target may still have received it.
+    outlived the timeout, in which case the target may still have received it; .status is
+    the HTTP status the target answered, when apprise said.
     """
 
-    def __init__(self, message: str, *, label: str, timed_out: bool = False) -> None:
+    def __init__(
+        self, message: str, *, label: str, timed_out: bool = False, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.label = label
         self.timed_out = timed_out
+        self.status = status
 
 
 # -- redaction -------------------------------------------------------------------------
@@ -415,7 +419,9 @@ class Targets:
             ]
         finally:
             result.close()
-        raise DeliveryError(_failure_message(label, scheme, reasons), label=label)
+        raise DeliveryError(
+            _failure_message(label, scheme, reasons), label=label, status=_status(reasons)
+        )
 
 
 def _body_format(plugin: Any) -> apprise.NotifyFormat | None:
@@ -434,11 +440,18 @@ def _body_format(plugin: Any) -> apprise.NotifyFormat | None:
     return apprise.NotifyFormat.TEXT if shown == apprise.NotifyFormat.HTML else None
 
 
-def _failure_message(label: str, scheme: str, reasons: list[str]) -> str:
-    """oncall[0]: json target answered HTTP 500"""
+def _status(reasons: list[str]) -> int | None:
+    """The HTTP status apprise last reported in its failure reasons ("error=500"), if any."""
     for reason in reversed(reasons):
         if match := _HTTP_STATUS_RE.search(reason):
-            return f"{label}: {scheme} target answered HTTP {match.group(1)}"
+            return int(match.group(1))
+    return None
+
+
+def _failure_message(label: str, scheme: str, reasons: list[str]) -> str:
+    """oncall[0]: json target answered HTTP 500"""
+    if (status := _status(reasons)) is not None:
+        return f"{label}: {scheme} target answered HTTP {status}"
     if not reasons:
         return f"{label}: {scheme} target failed, apprise gave no reason"
     unique = list(dict.fromkeys(r.strip() for r in reasons))

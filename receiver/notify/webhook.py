@@ -1,8 +1,9 @@
 """The webhook channel: signed POSTs of events to subscribers, with the service's schedule.
 
-A delivery is an outbox row (notifier "@subscriber", target the subscription's id, title the
-delivery's stable id, body the exact JSON to send), claimed, retried and recorded as a
-notification is. This module signs and sends one, and says what to do next.
+A delivery is an outbox row (notifier "@subscriber", subscription_id and target the
+subscription's id, delivery_id its stable id, body the exact JSON to send), claimed, retried
+and recorded as a notification is: WebhookChannel is a receiver.notify.channel Channel. This
+module signs and sends one, and says how it went.
 
 Safety: a subscriber's address is checked when it registers and again at every send,
 on the address actually connected to (the connection goes to the address that passed
@@ -21,7 +22,6 @@ import hashlib
 import hmac
 import ipaddress
 import logging
-import random
 import secrets
 import socket
 import ssl
@@ -38,16 +38,16 @@ from httpcore._utils import is_socket_readable
 
 from receiver import __version__, signature
 from receiver.events import SENDER_RETRIES
+from receiver.notify.backoff import Delays
+from receiver.notify.channel import Result, excerpt
 from receiver.signature import SIGNATURE_HEADER
 from receiver.store import OutboxRow, Store
-from receiver.store.records import Webhook
+from receiver.store.records import WEBHOOK_NOTIFIER, Webhook
 
 log = logging.getLogger("receiver.webhooks")
 
 EVENT_ID_HEADER = "X-Service-Event-Id"
 REFRESH = 2.0  # seconds a replica may go on using a subscription it read (a new secret...)
-JITTER = 0.1  # each delay is moved by up to this share, either way
-MAX_RETRY_AFTER = 86400.0  # a Retry-After longer than a day is taken as a day
 EXCERPT = 4096  # bytes of a subscriber's answer read at most; the rest is never read
 EXCERPT_SHOWN = 300  # characters of it kept in the attempt's error
 
@@ -276,12 +276,14 @@ class _CheckedBackend(httpcore.AsyncNetworkBackend):
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one send went: delivered; or an error, with the subscriber's Retry-After."""
+    """How one POST went: delivered; or an error, with the subscriber's Retry-After; and
+    the start of the answer (for the attempt log)."""
 
     delivered: bool
     error: str | None = None
     status: int | None = None
     retry_after: float | None = None
+    excerpt: str | None = None
 
     @property
     def gone(self) -> bool:
@@ -289,8 +291,11 @@ class Outcome:
 
 
 class WebhookChannel:
-    """Sends deliveries to subscribers; knows the active subscriptions (re-read every
-    REFRESH seconds) and when to try a failed delivery again."""
+    """The subscribers' channel: sends deliveries, one lane a subscription; knows the
+    active subscriptions (re-read every REFRESH seconds); retries on the service's schedule
+    (delays); a 410 Gone disables the subscription."""
+
+    name = "webhook"
 
     def __init__(
         self,
@@ -306,7 +311,7 @@ class WebhookChannel:
         self.store = store
         self.connections = connections  # per subscriber: its lane's sends in flight
         self.timeout = timeout
-        self.delays = delays
+        self.schedule = Delays(delays)
         self.allow_private = allow_private
         self.allow_http = allow_http
         self.clock = clock
@@ -368,46 +373,76 @@ class WebhookChannel:
         for client in clients:
             await client.aclose()
 
-    async def send(self, sub: Webhook, row: OutboxRow) -> Outcome:
+    def handles(self, notifier: str) -> bool:
+        return notifier == WEBHOOK_NOTIFIER
+
+    async def lanes(self) -> list[tuple[str, int]]:
+        return [(WEBHOOK_NOTIFIER, hook) for hook in await self.subscriptions()]
+
+    def describe(self, row: OutboxRow) -> str:
+        hook = self._subs.get(row.target)
+        who = hook.public_id if hook is not None else f"#{row.target}"
+        return f"event {row.delivery_id} to subscriber {who}"
+
+    async def send(self, row: OutboxRow) -> Result:
+        """One delivery to its subscriber; 410 Gone disables the subscription."""
+        hook = (await self.subscriptions()).get(row.target)
+        if hook is None:
+            # Perhaps added since the last read (by `receiver webhooks add`, another
+            # replica): its row can be claimed among the other targets' before then.
+            self.forget()
+            hook = (await self.subscriptions()).get(row.target)
+        if hook is None:
+            return Result.give_up("subscription deleted or disabled")
+        out = await self.post(hook, row)
+        if out.delivered:
+            return Result.delivered(status=out.status, excerpt=out.excerpt)
+        error = out.error or "failed"
+        if out.status == 410:
+            reason = "the subscriber answered 410 Gone"
+            await self.store.set_webhook(
+                hook.public_id, now=self.clock(), status="disabled", reason=reason
+            )
+            self.forget()
+            log.warning("subscriber %s answered 410 Gone: subscription disabled", hook.public_id)
+            return Result.give_up(error, status=410, excerpt=out.excerpt, counted="gone")
+        return Result.retry(
+            error, status=out.status, excerpt=out.excerpt, retry_after=out.retry_after
+        )
+
+    async def post(self, sub: Webhook, row: OutboxRow) -> Outcome:
+        """Sign and POST row's body to sub, once; how it went."""
         body = row.body.encode()
         try:
             check_url(sub.url, allow_http=self.allow_http)
             # identity: the excerpt is read raw, and no answer is inflated here
             headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-            headers.update(sign(sub, row.title, body, self.clock()))
+            headers.update(sign(sub, row.delivery_id or "", body, self.clock()))
             async with asyncio.timeout(self.timeout):  # the whole exchange, not each read
                 async with self._http(sub).stream(
                     "POST", sub.url, content=body, headers=headers
                 ) as response:
-                    excerpt = await _excerpt(response)
+                    answer = await _excerpt(response)
         except UnsafeURLError as exc:
             return Outcome(False, f"refused: {exc}")
         except (TimeoutError, httpx.TimeoutException):
             return Outcome(False, f"no answer within {self.timeout:g}s")
         except httpx.HTTPError as exc:
             return Outcome(False, f"{type(exc).__name__}: {str(exc)[:200] or 'connection failed'}")
+        if sub.secret:  # a subscriber echoing its signing secret: not into our logs
+            answer = answer.replace(sub.secret, "***")
+        kept = excerpt(answer)
         if 200 <= response.status_code < 300:
-            return Outcome(True, status=response.status_code)
+            return Outcome(True, status=response.status_code, excerpt=kept)
         retry_after = None
         if response.status_code in (429, 503):
             retry_after = _retry_after(response.headers.get("retry-after"), self.clock())
         error = f"HTTP {response.status_code} {response.reason_phrase}".strip()
-        if excerpt:
-            error += ": " + excerpt
+        if answer:
+            error += ": " + answer
         return Outcome(
-            False,
-            error,
-            status=response.status_code,
-            retry_after=retry_after,
+            False, error, status=response.status_code, retry_after=retry_after, excerpt=kept
         )
-
-    def retry_at(self, attempts: int, now: float, retry_after: float | None) -> float | None:
-        """When to try again after the attempts-th attempt failed at now; None once the
-        schedule is spent (the first attempt and one retry per delay, as the service)."""
-        if attempts > len(self.delays):
-            return None
-        delay = self.delays[attempts - 1] * (1 + random.uniform(-JITTER, JITTER))
-        return now + max(delay, min(retry_after or 0.0, MAX_RETRY_AFTER))
 
 
 async def _excerpt(response: httpx.Response) -> str:

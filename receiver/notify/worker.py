@@ -8,17 +8,19 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from receiver.errors import StorageUnavailableError
 from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
+from receiver.notify.apprise import AppriseChannel, Enrich
 from receiver.notify.backoff import Backoff
-from receiver.notify.targets import DeliveryError, Targets
+from receiver.notify.channel import Channel, Result, excerpt
+from receiver.notify.targets import Targets
 from receiver.notify.webhook import WebhookChannel
 from receiver.rules import Ruleset
 from receiver.store import OutboxRow, Store
-from receiver.store.records import WEBHOOK_NOTIFIER
+from receiver.store.records import Attempt
 from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.notify")
@@ -48,7 +50,8 @@ CAPPED_POLL = 0.05  # how soon to look again while the cap held sends back
 class Worker:
     """Sends due outbox rows, each target in a lane of its own: at most `concurrency`
     sends in flight to any one target, so a target that is slow or never answers holds
-    up its own notifications and nobody else's."""
+    up its own notifications and nobody else's. Rows go out through their channel
+    (receiver.notify.channel); what follows a send is decided here, once for every channel."""
 
     def __init__(
         self,
@@ -62,17 +65,17 @@ class Worker:
         lease: float = 60.0,
         clock: Callable[[], float] = time.time,
         webhooks: WebhookChannel | None = None,
-        enrich: Callable[[OutboxRow], Awaitable[tuple[str, str] | None]] | None = None,
+        enrich: Enrich | None = None,
+        channels: Sequence[Channel] = (),
     ) -> None:
         self.store = store
-        # Renders a row's texts again just before it is sent (receiver.upstream.enrich);
-        # None: the stored texts as they are.
-        self.enrich = enrich
-        self.webhooks = webhooks
-        self.targets = targets
-        self.rules = rules
+        # Each row goes to the first channel that handles its notifier: the ones given,
+        # the subscribers', and the rules' apprise targets (which take all the rest).
+        self.channels: list[Channel] = [*channels]
+        if webhooks is not None:
+            self.channels.append(webhooks)
+        self.channels.append(AppriseChannel(targets, rules, schedule=backoff, enrich=enrich))
         self.metrics = metrics
-        self.backoff = backoff
         self.concurrency = concurrency
         self.lease = lease
         self.clock = clock
@@ -199,13 +202,7 @@ class Worker:
             self._drained.clear()
         self._fresh = False
         busy = Counter((row.notifier, row.target) for row in self._in_flight.values())
-        keys = [
-            (name, i)
-            for name, notifier in self.rules().notifiers.items()
-            for i in range(len(notifier.urls))
-        ]
-        if self.webhooks is not None:  # a lane for each subscriber too
-            keys += [(WEBHOOK_NOTIFIER, hook) for hook in await self.webhooks.subscriptions()]
+        keys = [key for channel in self.channels for key in await channel.lanes()]
         # A drained lane claims nothing (0), but stays named: its rows are not "others".
         lanes = {key: 0 if key in self._drained else self.concurrency - busy[key] for key in keys}
         # Room for sends to start: MAX_STARTING less those in their first FRESH_SEND.
@@ -257,167 +254,68 @@ class Worker:
                 exc,
             )
 
+    def _channel(self, row: OutboxRow) -> Channel:
+        return next(ch for ch in self.channels if ch.handles(row.notifier))
+
     async def _deliver(self, row: OutboxRow) -> None:
-        if row.notifier == WEBHOOK_NOTIFIER and self.webhooks is not None:
-            try:
-                await self._deliver_webhook(row, self.webhooks)
-            except Exception as exc:  # noqa: BLE001 - a bad row is a failed attempt
-                self._log.log(
-                    logging.ERROR,
-                    "unexpected send errors",
-                    f"{type(exc).__name__} subscriber",
-                    "delivery of event %s to a subscriber failed unexpectedly (attempt %d): %s: %s",
-                    row.title,
-                    row.attempts,
-                    type(exc).__name__,
-                    exc,
-                    exc_info=exc,
-                )
-                retry_at = self.webhooks.retry_at(row.attempts, self.clock(), None)
-                error = f"unexpected error: {type(exc).__name__}"
-                await self._webhook_failed(row, row.target, error, retry_at)
-            return
-        started = time.perf_counter()
+        """Send row through its channel, then the one retry stage: delivered; pending again
+        at the channel's schedule; or dead. Every attempt joins the row's log."""
+        channel = self._channel(row)
+        started, at = time.perf_counter(), self.clock()
         try:
-            url = self._url(row)
-            title, body = await self._texts(row)
-            await self.targets.send(url, title=title, body=body, label=row.label)
-        except DeliveryError as exc:
-            await self._failed(row, str(exc))
-            return
-        except Exception as exc:  # noqa: BLE001 - a bug in a target must not kill the worker
+            result = await channel.send(row)
+        except Exception as exc:  # noqa: BLE001 - a bug in a channel must not kill the worker
             self._log.log(
                 logging.ERROR,
                 "unexpected send errors",
-                f"{type(exc).__name__} {row.notifier}",
-                "sending %s for event %s failed unexpectedly: %s: %s",
-                row.label,
-                row.event_id,
+                f"{type(exc).__name__} {channel.name}",
+                "sending %s failed unexpectedly (attempt %d): %s: %s",
+                channel.describe(row),
+                row.attempts,
                 type(exc).__name__,
                 exc,
                 exc_info=exc,
             )
-            await self._failed(row, f"unexpected error: {type(exc).__name__}")
-            return
-        self.metrics.delivery_seconds.observe(time.perf_counter() - started)
-        self.metrics.notifications["delivered"].inc()
-        await self._record(row, lambda: self.store.mark_delivered(row.id, now=self.clock()))
-        log.info("delivered %s for event %s (rule %s)", row.label, row.event_id, row.rule)
-
-    async def _texts(self, row: OutboxRow) -> tuple[str, str]:
-        """The title and body to send: enriched when the rule asks for it and the upstream
-        answers in time (enrich never raises), else the ones stored at routing."""
-        enriched = await self.enrich(row) if self.enrich is not None else None
-        return enriched if enriched is not None else (row.title, row.body)
-
-    async def _deliver_webhook(self, row: OutboxRow, channel: WebhookChannel) -> None:
-        """One delivery to a subscriber, on the service's schedule; 410 Gone disables the
-        subscription."""
-        hook = (await channel.subscriptions()).get(row.target)
-        if hook is None:
-            # Perhaps added since the last read (by `receiver webhooks add`, another
-            # replica): its row can be claimed among the other targets' before then.
-            channel.forget()
-            hook = (await channel.subscriptions()).get(row.target)
-        if hook is None:
+            result = Result.retry(f"unexpected error: {type(exc).__name__}")
+        took = time.perf_counter() - started
+        now = self.clock()
+        attempt = Attempt(
+            at, round(took * 1000), result.status, result.error, excerpt(result.excerpt)
+        )
+        if result.counted:
+            self.metrics.sent(channel.name, result.counted).inc()
+        what = channel.describe(row)
+        if result.outcome == "delivered":
+            self.metrics.delivery_seconds.observe(took)
+            self.metrics.sent(channel.name, "delivered").inc()
             await self._record(
-                row,
-                lambda: self.store.mark_failed(
-                    row.id,
-                    error="subscription deleted or disabled",
-                    now=self.clock(),
-                    retry_at=None,
-                ),
+                row, lambda: self.store.mark_delivered(row.id, now=now, attempt=attempt)
             )
+            log.info("delivered %s", what)
             return
-        started = time.perf_counter()
-        outcome = await channel.send(hook, row)
-        now = self.clock()
-        if outcome.delivered:
-            self.metrics.delivery_seconds.observe(time.perf_counter() - started)
-            self.metrics.webhook_deliveries["delivered"].inc()
-            await self._record(row, lambda: self.store.mark_delivered(row.id, now=now))
-            log.info("delivered event %s to subscriber %s", row.title, hook.public_id)
-            return
-        error = outcome.error or "failed"
-        retry_at = (
-            None if outcome.gone else channel.retry_at(row.attempts, now, outcome.retry_after)
-        )
-        if outcome.gone:
-            reason = "the subscriber answered 410 Gone"
-            await self._record(row, lambda: self._disable(hook.public_id, reason, now))
-            channel.forget()
-            self.metrics.webhook_deliveries["gone"].inc()
-            log.warning("subscriber %s answered 410 Gone: subscription disabled", hook.public_id)
-        await self._webhook_failed(row, hook.public_id, error, retry_at)
-
-    async def _webhook_failed(
-        self, row: OutboxRow, subscriber: object, error: str, retry_at: float | None
-    ) -> None:
-        """Record a failed attempt to a subscriber: retried at retry_at, or dead (None)."""
-        now = self.clock()
+        error = result.error or "failed"
+        retry_at = None
+        if result.outcome == "retry":
+            retry_at = channel.schedule.retry_at(row, now, result.retry_after)
         if retry_at is None:
-            self.metrics.webhook_deliveries["dead"].inc()
+            self.metrics.sent(channel.name, "dead").inc()
             log.error(
-                "delivery of event %s to subscriber %s failed for good after %d attempts: %s",
-                row.title,
-                subscriber,
-                row.attempts,
-                error,
+                "sending %s failed for good after %d attempts: %s", what, row.attempts, error
             )
         else:
-            self.metrics.webhook_deliveries["retried"].inc()
+            self.metrics.sent(channel.name, "retried").inc()
             log.warning(
-                "delivery of event %s to subscriber %s failed (attempt %d): %s; retry in %.0fs",
-                row.title,
-                subscriber,
+                "sending %s failed (attempt %d): %s; retry in %.0fs",
+                what,
                 row.attempts,
                 error,
                 retry_at - now,
             )
         await self._record(
-            row, lambda: self.store.mark_failed(row.id, error=error, now=now, retry_at=retry_at)
-        )
-
-    async def _disable(self, public_id: str, reason: str, now: float) -> None:
-        await self.store.set_webhook(public_id, now=now, status="disabled", reason=reason)
-
-    def _url(self, row: OutboxRow) -> str:
-        notifier = self.rules().notifiers.get(row.notifier)
-        if notifier is None:
-            raise DeliveryError(
-                f'notifier "{row.notifier}" is no longer defined in the rules', label=row.label
-            )
-        if row.target >= len(notifier.urls):
-            raise DeliveryError(
-                f'notifier "{row.notifier}" no longer has target {row.target}', label=row.label
-            )
-        return notifier.urls[row.target]
-
-    async def _failed(self, row: OutboxRow, error: str) -> None:
-        now = self.clock()
-        retry_at = self.backoff.retry_at(row, now)
-        if retry_at is None:
-            self.metrics.notifications["dead"].inc()
-            log.error(
-                "gave up on %s for event %s after %d attempts: %s",
-                row.label,
-                row.event_id,
-                row.attempts,
-                error,
-            )
-        else:
-            self.metrics.notifications["retried"].inc()
-            log.warning(
-                "sending %s for event %s failed (attempt %d): %s; retry in %.0fs",
-                row.label,
-                row.event_id,
-                row.attempts,
-                error,
-                retry_at - now,
-            )
-        await self._record(
-            row, lambda: self.store.mark_failed(row.id, error=error, now=now, retry_at=retry_at)
+            row,
+            lambda: self.store.mark_failed(
+                row.id, error=error, now=now, retry_at=retry_at, attempt=attempt
+            ),
         )
 
     async def _record(self, row: OutboxRow, write: Callable[[], Awaitable[None]]) -> None:

@@ -27,7 +27,7 @@ ENV = {
 }
 STATEFUL = settings(
     max_examples=8,
-    stateful_step_count=6,
+    stateful_step_count=10,  # one more operation (a delivery with its attempt log) to reach
     derandomize=True,  # the same scenarios every run: a failure here is reproducible
     database=None,
     deadline=None,

@@ -565,6 +565,33 @@ def test_a_redirect_is_not_followed_and_retry_after_is_waited(
         assert {h.headers["X-Service-Event-Id"] for h in redirects.hits + busy.hits} == {"evt_rd"}
 
 
+def test_a_delivery_shows_every_attempt_and_its_last_status(api: Client) -> None:
+    """Down for two attempts, up for the third: the delivery's attemptLog has all three,
+    with their statuses and times, and lastStatus is the 200 (it used to say null)."""
+    server = api.server
+    with Scripted((503, {}), (500, {}), (200, {})) as flaky:
+        hook = api.add(flaky.url, ["score.drop"])
+        assert server.send(score("evt_log")).status_code == 202
+        flaky.wait_for(3)
+        until(lambda: api.deliveries(hook["id"])[0]["state"] == "delivered", what="delivered")
+    [listed] = api.deliveries(hook["id"])
+    assert listed["lastStatus"] == 200 and listed["attempts"] == 3
+    r = api.request("GET", f"/{hook['id']}/deliveries/{listed['id']}")
+    assert r.status_code == 200, r.text
+    shown = r.json()
+    assert {k: v for k, v in shown.items() if k != "attemptLog"} == listed
+    log = shown["attemptLog"]
+    assert [(a["attempt"], a["status"]) for a in log] == [(1, 503), (2, 500), (3, 200)]
+    assert [a["error"] for a in log][:2] == [
+        "HTTP 503 Service Unavailable",
+        "HTTP 500 Internal Server Error",
+    ]
+    assert log[2]["error"] is None and all(a["durationMs"] >= 0 for a in log)
+    assert [a["at"] for a in log] == sorted(a["at"] for a in log)
+    missing = api.request("GET", f"/{hook['id']}/deliveries/{int(listed['id']) + 1000}")
+    assert error(missing)[:2] == (404, "webhook_not_found")
+
+
 def test_410_gone_disables_the_subscription(api: Client, http_sink: HTTPSink) -> None:
     server = api.server
     gone = api.add(f"{http_sink.url}/gone", ["score.drop"])

@@ -258,18 +258,18 @@ def channel(**kwargs: Any) -> WebhookChannel:
 def test_the_first_attempt_and_one_retry_per_delay_then_none() -> None:
     ch = channel(delays=(10.0, 20.0, 30.0, 40.0, 50.0))
     for attempts, delay in enumerate((10.0, 20.0, 30.0, 40.0, 50.0), start=1):
-        at = ch.retry_at(attempts, 1000.0, None)
+        at = ch.schedule.after(attempts, 1000.0, None)
         assert at is not None and 1000 + delay * 0.9 <= at <= 1000 + delay * 1.1, attempts
-    assert ch.retry_at(6, 1000.0, None) is None
+    assert ch.schedule.after(6, 1000.0, None) is None
 
 
 def test_retry_after_is_waited_at_least_and_capped_at_a_day() -> None:
     ch = channel(delays=(1.0, 1.0))
-    assert ch.retry_at(1, 0.0, 120.0) == 120.0
-    assert ch.retry_at(1, 0.0, 10 * 86400.0) == 86400.0
-    at = ch.retry_at(1, 0.0, 0.5)  # shorter than the schedule: the schedule's delay
+    assert ch.schedule.after(1, 0.0, 120.0) == 120.0
+    assert ch.schedule.after(1, 0.0, 10 * 86400.0) == 86400.0
+    at = ch.schedule.after(1, 0.0, 0.5)  # shorter than the schedule: the schedule's delay
     assert at is not None and 0.9 <= at <= 1.1
-    assert ch.retry_at(3, 0.0, 120.0) is None  # a Retry-After does not extend the schedule
+    assert ch.schedule.after(3, 0.0, 120.0) is None  # a Retry-After does not extend the schedule
 
 
 @pytest.mark.parametrize(
@@ -306,7 +306,7 @@ def send_with(handler: Handler, sub: Webhook, **kwargs: Any) -> Outcome:
         ch = channel(allow_http=False, clock=lambda: 1000.0, **kwargs)
         ch._clients[sub.id] = httpx.AsyncClient(transport=httpx.MockTransport(handler))
         try:
-            return await ch.send(sub, row(b'{"id":"evt_1"}'))
+            return await ch.post(sub, row(b'{"id":"evt_1"}'))
         finally:
             await ch.close()
 
@@ -375,7 +375,7 @@ def send_to(server: EndlessAnswer) -> Outcome:
     async def main() -> Outcome:
         ch = channel(allow_http=True, allow_private=True, timeout=20.0)
         try:
-            return await ch.send(hook(url=f"{server.url}/in"), row())
+            return await ch.post(hook(url=f"{server.url}/in"), row())
         finally:
             await ch.close()
 
@@ -654,14 +654,13 @@ def test_a_refused_address_is_never_connected_to() -> None:
 # -- the worker's part -------------------------------------------------------------------
 
 
-class _Recorded:
-    """A store that records outcomes, and a channel whose subscriptions change on a re-read."""
+class _Recorded(WebhookChannel):
+    """A channel whose subscriptions change on a re-read, and whose posts go nowhere."""
 
     def __init__(self, before: dict[int, Webhook], after: dict[int, Webhook]) -> None:
+        super().__init__(None)  # type: ignore[arg-type]
         self.before, self.after = before, after
-        self.outcomes: list[tuple[str, int, float | None]] = []
         self.sent: list[str] = []
-        self.delays = (0.3,)
 
     async def subscriptions(self) -> dict[int, Webhook]:
         return self.before
@@ -669,46 +668,23 @@ class _Recorded:
     def forget(self) -> None:
         self.before = self.after
 
-    async def send(self, sub: Webhook, row: OutboxRow) -> Outcome:
+    async def post(self, sub: Webhook, row: OutboxRow) -> Outcome:
         self.sent.append(sub.public_id)
         return Outcome(True, status=200)
-
-    async def mark_delivered(self, row_id: int, *, now: float, **attempt: Any) -> None:
-        self.outcomes.append(("delivered", row_id, None))
-
-    async def mark_failed(
-        self, row_id: int, *, error: str, now: float, retry_at: float | None, **attempt: Any
-    ) -> None:
-        self.outcomes.append((error, row_id, retry_at))
-
-
-def deliver(fake: _Recorded) -> None:
-    from receiver.metrics import Metrics
-    from receiver.notify.backoff import Backoff
-    from receiver.notify.worker import Worker
-
-    worker = Worker(
-        fake,  # type: ignore[arg-type]
-        None,  # type: ignore[arg-type]
-        lambda: None,  # type: ignore[arg-type, return-value]
-        metrics=Metrics(),
-        backoff=Backoff(),
-        clock=lambda: 100.0,
-    )
-    asyncio.run(worker._deliver_webhook(row(), fake))  # type: ignore[arg-type]
 
 
 def test_a_subscription_newer_than_the_cache_is_read_again_not_failed() -> None:
     """A subscriber added by the CLI (or another replica) after the last read."""
     fake = _Recorded(before={}, after={1: hook(1)})
-    deliver(fake)
-    assert fake.sent == ["wh_1"] and fake.outcomes == [("delivered", 7, None)]
+    result = asyncio.run(fake.send(row()))
+    assert fake.sent == ["wh_1"] and (result.outcome, result.status) == ("delivered", 200)
 
 
 def test_a_deleted_subscriptions_delivery_fails_for_good() -> None:
     fake = _Recorded(before={}, after={})
-    deliver(fake)
-    assert fake.sent == [] and fake.outcomes == [("subscription deleted or disabled", 7, None)]
+    result = asyncio.run(fake.send(row()))
+    assert fake.sent == [] and result.outcome == "give_up"
+    assert result.error == "subscription deleted or disabled"
 
 
 # -- connections and the share of the event loop ---------------------------------------------
@@ -904,7 +880,7 @@ def test_sends_start_at_most_a_cap_at_once_and_hanging_ones_stop_counting() -> N
             asked[0] = time.monotonic()
             return hooks
 
-        async def send(self, sub: Webhook, row: OutboxRow) -> Outcome:
+        async def post(self, sub: Webhook, row: OutboxRow) -> Outcome:
             self.started.append(time.monotonic())
             await self.never.wait()
             return Outcome(True, status=200)
