@@ -78,5 +78,5 @@ def test_silence_list_shows_a_stored_end_no_date_can_show(tmp_path: Path) -> Non
     assert expired.exit_code == 0, expired.output
     assert "expired" in CliRunner().invoke(cli, ["silence", "list", "--all", "--db", db]).output
     # Expired, it ends now: retention prunes it as any ended silence.
-    with_store(db, lambda s: s.prune(time.time() + 1, limit=100))
+    with_store(db, lambda s: s.events.prune(time.time() + 1, limit=100))
     assert with_store(db, lambda s: s.transact(lambda tx: tx.silences.recent())) == []

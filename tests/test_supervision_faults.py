@@ -200,7 +200,7 @@ def break_method(name: str) -> Callable[[Any, Breaker], None]:
     [
         pytest.param("router", break_tx("events.unrouted"), id="router"),
         pytest.param("timers", break_tx("try_lock"), id="timers"),
-        pytest.param("notify", break_method("claim_due"), id="notify"),
+        pytest.param("notify", break_method("outbox.claim_due"), id="notify"),
         pytest.param("retention", break_method("events.prune"), id="retention"),
     ],
 )

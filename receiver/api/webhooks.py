@@ -174,7 +174,7 @@ async def register(
     url, events, threshold, form = await validate(
         body, allow_private=allow_private, allow_http=allow_http
     )
-    hook = await store.add_webhook(
+    hook = await store.webhooks.add(
         public_id="wh_" + secrets.token_urlsafe(12),
         url=url,
         events=events,
@@ -232,7 +232,7 @@ class WebhooksAPI:
         """The subscription the path names, if the request's key may manage it: its own,
         or any with an admin key. Another key's is not found (its existence is not told)."""
         key, headers = await self.access.check(request, "writer")
-        found = await self.store.webhook(request.path_params["id"])
+        found = await self.store.webhooks.get(request.path_params["id"])
         if found is None or (key.role != "admin" and found.owner != key.id):
             raise WebhookNotFoundError(
                 f"no webhook has the id {request.path_params['id'][:100]!r}", headers=headers
@@ -260,7 +260,7 @@ class WebhooksAPI:
     async def list(self, request: Request) -> Response:
         key, headers = await self.access.check(request, "writer")
         owner = None if key.role == "admin" else key.id
-        hooks = [describe(h) for h in await self.store.webhooks(owner=owner)]
+        hooks = [describe(h) for h in await self.store.webhooks.all(owner=owner)]
         return JSONResponse({"webhooks": hooks}, headers=headers)
 
     async def one(self, request: Request) -> Response:
@@ -269,13 +269,13 @@ class WebhooksAPI:
 
     async def delete(self, request: Request) -> Response:
         hook, headers = await self._hook(request)
-        await self.store.set_webhook(hook.public_id, now=self.clock(), status="deleted")
+        await self.store.webhooks.update(hook.public_id, now=self.clock(), status="deleted")
         self.channel.forget()
         return Response(status_code=204, headers=headers)
 
     async def rotate(self, request: Request) -> Response:
         hook, headers = await self._hook(request)
-        changed = await self.store.set_webhook(
+        changed = await self.store.webhooks.update(
             hook.public_id, now=self.clock(), secret=new_secret(hook.format)
         )
         assert changed is not None
@@ -294,7 +294,7 @@ class WebhooksAPI:
                     f"cursor must be the cursor of the previous page; got {cursor[:40]!r}",
                     headers=headers,
                 )
-        rows = await self.store.webhook_deliveries(hook.id, limit=limit + 1, before=before)
+        rows = await self.store.webhooks.deliveries(hook.id, limit=limit + 1, before=before)
         page = rows[:limit]
         body = {
             "deliveries": [delivery(r) for r in page],
@@ -307,12 +307,12 @@ class WebhooksAPI:
         wanted = request.path_params["delivery"]
         row = None
         if (row_id := _row_id(wanted)) is not None:
-            row = await self.store.webhook_delivery(hook.id, row_id)
+            row = await self.store.webhooks.delivery(hook.id, row_id)
         if row is None:
             raise WebhookNotFoundError(
                 f"webhook {hook.public_id} has no delivery {wanted[:40]!r}", headers=headers
             )
-        log = (await self.store.attempts([row.id])).get(row.id, [])
+        log = (await self.store.outbox.attempts([row.id])).get(row.id, [])
         return JSONResponse({**delivery(row), "attemptLog": attempt_log(log)}, headers=headers)
 
     async def retry(self, request: Request) -> Response:
@@ -320,7 +320,7 @@ class WebhooksAPI:
         wanted = request.path_params["delivery"]
         row = None
         if (delivery_id := _row_id(wanted)) is not None:
-            row = await self.store.retry_delivery(hook.id, delivery_id, now=self.clock())
+            row = await self.store.webhooks.retry_delivery(hook.id, delivery_id, now=self.clock())
         if row is None:
             raise WebhookNotFoundError(
                 f"webhook {hook.public_id} has no delivery {wanted[:40]!r}", headers=headers

@@ -59,8 +59,8 @@ def deliveries(
     stored = "dead" if state == FAILED else state
 
     async def read(s: Store) -> tuple[list[Any], dict[int, list[Attempt]]]:
-        rows = await s.deliveries(state=stored, event_id=event_id, limit=limit)
-        return rows, (await s.attempts([r.id for r in rows]) if attempts else {})
+        rows = await s.outbox.deliveries(state=stored, event_id=event_id, limit=limit)
+        return rows, (await s.outbox.attempts([r.id for r in rows]) if attempts else {})
 
     rows, logs = with_store(db, read)
     if as_json:
@@ -124,7 +124,7 @@ def retry(db: str, row_id: int | None, all_dead: bool) -> None:
     """
     if (row_id is None) == (not all_dead):
         raise click.UsageError("give a row id or --all-failed (not both)")
-    n = with_store(db, lambda s: s.retry_dead(row_id, now=time.time()))
+    n = with_store(db, lambda s: s.outbox.retry_dead(row_id, now=time.time()))
     if row_id is not None and n == 0:
         raise click.ClickException(f"no failed delivery with id {row_id}")
     echo(f"{n} notification(s) queued again")
@@ -181,14 +181,14 @@ def replay(db: str, event_id: str, respect_lifecycle: bool, wait_for: str) -> No
             raise click.BadParameter(str(exc), param_hint="--wait") from None
 
     async def run(store: Store) -> tuple[int | None, Any, list[Any]]:
-        replay_id = await store.replay(
+        replay_id = await store.events.replay(
             event_id, now=time.time(), respect_lifecycle=respect_lifecycle
         )
         if replay_id is None:
             return None, None, []
         deadline = time.monotonic() + seconds
         while True:
-            request, rows = await store.replay_status(replay_id)
+            request, rows = await store.events.replay_status(replay_id)
             routed = request is not None and request.routed_at is not None
             if routed and not any(row.state in _SETTLED for row in rows):
                 return replay_id, request, rows

@@ -337,7 +337,7 @@ class WebhookChannel:
             if self._ssl is None:  # built once, off the event loop
                 self._ssl = await anyio.to_thread.run_sync(httpx.create_ssl_context)
             if time.monotonic() - self._read_at >= REFRESH:
-                self._subs = {w.id: w for w in await self.store.webhooks(active_only=True)}
+                self._subs = {w.id: w for w in await self.store.webhooks.all(active_only=True)}
                 self._read_at = time.monotonic()
                 for gone in self._clients.keys() - self._subs.keys():
                     await self._clients.pop(gone).aclose()
@@ -400,7 +400,7 @@ class WebhookChannel:
         error = out.error or "failed"
         if out.status == 410:
             reason = "the subscriber answered 410 Gone"
-            await self.store.set_webhook(
+            await self.store.webhooks.update(
                 hook.public_id, now=self.clock(), status="disabled", reason=reason
             )
             self.forget()

@@ -155,7 +155,7 @@ class Worker:
 
     async def _release(self, rows: list[OutboxRow]) -> int:
         try:
-            return await self.store.release([row.id for row in rows], now=self.clock())
+            return await self.store.outbox.release([row.id for row in rows], now=self.clock())
         except StorageUnavailableError as exc:
             # Their leases expire instead; the attempt is then counted.
             log.error("could not release %d abandoned sends: %s", len(rows), exc.message)
@@ -166,7 +166,7 @@ class Worker:
             self._wake.clear()
             return
         try:
-            due = await self.store.next_due()
+            due = await self.store.outbox.next_due()
         except StorageUnavailableError:
             due = None
         if due is None:
@@ -220,7 +220,7 @@ class Worker:
         if time.monotonic() - self._others_at >= IDLE_POLL:
             self._others_at = time.monotonic()
             others = self.concurrency
-        rows = await self.store.claim_due(
+        rows = await self.store.outbox.claim_due(
             now=self.clock(), limit=others, lease=self.lease, lanes=lanes
         )
         if self._stopping:
@@ -289,7 +289,7 @@ class Worker:
             self.metrics.delivery_seconds.observe(took)
             self.metrics.sent(channel.name, "delivered").inc()
             await self._record(
-                row, lambda: self.store.mark_delivered(row.id, now=now, attempt=attempt)
+                row, lambda: self.store.outbox.mark_delivered(row.id, now=now, attempt=attempt)
             )
             log.info("delivered %s", what)
             return
@@ -299,9 +299,7 @@ class Worker:
             retry_at = channel.schedule.retry_at(row, now, result.retry_after)
         if retry_at is None:
             self.metrics.sent(channel.name, "dead").inc()
-            log.error(
-                "sending %s failed for good after %d attempts: %s", what, row.attempts, error
-            )
+            log.error("sending %s failed for good after %d attempts: %s", what, row.attempts, error)
         else:
             self.metrics.sent(channel.name, "retried").inc()
             log.warning(
@@ -313,7 +311,7 @@ class Worker:
             )
         await self._record(
             row,
-            lambda: self.store.mark_failed(
+            lambda: self.store.outbox.mark_failed(
                 row.id, error=error, now=now, retry_at=retry_at, attempt=attempt
             ),
         )

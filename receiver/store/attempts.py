@@ -58,4 +58,3 @@ def record(q: Query, row_id: int, attempt: Attempt) -> None:
             row_id,
         ),
     )
-

@@ -12,7 +12,6 @@ from receiver.sessions import Fact
 from receiver.store.records import (
     OUTBOX_STATES,
     Alert,
-    Attempt,
     Group,
     Notice,
     Notification,
@@ -48,97 +47,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-class _FlatStore(Protocol):
-    """Transitional: the Store's old names still called by the notify workers, the webhook
-    API and `receiver outbox` (each is the role method named in receiver.store.legacy)."""
-
-    async def claim_due(
-        self,
-        *,
-        now: float,
-        limit: int,
-        lease: float,
-        lanes: Mapping[tuple[str, int], int] | None = None,
-    ) -> list[OutboxRow]:
-        """Lease due rows, oldest due first: up to lanes[(notifier, target)] of each target
-        named, and up to limit of all other targets (of every target when lanes is None)."""
-
-    async def release(self, row_ids: Sequence[int], *, now: float) -> int:
-        """Give back claimed rows that were never sent: pending, due now, attempt uncounted."""
-
-    async def next_due(self) -> float | None: ...
-    async def mark_delivered(
-        self, row_id: int, *, now: float, attempt: Attempt | None = None
-    ) -> None:
-        """The row went out; attempt (if given) joins its log, its status the row's last."""
-
-    async def mark_failed(
-        self,
-        row_id: int,
-        *,
-        error: str,
-        now: float,
-        retry_at: float | None,
-        attempt: Attempt | None = None,
-    ) -> None:
-        """The send failed: pending again at retry_at, or dead (None); attempt as above."""
-
-    async def attempts(self, row_ids: Sequence[int]) -> dict[int, list[Attempt]]:
-        """The attempt logs of outbox rows, oldest first (a row never tried has none)."""
-
-    async def deliveries(
-        self, *, state: str | None = None, event_id: str | None = None, limit: int = 50
-    ) -> list[OutboxRow]: ...
-    async def retry_dead(self, row_id: int | None, *, now: float) -> int: ...
-    async def replay(
-        self, event_id: str, *, now: float, respect_lifecycle: bool = False
-    ) -> int | None:
-        """Ask the router to route a stored event again (`receiver replay`); the Replay
-        request's id, or None if no event has that id."""
-
-    async def replay_status(self, replay_id: int) -> tuple[Replay | None, list[OutboxRow]]:
-        """A replay request as it stands, and the outbox rows it has produced so far."""
-
-    async def add_webhook(
-        self,
-        *,
-        public_id: str,
-        url: str,
-        events: list[str],
-        threshold: float | None,
-        format: str,
-        secret: str,
-        now: float,
-        owner: int | None = None,
-        cap: int | None = None,
-    ) -> Webhook | None:
-        """Store a subscription made by the key owner (None: an operator); None, storing
-        nothing, if that key already has cap subscriptions (deleted ones not counted)."""
-
-    async def webhook(self, public_id: str) -> Webhook | None: ...
-    async def set_webhook(
-        self,
-        public_id: str,
-        *,
-        now: float,
-        status: str | None = None,
-        reason: str | None = None,
-        secret: str | None = None,
-    ) -> Webhook | None:
-        """Change a subscription's status or secret; deleting or disabling one cancels its
-        pending deliveries. None if no subscription (not deleted) has that id."""
-
-    async def webhook_deliveries(
-        self, webhook_id: int, *, limit: int, before: int | None = None
-    ) -> list[OutboxRow]: ...
-    async def webhook_delivery(self, webhook_id: int, delivery_id: int) -> OutboxRow | None:
-        """One delivery (outbox row id) of a subscription, or None."""
-
-    async def retry_delivery(
-        self, webhook_id: int, delivery_id: int, *, now: float
-    ) -> OutboxRow | None: ...
 
 
 # -- the Tx's roles: synchronous, inside the transaction Store.transact runs ------------------
@@ -361,7 +269,7 @@ class ScratchTx(Tx, Protocol):
     def scratch(self) -> Scratch: ...
 
 
-class Store(_FlatStore, Protocol):
+class Store(Protocol):
     """The store: its lifecycle, and a role by resource (store.keys.authorize(...),
     store.sessions.get(...)); the router's and lifecycle's writes go through transact."""
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from receiver.events import _Event as Event
 from receiver.sessions import Fact
-from receiver.store.legacy import TX_NAMES, Flat
 from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
 from receiver.store.records import (
     Alert,
@@ -318,14 +317,12 @@ class MemoryState:
         self.t.set_named(name, value)
 
 
-class MemoryTx(Flat):
+class MemoryTx:
     """The Tx protocol (receiver.store.base) in memory; one writer, no other process.
 
     lean: rows whose state can no longer change (sent, cancelled, suppressed) leave memory
     once journaled; what the lifecycle asks later of them (outbox.sent()) is kept in an index.
     """
-
-    _names = TX_NAMES
 
     def __init__(self, *, lean: bool = False) -> None:
         self.tables = t = Tables(lean=lean)

@@ -181,10 +181,6 @@ class Webhooks(Protocol):
     async def retry_delivery(
         self, webhook_id: int, delivery_id: int, *, now: float
     ) -> OutboxRow | None: ...
-    async def __call__(
-        self, *, active_only: bool = False, owner: int | None = None
-    ) -> list[Webhook]:
-        """Transitional: all(), under the name store.webhooks() had."""
 
 
 class Keys(Protocol):

@@ -62,12 +62,6 @@ class SQLWebhooks:
     def __init__(self, db: Runner) -> None:
         self.db = db
 
-    async def __call__(
-        self, *, active_only: bool = False, owner: int | None = None
-    ) -> list[Webhook]:
-        """Transitional: all(), under the name store.webhooks() had."""
-        return await self.all(active_only=active_only, owner=owner)
-
     async def add(
         self,
         *,
@@ -103,9 +97,7 @@ class SQLWebhooks:
 
         return await self.db.statements(insert)
 
-    async def all(
-        self, *, active_only: bool = False, owner: int | None = None
-    ) -> list[Webhook]:
+    async def all(self, *, active_only: bool = False, owner: int | None = None) -> list[Webhook]:
         """Every subscription but the deleted ones (with active_only: the active ones);
         with owner, those of that API key only."""
         where = "status = 'active'" if active_only else "status <> 'deleted'"

@@ -126,7 +126,7 @@ def test_a_subscribers_answer_is_escaped_in_webhook_listings(
         store = open_store(str(copy.db))
         await store.open()
         try:
-            hook = await store.add_webhook(
+            hook = await store.webhooks.add(
                 public_id="wh_hostile", url="https://hooks.example.com/in\u202e",
                 events=["score.drop"], threshold=None, format="service", secret="s",
                 now=time.time(),
@@ -134,10 +134,12 @@ def test_a_subscribers_answer_is_escaped_in_webhook_listings(
             assert hook is not None
             note = subscriber_delivery(hook.id, "d", "{}")
             await store.transact(
-                lambda tx: tx.add(HOSTILE, note, state="pending", now=time.time(), kind="webhook")
+                lambda tx: tx.outbox.add(
+                    HOSTILE, note, state="pending", now=time.time(), kind="webhook"
+                )
             )
-            [row] = await store.claim_due(now=time.time() + 1, limit=5, lease=30)
-            await store.mark_failed(
+            [row] = await store.outbox.claim_due(now=time.time() + 1, limit=5, lease=30)
+            await store.outbox.mark_failed(
                 row.id, error="HTTP 500: \x1b]0;pwned\x07\x1b[2J", now=time.time(), retry_at=None
             )
             return hook.public_id

@@ -82,10 +82,14 @@ def test_a_new_channel_is_retried_on_its_own_schedule_and_logged(
             row_id = await _queue(store)
             worker.wake()
             deadline = time.monotonic() + 20
-            while len(channel.sends) < 3 or (await store.deliveries())[0].state != "delivered":
+            while (
+                len(channel.sends) < 3 or (await store.outbox.deliveries())[0].state != "delivered"
+            ):
                 assert time.monotonic() < deadline, channel.sends
                 await asyncio.sleep(0.05)
-            return (await store.deliveries())[0], (await store.attempts([row_id]))[row_id]
+            return (await store.outbox.deliveries())[0], (await store.outbox.attempts([row_id]))[
+                row_id
+            ]
         finally:
             await worker.stop(1.0)
             running.cancel()

@@ -60,7 +60,7 @@ def test_sends_that_raise_are_failed_attempts_retried_then_dead(
         store: Store = open_store(store_url, clock=lambda: now[0])
         await store.open()
         try:
-            hook = await store.add_webhook(
+            hook = await store.webhooks.add(
                 public_id="wh_1",
                 url="https://hooks.example/in",
                 events=["score.drop"],
@@ -70,15 +70,15 @@ def test_sends_that_raise_are_failed_attempts_retried_then_dead(
                 now=now[0],
             )
             e = events.validate(events.sample("score.drop", id="evt_1"))
-            await store.accept(e, e.model_dump_json().encode())
+            await store.events.accept(e, e.model_dump_json().encode())
 
             def route(tx: Tx) -> None:
-                tx.mark_routed(["evt_1"], now[0])
+                tx.events.mark_routed(["evt_1"], now[0])
                 for notifier in ("bad", "good"):
                     n = Notification("r", notifier, 0, f"to {notifier}", "b")
-                    tx.add("evt_1", n, state="pending", now=now[0])
+                    tx.outbox.add("evt_1", n, state="pending", now=now[0])
                 sub = subscriber_delivery(hook.id, "evt_1", "{}")
-                tx.add_many([("evt_1", sub)], state="pending", now=now[0], kind="webhook")
+                tx.outbox.add_many([("evt_1", sub)], state="pending", now=now[0], kind="webhook")
 
             await store.transact(route)
             channel = WebhookChannel(store, delays=(10.0,), clock=lambda: now[0])
@@ -101,7 +101,7 @@ def test_sends_that_raise_are_failed_attempts_retried_then_dead(
             running = asyncio.create_task(worker.run())
 
             async def states() -> dict[str, tuple[str, int, str | None]]:
-                rows = await store.deliveries(event_id="evt_1")
+                rows = await store.outbox.deliveries(event_id="evt_1")
                 return {r.notifier: (r.state, r.attempts, r.last_error) for r in rows}
 
             async def first_attempts_done() -> bool:

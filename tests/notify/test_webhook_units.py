@@ -694,7 +694,11 @@ def test_each_subscriber_has_its_own_small_pool_closed_when_it_leaves() -> None:
     class Subscriptions:
         active = [hook(1), hook(2)]
 
-        async def webhooks(self, *, active_only: bool) -> list[Webhook]:
+        @property
+        def webhooks(self) -> Any:  # the fake store is its own store.webhooks
+            return self
+
+        async def all(self, *, active_only: bool) -> list[Webhook]:
             return list(self.active)
 
     async def main() -> tuple[bool, bool, bool, bool]:
@@ -730,7 +734,11 @@ def test_every_subscriber_shares_one_tls_context_built_off_the_loop(
     monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
 
     class Subscriptions:
-        async def webhooks(self, *, active_only: bool) -> list[Webhook]:
+        @property
+        def webhooks(self) -> Any:  # the fake store is its own store.webhooks
+            return self
+
+        async def all(self, *, active_only: bool) -> list[Webhook]:
             return [hook(i) for i in range(1, 51)]
 
     async def main() -> set[int]:
@@ -753,7 +761,11 @@ def test_sends_in_flight_share_one_read_of_the_subscriptions() -> None:
     class Subscriptions:
         reads = 0
 
-        async def webhooks(self, *, active_only: bool) -> list[Webhook]:
+        @property
+        def webhooks(self) -> Any:  # the fake store is its own store.webhooks
+            return self
+
+        async def all(self, *, active_only: bool) -> list[Webhook]:
             self.reads += 1
             await asyncio.sleep(0.05)  # a read takes a while
             return [hook(i) for i in range(1, 1001)]
@@ -797,6 +809,10 @@ def test_a_stop_during_a_claim_waits_for_it_and_gives_its_rows_back() -> None:
 
         def under_pressure(self) -> bool:
             return False
+
+        @property
+        def outbox(self) -> Any:  # the fake store is its own store.outbox
+            return self
 
         async def next_due(self) -> float | None:
             return None
@@ -855,6 +871,10 @@ def test_sends_start_at_most_a_cap_at_once_and_hanging_ones_stop_counting() -> N
     class Due:
         def under_pressure(self) -> bool:
             return False
+
+        @property
+        def outbox(self) -> Any:  # the fake store is its own store.outbox
+            return self
 
         async def next_due(self) -> float | None:
             return 0.0 if any(rows.values()) else None

@@ -13,12 +13,12 @@ import pytest
 from receiver.store import Store
 from receiver.store.base import Tx
 from receiver.store.records import WEBHOOK_NOTIFIER, Attempt, subscriber_delivery
-from tests.store.test_store_contract import event, note, queue, run
+from tests.store.contract.common import event, note, queue, run
 
 
 async def _subscriber_row(store: Store, event_no: int = 1) -> tuple[int, int]:
     """A subscription and one delivery of event_no to it, as routing queues them; their ids."""
-    hook = await store.add_webhook(
+    hook = await store.webhooks.add(
         public_id=f"wh_{event_no}",
         url="https://hooks.example.com/in",
         events=["score.drop"],
@@ -28,33 +28,37 @@ async def _subscriber_row(store: Store, event_no: int = 1) -> tuple[int, int]:
         now=1.0,
     )
     assert hook is not None
-    await store.accept(*event(event_no))
+    await store.events.accept(*event(event_no))
     delivery = subscriber_delivery(hook.id, f"evt_{event_no}", "{}")
 
     def work(tx: Tx) -> None:
-        tx.mark_routed([f"evt_{event_no}"], 1.0)
-        tx.add_many([(f"evt_{event_no}", delivery)], state="pending", now=1.0, kind="webhook")
+        tx.events.mark_routed([f"evt_{event_no}"], 1.0)
+        tx.outbox.add_many(
+            [(f"evt_{event_no}", delivery)], state="pending", now=1.0, kind="webhook"
+        )
 
     await store.transact(work)
-    (row,) = await store.webhook_deliveries(hook.id, limit=5)
+    (row,) = await store.webhooks.deliveries(hook.id, limit=5)
     return hook.id, row.id
 
 
 def test_each_attempt_is_logged_and_the_last_status_kept(store_url: str) -> None:
     async def go(store: Store) -> Any:
         hook, row_id = await _subscriber_row(store)
-        (claimed,) = await store.claim_due(now=2.0, limit=5, lease=30)
+        (claimed,) = await store.outbox.claim_due(now=2.0, limit=5, lease=30)
         failed = Attempt(2.0, 120, 503, "HTTP 503 Service Unavailable", excerpt="busy")
-        await store.mark_failed(row_id, error="HTTP 503", now=2.1, retry_at=3.0, attempt=failed)
-        pending = await store.webhook_delivery(hook, row_id)
-        await store.claim_due(now=3.0, limit=5, lease=30)
-        await store.mark_delivered(row_id, now=3.1, attempt=Attempt(3.0, 40, 200))
-        delivered = await store.webhook_delivery(hook, row_id)
+        await store.outbox.mark_failed(
+            row_id, error="HTTP 503", now=2.1, retry_at=3.0, attempt=failed
+        )
+        pending = await store.webhooks.delivery(hook, row_id)
+        await store.outbox.claim_due(now=3.0, limit=5, lease=30)
+        await store.outbox.mark_delivered(row_id, now=3.1, attempt=Attempt(3.0, 40, 200))
+        delivered = await store.webhooks.delivery(hook, row_id)
         # A manual retry counts the row's attempts afresh; the log goes on numbering.
-        await store.retry_delivery(hook, row_id, now=4.0)
-        await store.claim_due(now=4.0, limit=5, lease=30)
-        await store.mark_delivered(row_id, now=4.1, attempt=Attempt(4.0, 30, 204))
-        return claimed, pending, delivered, await store.attempts([row_id, 999])
+        await store.webhooks.retry_delivery(hook, row_id, now=4.0)
+        await store.outbox.claim_due(now=4.0, limit=5, lease=30)
+        await store.outbox.mark_delivered(row_id, now=4.1, attempt=Attempt(4.0, 30, 204))
+        return claimed, pending, delivered, await store.outbox.attempts([row_id, 999])
 
     claimed, pending, delivered, logs = run(store_url, go)
     assert claimed.delivery_id == "evt_1" and claimed.title == ""
@@ -78,9 +82,9 @@ def test_a_delivery_belongs_to_its_subscription_only(store_url: str) -> None:
         hook, row_id = await _subscriber_row(store, 1)
         other, _ = await _subscriber_row(store, 2)
         return (
-            await store.webhook_delivery(hook, row_id),
-            await store.webhook_delivery(other, row_id),
-            await store.webhook_delivery(hook, row_id + 100),
+            await store.webhooks.delivery(hook, row_id),
+            await store.webhooks.delivery(other, row_id),
+            await store.webhooks.delivery(hook, row_id + 100),
         )
 
     mine, others, missing = run(store_url, go)
@@ -92,12 +96,14 @@ def test_notifications_of_every_channel_keep_a_log(store_url: str) -> None:
     """Chat and email notifications are logged as deliveries are; a status is optional."""
 
     async def go(store: Store) -> Any:
-        await store.accept(*event(1))
+        await store.events.accept(*event(1))
         await queue(store, "evt_1", [note(notifier="oncall")], now=1.0)
-        (row,) = await store.claim_due(now=1.0, limit=5, lease=30)
+        (row,) = await store.outbox.claim_due(now=1.0, limit=5, lease=30)
         failed = Attempt(1.0, 5, None, "oncall[0]: json target timed out after 1s")
-        await store.mark_failed(row.id, error="timed out", now=1.5, retry_at=None, attempt=failed)
-        return (await store.deliveries())[0], await store.attempts([row.id])
+        await store.outbox.mark_failed(
+            row.id, error="timed out", now=1.5, retry_at=None, attempt=failed
+        )
+        return (await store.outbox.deliveries())[0], await store.outbox.attempts([row.id])
 
     row, logs = run(store_url, go)
     assert row.state == "dead" and row.last_status is None
@@ -110,16 +116,16 @@ def test_prune_takes_the_attempt_logs_with_their_rows(store_url: str) -> None:
     async def go(store: Store) -> Any:
         ids = []
         for i in (1, 2):
-            await store.accept(*event(i))
+            await store.events.accept(*event(i))
             await queue(store, f"evt_{i}", [note()], now=1.0)
-        for row in await store.claim_due(now=1.0, limit=5, lease=30):
+        for row in await store.outbox.claim_due(now=1.0, limit=5, lease=30):
             ids.append(row.id)
             retry = None if row.event_id == "evt_1" else 5000.0
-            await store.mark_failed(
+            await store.outbox.mark_failed(
                 row.id, error="e", now=2.0, retry_at=retry, attempt=Attempt(1.0, 3, 500, "e")
             )
-        pruned = await store.prune(before=3000.0, limit=100)
-        return ids, pruned, await store.attempts(ids)
+        pruned = await store.events.prune(before=3000.0, limit=100)
+        return ids, pruned, await store.outbox.attempts(ids)
 
     (dead, waiting), pruned, logs = run(store_url, go, clock=3000.0)
     assert pruned["outbox"] == 1
@@ -152,8 +158,8 @@ def _old_rows(execute: Any, mark: str) -> None:
 
 def _check_upgraded(store_url: str) -> None:
     async def after(store: Store) -> Any:
-        delivery = await store.webhook_delivery(7, 1)
-        return delivery, (await store.deliveries())[0], await store.attempts([1, 2])
+        delivery = await store.webhooks.delivery(7, 1)
+        return delivery, (await store.outbox.deliveries())[0], await store.outbox.attempts([1, 2])
 
     delivery, notification, logs = run(store_url, after)
     assert delivery is not None

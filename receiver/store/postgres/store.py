@@ -42,7 +42,6 @@ from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.events import SQLEvents, event_row
 from receiver.store.history import SQLHistory
 from receiver.store.keys import SQLKeys
-from receiver.store.legacy import Flat
 from receiver.store.outbox import SQLOutbox
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
@@ -74,7 +73,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore(Flat):
+class PostgresStore:
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(

@@ -12,7 +12,6 @@ from typing import Any
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
-from receiver.store.legacy import TX_NAMES, Flat
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.schema import lock_key
 from receiver.store.records import Alert, StoredEvent
@@ -159,10 +158,8 @@ class PostgresTxAlerts(SQLTxAlerts):
         self._locked.clear()
 
 
-class PostgresTx(Flat):
+class PostgresTx:
     """A Tx on one PostgreSQL connection in a transaction: its roles share it."""
-
-    _names = TX_NAMES
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn

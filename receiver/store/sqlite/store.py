@@ -28,7 +28,6 @@ from receiver.store.base import Accepted, OnAccepted
 from receiver.store.events import SQLEvents, event_row
 from receiver.store.history import SQLHistory
 from receiver.store.keys import SQLKeys
-from receiver.store.legacy import Flat
 from receiver.store.outbox import SQLOutbox
 from receiver.store.sqlite import events
 from receiver.store.sqlite.schema import migrate
@@ -90,7 +89,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore(Flat):
+class SQLiteStore:
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(

@@ -15,7 +15,6 @@ from typing import Any
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
-from receiver.store.legacy import TX_NAMES, Flat
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.records import Alert, StoredEvent
 from receiver.store.routing import SQLTxDigests, SQLTxSilences, SQLTxState, SQLTxThrottle
@@ -113,10 +112,8 @@ class SQLiteTxAlerts(SQLTxAlerts):
         self.forget()
 
 
-class SQLiteTx(Flat):
+class SQLiteTx:
     """A Tx on one connection with an open write transaction: its roles share it."""
-
-    _names = TX_NAMES
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn

@@ -19,7 +19,7 @@ def test_two_replicas_route_disjoint_batches_and_claim_disjoint_rows(pg_url: str
         await b.open()
         try:
             for i in range(20):
-                await (a if i % 2 else b).accept(*event(i))
+                await (a if i % 2 else b).events.accept(*event(i))
             hold = threading.Event()
             taken = threading.Event()
 
