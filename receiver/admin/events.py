@@ -100,7 +100,9 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
     explanation = admin.rules.current.explain(payload).format() if isinstance(payload, dict) else ""
     rows = await admin.store.outbox.page(OutboxQuery(limit=200, event_id=row.id))
     notifications = [r for r in rows if r.notifier != WEBHOOK_NOTIFIER]
-    deliveries = [shown_delivery(r) for r in rows if r.notifier == WEBHOOK_NOTIFIER]
+    deliveries = [
+        {"row": r.id, **shown_delivery(r)} for r in rows if r.notifier == WEBHOOK_NOTIFIER
+    ]
     return await admin.view(
         request,
         session,

@@ -44,6 +44,27 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
     )  # fmt: skip
 
 
+async def detail(admin: Admin, request: Request, session: Session) -> Response:
+    """One notification or subscriber delivery with its attempt log: when each send started,
+    the status or error it ended with, how long it took, the start of the answer."""
+    wanted = row_id(request.path_params["id"])
+    # The page of rows older than wanted + 1, one long: wanted itself when it exists.
+    rows = (
+        []
+        if wanted is None
+        else await admin.store.outbox.page(OutboxQuery(limit=1, before=wanted + 1))
+    )
+    if not rows or rows[0].id != wanted:
+        return await admin.missing(request, session, "notification")
+    log_of = await admin.store.outbox.attempts([rows[0].id])
+    return await admin.view(
+        request,
+        session,
+        "notification.html",
+        {"n": rows[0], "attempts": log_of.get(rows[0].id, [])},
+    )
+
+
 async def retry(admin: Admin, request: Request, session: Session) -> Response:
     notification_id = request.path_params["id"]
     if row_id(notification_id) is None:

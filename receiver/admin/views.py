@@ -49,6 +49,7 @@ class AdminPages(Admin):
                     Route("/sessions", page(sessions.listing)),
                     Route("/sessions/{id:path}", page(sessions.detail)),
                     Route("/notifications", page(notifications.listing)),
+                    Route("/notifications/{id}", page(notifications.detail)),
                     Route(
                         "/notifications/{id}/retry",
                         page(notifications.retry),

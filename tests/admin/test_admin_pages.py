@@ -240,6 +240,26 @@ def test_every_admin_template_renders_against_real_data(
             assert made.status_code == 200 and "ar_" in made.text
             explained = await admin.post("/admin/rules", {"event": json.dumps(first)})
             assert explained.status_code == 200 and "page-oncall" in explained.text
+            # Each notification's page shows its attempt log: a dead one's failed sends with
+            # their error, a subscriber delivery's with the status it answered.
+            dead = await admin.page("/admin/notifications?state=dead")
+            dead_id = re.search(r'href="/admin/notifications/(\d+)" title="its attempt log"', dead)
+            assert dead_id is not None, dead
+            log_page = await admin.page(f"/admin/notifications/{dead_id.group(1)}")
+            tried = re.findall(r"<tr><td>(\d+)</td><td>[^<]*</td><td>(\d*)</td>", log_page)
+            assert tried and tried[0][0] == "1", log_page
+            assert "Not tried yet" not in log_page and "ms</td>" in log_page
+            event_page = await admin.page("/admin/events/evt_page_1")
+            delivery_ids = re.findall(r'href="/admin/notifications/(\d+)"', event_page)
+            statuses = set()
+            for shown in delivery_ids:
+                page = await admin.page(f"/admin/notifications/{shown}")
+                statuses |= {
+                    s
+                    for _, s in re.findall(r"<tr><td>(\d+)</td><td>[^<]*</td><td>(\d*)</td>", page)
+                }
+            assert "200" in statuses, statuses  # the subscriber on the sink answered 200
+            assert (await admin.get("/admin/notifications/999999")).status_code == 404
             started = await admin.post("/admin/bulk-retry", {})
             assert started.status_code == 303
             for path in (
