@@ -1,5 +1,6 @@
-"""Storage: one interface (base.Store, base.Tx), SQLite (embedded, the default) and PostgreSQL
-(several replicas on one database) behind it."""
+"""Storage: one interface by role (base.Store, base.Tx; the roles in roles.py and base.py),
+SQLite (embedded, the default) and PostgreSQL (several replicas on one database) behind it,
+and the backtest's store in memory (scratch())."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import pytest
 from receiver.errors import StoreError
 from receiver.store import Store
 from receiver.store.base import Tx
-from receiver.store.records import Replay
+from receiver.store.records import EventQuery, Replay
 from tests.store.contract.common import event, note, queue, run
 
 
@@ -191,3 +191,32 @@ def test_prune_deletes_what_is_old_and_finished_only(store_url: str) -> None:
     assert counts["events"] == 2 and counts["outbox"] == 1 and counts["quarantine"] == 1
     assert sorted(left) == ["evt_2", "evt_3"]
     assert rows == [("evt_1", "sending")]
+
+
+def test_pages_of_events_and_of_quarantine_newest_first(store_url: str) -> None:
+    async def go(store: Store) -> Any:
+        for i in range(5):
+            await store.events.accept(*event(i, sessionId=f"s{i % 2}"))
+        await store.events.accept(*event(3, sessionId="s1"))  # delivered twice
+        for reason in ("invalid_json", "invalid_event"):
+            await store.events.quarantine(b"\xff{", reason=reason, client="10.0.0.1", event_id=None)
+        first = await store.events.page(EventQuery(limit=3))
+        rest = await store.events.page(
+            EventQuery(limit=3, before=(first[-1].received_at, first[-1].id))
+        )
+        of_s1 = await store.events.page(EventQuery(session_id="s1"))
+        twice = await store.events.page(EventQuery(duplicated=True))
+        one = await store.events.get("evt_2")
+        [newest] = await store.events.quarantined(before=None, limit=1)
+        older = await store.events.quarantined(before=newest.id, limit=5)
+        return first, rest, of_s1, twice, one, await store.events.get("nope"), newest, older
+
+    first, rest, of_s1, twice, one, missing, newest, older = run(store_url, go)
+    assert [r.id for r in first + rest] == [f"evt_{i}" for i in (4, 3, 2, 1, 0)]
+    assert {r.id for r in of_s1} == {"evt_1", "evt_3"}
+    assert [(r.id, r.duplicates) for r in twice] == [("evt_3", 1)]
+    row, body = one
+    assert (row.id, row.session_id, row.routed_at) == ("evt_2", "s0", None)
+    assert '"id":"evt_2"' in body.replace(" ", "") and missing is None
+    assert (newest.reason, newest.client, newest.body) == ("invalid_event", "10.0.0.1", "\ufffd{")
+    assert [q.reason for q in older] == ["invalid_json"]
