@@ -53,10 +53,10 @@ class AppriseChannel:
         try:
             url = self._url(row)
             title, body = await self._texts(row)
-            await self.targets.send(url, title=title, body=body, label=row.label)
+            status = await self.targets.send(url, title=title, body=body, label=row.label)
         except DeliveryError as exc:
             return Result.retry(str(exc), status=exc.status)
-        return Result.delivered()
+        return Result.delivered(status=status)
 
     async def _texts(self, row: OutboxRow) -> tuple[str, str]:
         """The title and body to send: enriched when the rule asks for it and the upstream

@@ -30,7 +30,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from receiver.errors import ReceiverError
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     import apprise
 
 __all__ = ["CONSOLE_LOGGER", "DeliveryError", "Targets", "prepare_apprise", "redact", "url_secrets"]
+
+T = TypeVar("T")
 
 CONSOLE_LOGGER = "receiver.console"
 REDACTED = "***"
@@ -222,12 +224,16 @@ def _capped_adapter() -> type:
         def build_response(self, req: Any, resp: Any) -> Any:
             response = super().build_response(req, resp)
             response.raw = _CappedBody(resp)
+            _answered.status = response.status_code  # the send's thread reads it (_send)
             return response
 
     return CappedAdapter
 
 
 _REDACTOR = _Redactor()
+# The HTTP status of the last answer a send's thread read (CappedAdapter writes it, _send
+# reads it): apprise says only "sent" or "not sent", the attempt log wants the status.
+_answered = threading.local()
 _setup_lock = threading.Lock()
 _setup_done = False
 
@@ -303,8 +309,9 @@ class Targets:
         self._threads: set[threading.Thread] = set()
         self._closed = False
 
-    async def send(self, url: str, *, title: str, body: str, label: str) -> None:
-        """Deliver title and body to url; raise DeliveryError on failure or timeout.
+    async def send(self, url: str, *, title: str, body: str, label: str) -> int | None:
+        """Deliver title and body to url; raise DeliveryError on failure or timeout. The
+        HTTP status the target answered, when the target is reached over HTTP.
 
         label is a name safe for logs, e.g. "oncall[0]" (notifier name and index).
         Cancelling the caller abandons the send: the thread finishes (or times out)
@@ -312,7 +319,7 @@ class Targets:
         """
         if _scheme(url) == "console":
             _log_console(label, title, body)
-            return
+            return None
         if self._closed:
             raise DeliveryError(f"{label}: not sent, notifier is closed", label=label)
         if not _setup_done:
@@ -324,7 +331,7 @@ class Targets:
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
             async with asyncio.timeout(self.timeout):
-                await job
+                return await job
         except TimeoutError:
             raise DeliveryError(
                 f"{label}: {_scheme(url)} target timed out after {self.timeout:g}s",
@@ -341,23 +348,24 @@ class Targets:
             for thread in list(self._threads):
                 thread.join()
 
-    def _start(self, fn: Callable[..., None], *args: Any) -> asyncio.Future[None]:
+    def _start(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         """Run fn(*args) in a new daemon thread; a future of the loop for its outcome."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        future: asyncio.Future[T] = loop.create_future()
+        outcome: list[T] = []
 
         def settle(error: BaseException | None) -> None:
             if future.done():  # the caller gave up (timeout or cancel)
                 return
             if error is None:
-                future.set_result(None)
+                future.set_result(outcome[0])
             else:
                 future.set_exception(error)
 
         def run() -> None:
             error: BaseException | None = None
             try:
-                fn(*args)
+                outcome.append(fn(*args))
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
                 error = exc
             finally:
@@ -378,8 +386,11 @@ class Targets:
             _REDACTOR.add(secrets)
         return secrets
 
-    def _send(self, url: str, title: str, body: str, label: str, secrets: frozenset[str]) -> None:
-        """Runs in its own thread: build the plugin, notify, explain any failure."""
+    def _send(
+        self, url: str, title: str, body: str, label: str, secrets: frozenset[str]
+    ) -> int | None:
+        """Runs in its own thread: build the plugin, notify, explain any failure; the last
+        HTTP status the target answered, if it answered over HTTP."""
         scheme = _scheme(url)
         apprise = loaded_apprise()
         if self._asset is None:
@@ -404,14 +415,16 @@ class Targets:
         notifier = apprise.Apprise(asset=self._asset)
         notifier.add(plugin)
         log.debug("sending %s notification to %s", scheme, label)
+        _answered.status = None
         try:
             result = notifier.notify(body=body, title=title, body_format=_body_format(plugin))
         except Exception as exc:
             reason = redact(f"{type(exc).__name__}: {exc}", secrets)
             raise DeliveryError(f"{label}: {scheme} target failed: {reason}", label=label) from None
+        status: int | None = getattr(_answered, "status", None)
         try:
             if result:
-                return
+                return status
             reasons = [
                 redact(entry.message, secrets)
                 for entry in result.logs()
@@ -420,7 +433,9 @@ class Targets:
         finally:
             result.close()
         raise DeliveryError(
-            _failure_message(label, scheme, reasons), label=label, status=_status(reasons)
+            _failure_message(label, scheme, reasons),
+            label=label,
+            status=_status(reasons) or status,
         )
 
 

@@ -267,6 +267,18 @@ def test_a_target_down_for_a_while_gets_it_exactly_once(
     succeeded = [r for r in http_sink.requests if r.status == 200]
     assert len(succeeded) == 1
     assert server.metric("receiver_notifications_total", 'outcome="retried"') >= 3
+    # Every attempt is in the row's log, as `receiver deliveries --attempts` shows it: the
+    # failed ones with the status the chat target answered, the last with its 200.
+    shown = server.cli("deliveries", "--attempts", "--json")
+    assert shown.returncode == 0, shown.stderr
+    [row] = [json.loads(line) for line in shown.stdout.splitlines()]
+    statuses = [a["status"] for a in row["attempt_log"]]
+    assert statuses == [r.status for r in http_sink.requests], statuses
+    assert statuses[-1] == 200 and set(statuses[:-1]) == {503} and row["last_status"] == 200
+    assert [a["number"] for a in row["attempt_log"]] == list(range(1, len(statuses) + 1))
+    assert (
+        all(a["error"] for a in row["attempt_log"][:-1]) and row["attempt_log"][-1]["error"] is None
+    )
 
 
 def test_killed_before_delivery_delivers_after_restart(
