@@ -107,7 +107,7 @@ class Admin:
         self,
         store: Store,
         *,
-        rules: Any,  # receiver.app.RulesHolder
+        rules: Any,  # receiver.reloader.RulesHolder
         router: Any,  # receiver.dispatch.router.Router (its lag)
         accepted: Callable[[], float],
         webhooks: WebhookChannel,
