@@ -1,15 +1,18 @@
-"""`receiver alerts` and `receiver silence ...`: the alert lifecycle from the command line."""
+"""`receiver alerts` (and ack, resolve, snooze) and `receiver silence ...`: the alert
+lifecycle from the command line."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 
-from receiver.cli._common import db_option, echo, when, with_store
+from receiver.cli._common import db_option, echo, load_rules, rules_option, when, with_store
+from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.events import date_or_why
 from receiver.rules.match import parse_matchers
@@ -62,21 +65,78 @@ def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
         )
 
 
+def _act(
+    db: str, rules_path: Path | None, alert_id: str, action: str, by: str, seconds: float | None
+) -> None:
+    """Do an action through receiver.dispatch.actions, as the server's API would."""
+    ruleset = load_rules(rules_path) if action == "resolve" else None
+    now = time.time()
+
+    async def act(store: Store) -> actions.Outcome:
+        return await actions.perform(
+            store, ruleset, alert_id, action, source="cli", by=by, now=now, seconds=seconds
+        )
+
+    outcome = with_store(db, act)
+    if outcome.result == "missing":
+        raise click.ClickException(f"no alert {alert_id!r} (see: receiver alerts)")
+    echo(outcome.message)
+
+
+_by_option = click.option(
+    "--by", default=lambda: os.environ.get("USER", "cli"), help="Who, for the record [$USER]."
+)
+
+
 @alerts.command("ack")
 @db_option
 @click.argument("alert_id")
-@click.option("--by", default=lambda: os.environ.get("USER", "cli"), help="Who [$USER].")
+@_by_option
 def ack(db: str, alert_id: str, by: str) -> None:
-    """Acknowledge an open alert: its repeats stop until it resolves.
+    """Acknowledge an open alert: its repeats stop until it resolves. Acking an acked
+    alert says who did it first.
 
     Example:
 
-        receiver alerts ack user:user_42
+        receiver alerts ack session:sess_42
     """
-    found = with_store(db, lambda store: store.alerts.ack(alert_id, by=by, now=time.time()))
-    if found is None:
-        raise click.ClickException(f"no open alert {alert_id!r} (see: receiver alerts)")
-    echo(f"{alert_id} acknowledged by {found.acked_by} at {when(found.acked_at)}")
+    _act(db, None, alert_id, "ack", by, None)
+
+
+@alerts.command("resolve")
+@db_option
+@rules_option
+@click.argument("alert_id")
+@_by_option
+def resolve(db: str, rules_path: Path | None, alert_id: str, by: str) -> None:
+    """Resolve an open alert now, as its closing event would: everyone it notified gets
+    the resolved message (rendered with --rules; a running server sends it).
+
+    Example:
+
+        receiver alerts resolve session:sess_42
+    """
+    _act(db, rules_path, alert_id, "resolve", by, None)
+
+
+@alerts.command("snooze")
+@db_option
+@click.argument("alert_id")
+@click.option("--for", "duration", default="1h", show_default=True, help="How long: 30m, 2h.")
+@_by_option
+def snooze(db: str, alert_id: str, duration: str, by: str) -> None:
+    """Put an open alert's repeats off for a while; if it is still open then, it is
+    notified again.
+
+    Example:
+
+        receiver alerts snooze session:sess_42 --for 2h
+    """
+    try:
+        seconds = parse_duration(duration, limit=MAX_SPAN)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--for") from None
+    _act(db, None, alert_id, "snooze", by, seconds)
 
 
 def _open_alerts(tx: Tx) -> list[dict[str, Any]]:

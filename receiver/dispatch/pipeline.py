@@ -208,6 +208,11 @@ class Pipeline:
 
     # -- resolve ------------------------------------------------------------------------------
 
+    def resolve(self, alert: Alert, payload: Mapping[str, Any]) -> None:
+        """An operator resolved the alert (already saved resolved; receiver.dispatch.actions):
+        what its closing event would do, payload standing in for that event."""
+        self._resolve(alert.opened_event or "-", payload, alert)
+
     def _resolve(self, event_id: str, payload: Mapping[str, Any], alert: Alert | None) -> None:
         assert alert is not None
         self.counts["cancelled"] += self.tx.outbox.cancel_held(

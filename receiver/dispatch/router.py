@@ -200,7 +200,8 @@ class Router:
     async def tick(self) -> None:
         """Repeats that are due, and the heartbeat when nothing has arrived for too long."""
         ruleset, now = self.rules(), self.clock()
-        if ruleset.heartbeat is None and not any(r.repeat for r in ruleset.rules):
+        # A snooze can end on an alert of a rule with resolve (notices) but no repeat.
+        if ruleset.heartbeat is None and not any(r.repeat or r.resolve for r in ruleset.rules):
             return
 
         def work(tx: Tx) -> Counter[str]:

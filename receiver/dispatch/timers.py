@@ -1,5 +1,6 @@
-"""The lifecycle's timers: repeats of an alert still open, and the heartbeat that fires when no
-event has arrived for a while (and resolves when events flow again)."""
+"""The lifecycle's timers: repeats of an alert still open (and the end of a snooze), and the
+heartbeat that fires when no event has arrived for a while (and resolves when events flow
+again)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def repeats(
     tx: Tx, ruleset: Ruleset, now: float, *, silences: Active, counts: Counter[str]
 ) -> None:
     """Send each due repeat of an alert still open in the episode its rule notified about
-    (silenced or muted as the alert's opening event would be now), and schedule the next."""
+    (silenced or muted as the alert's opening event would be now), and schedule the next.
+    A snooze (store.alerts.snooze) puts every repeat of the episode off to its end, so the
+    alert is notified again then, also by a rule without repeat."""
     for notice in tx.notices.due(now):
         alert = tx.alerts.get(notice.alert)
         rule = ruleset.by_name.get(notice.rule)
@@ -29,7 +32,6 @@ def repeats(
             or alert.state != "open"
             or alert.episode != notice.episode
             or rule is None
-            or rule.repeat is None
             or not tx.outbox.sent(alert.id, alert.episode, rule.name)
         ):
             tx.notices.repeated(notice, None)
@@ -61,7 +63,8 @@ def repeats(
                 episode=alert.episode,
             )
         counts["repeat"] += 1
-        tx.notices.repeated(notice, now + rule.repeat)
+        # A rule without repeat has a repeat due only when a snooze ended: notified once.
+        tx.notices.repeated(notice, None if rule.repeat is None else now + rule.repeat)
 
 
 def heartbeat(

@@ -1,19 +1,38 @@
 """Alerts on either SQL store: the lifecycle's alerts and notices inside a routing
 transaction (tx.alerts, tx.notices), with the read-ahead a batch shares between them and
-the outbox, and the acknowledgements operators give (store.alerts)."""
+the outbox, and what operators do to alerts (store.alerts): acknowledgements, snoozes and
+the record of every action."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from receiver.store.records import Ack, Alert, Notice
+from receiver.store.records import Ack, Action, Alert, Notice
 from receiver.store.statements import Query, Runner, Statements
 
 SELECT_ALERTS = (
     "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts FROM alerts"
 )
 _NOTICE_COLUMNS = "alert, episode, rule, notified_at, next_repeat_at, repeats"
+_ACTION_COLUMNS = "alert, episode, action, source, actor, at, outcome, until"
+
+# Every action on an alert (ack, resolve, snooze), from a link, the admin page, the API or
+# the CLI, newest last; {id}: each store's integer identity.
+ACTIONS_SCHEMA = """
+    CREATE TABLE alert_actions (
+        id {id},
+        alert TEXT NOT NULL,
+        episode INTEGER NOT NULL,
+        action TEXT NOT NULL,
+        source TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        outcome TEXT NOT NULL,
+        until DOUBLE PRECISION
+    );
+    CREATE INDEX alert_actions_alert ON alert_actions (alert, id);
+"""
 
 
 def alert_row(alert: Alert, now: float) -> tuple[Any, ...]:
@@ -193,5 +212,104 @@ class SQLAlerts:
         def select(q: Query) -> dict[tuple[str, int], Ack]:
             rows = q(f"SELECT alert, episode, acked_by, acked_at FROM acks WHERE {cond}", (param,))
             return {(r[0], int(r[1])): Ack(r[0], int(r[1]), r[2], r[3]) for r in rows}
+
+        return await self.db.read(select)
+
+    async def get(self, alert_id: str) -> Alert | None:
+        def select(q: Query) -> Alert | None:
+            row = q(f"{SELECT_ALERTS} WHERE id = ?", (alert_id,)).fetchone()
+            return None if row is None else Alert(*row)
+
+        return await self.db.read(select)
+
+    async def page(
+        self,
+        *,
+        state: str | None = None,
+        rule: str | None = None,
+        session: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> list[Alert]:
+        """Alerts by id, after the id `after`: those in state, of a session (its session
+        alert and its interventions'), or that rule notified about."""
+        where: list[str] = ["1 = 1"]
+        params: list[Any] = []
+        if state is not None:
+            where.append("state = ?")
+            params.append(state)
+        if session is not None:
+            where.append("(id = ? OR substr(id, 1, ?) = ?)")
+            prefix = f"intervention:{session}:"
+            params += [f"session:{session}", len(prefix), prefix]
+        if rule is not None:
+            where.append(
+                "EXISTS (SELECT 1 FROM notices WHERE notices.alert = alerts.id AND rule = ?)"
+            )
+            params.append(rule)
+        if after is not None:
+            where.append("id > ?")
+            params.append(after)
+
+        def select(q: Query) -> list[Alert]:
+            rows = q(
+                f"{SELECT_ALERTS} WHERE {' AND '.join(where)} ORDER BY id LIMIT ?",
+                (*params, limit),
+            )
+            return [Alert(*row) for row in rows]
+
+        return await self.db.read(select)
+
+    async def snooze(self, alert_id: str, *, until: float) -> int | None:
+        """Put an open alert's repeats off until `until`; then the timers notify again
+        about it if it is still open (receiver.dispatch.timers). The episode snoozed, or
+        None if no alert of that id is open."""
+
+        def snooze(q: Query) -> int | None:
+            row = q(
+                "SELECT episode FROM alerts WHERE id = ? AND state = 'open'", (alert_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            q(
+                "UPDATE notices SET next_repeat_at = ? WHERE alert = ? AND episode = ?",
+                (until, alert_id, int(row[0])),
+            )
+            return int(row[0])
+
+        return await self.db.statements(snooze)
+
+    async def record(self, action: Action) -> None:
+        """Keep an action in the alert's record."""
+        await self.db.statements(
+            lambda q: q(
+                f"INSERT INTO alert_actions ({_ACTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    action.alert,
+                    action.episode,
+                    action.action,
+                    action.source,
+                    action.actor,
+                    action.at,
+                    action.outcome,
+                    action.until,
+                ),
+            )
+        )
+
+    async def actions(self, alert_ids: Iterable[str], *, limit: int = 100) -> list[Action]:
+        """The newest actions on these alerts (at most limit), oldest first."""
+        ids = list(alert_ids)
+        if not ids:
+            return []
+        cond, param = self.db.dialect.in_("alert", ids)
+
+        def select(q: Query) -> list[Action]:
+            rows = q(
+                f"SELECT {_ACTION_COLUMNS} FROM alert_actions WHERE {cond}"
+                " ORDER BY id DESC LIMIT ?",
+                (param, limit),
+            )
+            return [Action(*row) for row in reversed(list(rows))]
 
         return await self.db.read(select)

@@ -62,10 +62,13 @@ TABLES: dict[str, tuple[str, ...]] = {
     ),
     "webhook_sides": ("webhook_id", "session_id", "below", "mark"),
     "acks": ("alert", "episode", "acked_by", "acked_at"),
+    "alert_actions": (
+        "id", "alert", "episode", "action", "source", "actor", "at", "outcome", "until",
+    ),
 }  # fmt: skip
 _IDENTITY = (
     "quarantine", "outbox", "outbox_attempts", "groups", "silences", "replays", "api_keys",
-    "webhooks",
+    "webhooks", "alert_actions",
 )  # fmt: skip
 _BOOLEAN = {("replays", "respect_lifecycle")}
 CHUNK = 5000

@@ -307,6 +307,26 @@ class Ack:
     acked_at: float
 
 
+ACTIONS = ("ack", "resolve", "snooze")  # what can be done to an alert (receiver.dispatch.actions)
+SOURCES = ("link", "admin", "api", "cli")  # where an action came from
+
+
+@dataclass(frozen=True)
+class Action:
+    """Something done to an alert's episode, from a one-click link, the admin page, the API
+    or the CLI: by whom (an API key's name, or "link"), when, and what came of it ("done",
+    or "already": it was acked, resolved or over already). until: a snooze's end."""
+
+    alert: str
+    episode: int
+    action: str
+    source: str
+    actor: str
+    at: float
+    outcome: str
+    until: float | None = None
+
+
 # -- the noise report (receiver.store.history) ------------------------------------------------
 
 

@@ -12,6 +12,8 @@ from receiver.events import _Event as Event
 from receiver.sessions import Aggregate, Summary
 from receiver.store.records import (
     Ack,
+    Action,
+    Alert,
     ApiKey,
     Attempt,
     Backlog,
@@ -201,12 +203,33 @@ class Keys(Protocol):
 
 
 class Alerts(Protocol):
-    """Acknowledgements of alerts (store.alerts); the alerts themselves change in a Tx."""
+    """What operators do to alerts (store.alerts): acknowledgements, snoozes, the record of
+    every action, and the alerts as the API lists them; alerts change by events in a Tx."""
 
     async def ack(self, alert_id: str, *, by: str, now: float) -> Ack | None:
-        """Acknowledge an open alert's episode: its repeats stop until it resolves."""
+        """Acknowledge an open alert's episode: its repeats stop until it resolves. The
+        episode's ack (the first one stands), or None if no alert of that id is open."""
 
     async def acks(self, alert_ids: Iterable[str]) -> dict[tuple[str, int], Ack]: ...
+    async def get(self, alert_id: str) -> Alert | None: ...
+    async def page(
+        self,
+        *,
+        state: str | None = None,
+        rule: str | None = None,
+        session: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> list[Alert]:
+        """Alerts by id after `after`: in state, of a session, or noticed by a rule."""
+
+    async def snooze(self, alert_id: str, *, until: float) -> int | None:
+        """Put an open alert's repeats off until `until` (then the timers notify again if
+        it is still open); the episode, or None if no alert of that id is open."""
+
+    async def record(self, action: Action) -> None: ...
+    async def actions(self, alert_ids: Iterable[str], *, limit: int = 100) -> list[Action]:
+        """The newest actions on these alerts (at most limit), oldest first."""
 
 
 class Upstream(Protocol):

@@ -9,6 +9,7 @@ from typing import Any
 
 import sqlite_utils
 
+from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
 from receiver.store.events import ADMIN_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
@@ -178,6 +179,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     # 14: subscriber deliveries' own columns (delivery id, subscription), the status of
     # each row's last attempt, and the attempt log.
     ATTEMPTS_SCHEMA.format(id="INTEGER PRIMARY KEY", has_status=SQLITE_HAS_STATUS),
+    # 15: what operators did to alerts (ack, resolve, snooze), from where, by whom.
+    ACTIONS_SCHEMA.format(id="INTEGER PRIMARY KEY"),
 ]
 
 

@@ -1,0 +1,145 @@
+"""What operators do to an alert, wherever they ask (a one-click link, the admin page, the
+API, the CLI): ack, resolve, snooze. Each is idempotent (acking an acked alert answers
+"already acknowledged") and recorded with its source, who and when (store.alerts.record).
+
+resolve closes the alert now as if its closing event had come: held notifications are
+cancelled and everyone notified gets the resolved message (receiver.dispatch.pipeline).
+snooze puts the alert's repeats off; when it ends and the alert is still open, the timers
+notify again (receiver.dispatch.timers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from receiver.dispatch.alerts import opener
+from receiver.dispatch.pipeline import Pipeline
+from receiver.durations import format_duration
+from receiver.events import iso_epoch
+from receiver.rules import Ruleset
+from receiver.store import Store
+from receiver.store.base import Tx
+from receiver.store.records import Action
+
+SNOOZE_LINK = 3600.0  # how long a snooze link puts repeats off
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an action did: done, or "already" so (nothing changed), or not found (no alert
+    of that id, or the episode the link named is over); message says it in words."""
+
+    alert: str
+    action: str
+    result: str  # done | already | missing
+    message: str
+    episode: int | None = None
+    until: float | None = None
+
+
+async def perform(
+    store: Store,
+    ruleset: Ruleset | None,
+    alert_id: str,
+    action: str,
+    *,
+    source: str,
+    by: str,
+    now: float,
+    seconds: float | None = None,
+    episode: int | None = None,
+) -> Outcome:
+    """Do action (ack | resolve | snooze for `seconds`) to the alert, and record it;
+    ruleset: the rules that render a resolve's messages (only resolve needs them).
+
+    episode: the episode a link was made for; when the alert has moved on (resolved, or
+    opened again since), the link's episode is over and nothing changes."""
+    alert = await store.alerts.get(alert_id)
+    if alert is None:
+        return Outcome(alert_id, action, "missing", f"there is no alert {alert_id!r}")
+    if episode is not None and episode != alert.episode:
+        return _noted(alert_id, action, "already", f"{alert_id} was resolved already", episode)
+    if alert.state != "open":
+        outcome = _noted(alert_id, action, "already", _already_resolved(alert_id), alert.episode)
+    elif action == "ack":
+        outcome = await _ack(store, alert_id, alert.episode, by, now)
+    elif action == "resolve":
+        if ruleset is None:
+            raise ValueError("resolving needs the rules that render its messages")
+        rs = ruleset
+        outcome = await store.transact(lambda tx: _resolve(tx, rs, alert_id, source, by, now))
+    elif action == "snooze":
+        outcome = await _snooze(
+            store, alert_id, alert.episode, now, SNOOZE_LINK if seconds is None else seconds
+        )
+    else:
+        raise ValueError(f'unknown action "{action}"; use ack, resolve or snooze')
+    if outcome.episode is not None and outcome.result != "missing":
+        await store.alerts.record(
+            Action(
+                alert_id,
+                outcome.episode,
+                action,
+                source,
+                by,
+                now,
+                outcome.result,
+                outcome.until,
+            )
+        )
+    return outcome
+
+
+def _noted(alert_id: str, action: str, result: str, message: str, episode: int) -> Outcome:
+    return Outcome(alert_id, action, result, message, episode)
+
+
+def _already_resolved(alert_id: str) -> str:
+    return f"{alert_id} is resolved already"
+
+
+async def _ack(store: Store, alert_id: str, episode: int, by: str, now: float) -> Outcome:
+    before = (await store.alerts.acks([alert_id])).get((alert_id, episode))
+    ack = before or await store.alerts.ack(alert_id, by=by, now=now)
+    if ack is None:  # resolved meanwhile
+        return Outcome(alert_id, "ack", "already", _already_resolved(alert_id))
+    if before is None:
+        return Outcome(alert_id, "ack", "done", f"{alert_id} acknowledged", ack.episode)
+    when = iso_epoch(ack.acked_at)[:19].replace("T", " ")
+    return Outcome(
+        alert_id,
+        "ack",
+        "already",
+        f"{alert_id} was acknowledged already, by {ack.acked_by} at {when} UTC",
+        ack.episode,
+    )
+
+
+async def _snooze(store: Store, alert_id: str, episode: int, now: float, seconds: float) -> Outcome:
+    ack = (await store.alerts.acks([alert_id])).get((alert_id, episode))
+    if ack is not None:
+        message = f"{alert_id} was acknowledged already, by {ack.acked_by}"
+        return Outcome(alert_id, "snooze", "already", message, ack.episode)
+    until = now + seconds
+    snoozed = await store.alerts.snooze(alert_id, until=until)
+    if snoozed is None:
+        return Outcome(alert_id, "snooze", "already", _already_resolved(alert_id))
+    message = f"{alert_id} snoozed for {format_duration(seconds)}"
+    return Outcome(alert_id, "snooze", "done", message, snoozed, until)
+
+
+def _resolve(tx: Tx, ruleset: Ruleset, alert_id: str, source: str, by: str, now: float) -> Outcome:
+    """Close the alert now as its closing event would: held rows cancelled, resolved
+    messages to everyone its episode notified."""
+    alert = tx.alerts.get(alert_id)
+    if alert is None:
+        return Outcome(alert_id, "resolve", "missing", f"there is no alert {alert_id!r}")
+    if alert.state != "open":
+        return Outcome(alert_id, "resolve", "already", _already_resolved(alert_id), alert.episode)
+    ts = iso_epoch(now, digits=6)
+    alert.state, alert.resolved_ts, alert.last_ts = "resolved", ts, max(alert.last_ts, ts)
+    tx.alerts.save(alert, now)
+    # The resolved message's "ended by {{ type }} at {{ timestamp }}": who resolved it.
+    payload = {**opener(tx, alert), "type": f"{by} ({source})", "timestamp": ts}
+    Pipeline(tx, ruleset, now).resolve(alert, payload)
+    return Outcome(alert_id, "resolve", "done", f"{alert_id} resolved", alert.episode)
