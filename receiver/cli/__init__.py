@@ -1,6 +1,6 @@
 """The `receiver` command: serve, init, sign, send, check, explain, deliveries, retry, replay,
-alerts, silence, db, keys, webhooks, upstream, simulate, backtest, report. One module per
-group of commands; this one gathers them."""
+alerts, silence, db, keys, webhooks, upstream, simulate, backtest, report, oncall. One module
+per group of commands; this one gathers them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from receiver.cli.alerts import alerts, silence
 from receiver.cli.db import db
 from receiver.cli.history import backtest, report
 from receiver.cli.keys import keys
+from receiver.cli.oncall import oncall
 from receiver.cli.outbox import deliveries, replay, retry
 from receiver.cli.rules import check, explain, init
 from receiver.cli.send import send, sign
@@ -37,6 +38,6 @@ def cli() -> None:
 
 for command in (
     serve, init, sign, send, check, explain, deliveries, retry, replay, alerts, silence, db,
-    keys, webhooks, upstream, simulate, backtest, report,
+    keys, webhooks, upstream, simulate, backtest, report, oncall,
 ):  # fmt: skip
     cli.add_command(command)

@@ -65,6 +65,8 @@ class Pipeline:
         transition: what the event did to its alert, when apply() has been run already
         (`receiver backtest` applies each event once for all the rules files it replays)."""
         self._replay = self.tx.events.replay_request(replay) if replay is not None else None
+        # A schedule target names the member on call now, as the row will.
+        decisions = self.ruleset.on_call(decisions, self.now)
         try:
             if self._replay is not None and not self._replay.respect_lifecycle:
                 self._send_again(event_id, payload, decisions)
@@ -243,7 +245,9 @@ class Pipeline:
             ):
                 continue  # never a resolved message for an alert that was never sent
             rendered = rule.render_resolved(payload, extra) if self.texts else UNTITLED
-            for d in rule.decisions(rendered, self.ruleset.notifiers):
+            for d in self.ruleset.on_call(
+                rule.decisions(rendered, self.ruleset.notifiers), self.now
+            ):
                 self._add(
                     event_id,
                     _notification(d),

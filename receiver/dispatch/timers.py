@@ -44,7 +44,7 @@ def repeats(
             state, reason = "silenced", "silenced"
         elif rule.active is not None and not rule.active.contains(now):
             state, reason = "muted", f"muted outside the active window ({rule.active.text})"
-        for d in rule.decisions(rendered, ruleset.notifiers):
+        for d in ruleset.on_call(rule.decisions(rendered, ruleset.notifiers), now):
             n = Notification(
                 d.rule,
                 d.notifier,
@@ -121,7 +121,7 @@ def _beat(
     body: str,
     kind: str = "heartbeat",
 ) -> None:
-    for name in names:
+    for name in dict.fromkeys(ruleset.target(n, now) for n in names):
         for target in range(len(ruleset.notifiers[name].urls)):
             n = Notification(HEARTBEAT, name, target, title, body)
             tx.outbox.add("-", n, state="pending", now=now, kind=kind, alert=HEARTBEAT)

@@ -29,12 +29,14 @@ from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, NAME_RE, Notifier, bu
 from receiver.rules.options import LIFECYCLE_KEYS, check_heartbeat, check_options
 from receiver.rules.rule import Rule
 from receiver.rules.ruleset import Ruleset
+from receiver.rules.schedules import PREFIX, check_schedules
 
-TOP_KEYS = ("notifiers", "rules", "heartbeat")
+TOP_KEYS = ("notifiers", "rules", "heartbeat", "schedules")
 RULE_KEYS = ("name", "match", "notify", "title", "body", "throttle", "continue", *LIFECYCLE_KEYS)
 THROTTLE_KEYS = ("key", "every")
 _EXPECTED = {
     "notifiers": "a mapping of notifier names to apprise urls",
+    "schedules": "a mapping of schedule names",
     "rules": "a list of rules",
     "match": "a mapping of payload fields to conditions",
     "throttle": "a mapping with keys key, every",
@@ -80,6 +82,7 @@ class FileSpec(_Strict):
     notifiers: dict[Any, Any] | None = None
     rules: list[Any] | None = None
     heartbeat: Any = None
+    schedules: Any = None  # checked by schedules.check_schedules, with its own messages
 
 
 def load_file(
@@ -145,6 +148,11 @@ def load_text(
         notifiers[CONSOLE] = Notifier(CONSOLE, (CONSOLE_URL,))
     # A notifier with a problem is still defined: rules naming it are not wrong too.
     defined = [str(n) for n in raw_notifiers if isinstance(n, str)] + sorted(builtin)
+    schedules = check_schedules(raw.get("schedules"), defined, problems)
+    # A schedule is a target wherever a notifier is: "schedule:primary".
+    raw_schedules = raw.get("schedules")
+    if isinstance(raw_schedules, dict):
+        defined = defined + [f"{PREFIX}{n}" for n in raw_schedules if isinstance(n, str)]
 
     rules: list[Rule] = []
     seen: set[str] = set()
@@ -156,9 +164,7 @@ def load_text(
     heartbeat, names = check_heartbeat(raw.get("heartbeat"), problems)
     for name in names:
         if name not in defined:
-            problems.append(
-                f'undefined notifier "{name}" used in heartbeat; defined: {", ".join(defined)}'
-            )
+            problems.append(_undefined(name, "heartbeat", defined))
     if problems:
         raise ConfigError(problems, source=source)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
@@ -169,6 +175,7 @@ def load_text(
         source=source,
         builtin=builtin,
         heartbeat=heartbeat,
+        schedules=schedules,
     )
 
 
@@ -267,12 +274,22 @@ def _check_notify(raw: Any, label: str, defined: list[str], problems: list[str])
         elif name in result:
             problems.append(f'{label}: notify: notifier "{name}" is listed twice')
         elif name not in defined:
-            problems.append(
-                f'undefined notifier "{name}" used in {label}; defined: {", ".join(defined)}'
-            )
+            problems.append(_undefined(name, label, defined))
         else:
             result.append(name)
     return tuple(result)
+
+
+def _undefined(name: str, where: str, defined: list[str]) -> str:
+    """'undefined notifier "ops" used in rule "x"; defined: ...', or the same of a schedule."""
+    if name.startswith(PREFIX):
+        known = [n.removeprefix(PREFIX) for n in defined if n.startswith(PREFIX)]
+        return (
+            f'undefined schedule "{name.removeprefix(PREFIX)}" used in {where}; '
+            f"defined schedules: {', '.join(known) or '(none)'}"
+        )
+    notifiers = [n for n in defined if not n.startswith(PREFIX)]
+    return f'undefined notifier "{name}" used in {where}; defined: {", ".join(notifiers)}'
 
 
 def _describe(err: ErrorDetails, label: str) -> str:

@@ -209,7 +209,9 @@ class Rule:
                 error=rendered.error,
             )
             for name in self.notify
-            for index in range(len(notifiers[name].urls))
+            # A "schedule:NAME" target is one placeholder until routing puts the member on
+            # call in its place (Ruleset.on_call), with one decision per url of theirs.
+            for index in range(len(notifiers[name].urls) if name in notifiers else 1)
         ]
 
     def _templates(self) -> tuple[Template, Template, Template | None]:

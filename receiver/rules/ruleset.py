@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import dataclasses
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 from receiver.durations import format_duration
@@ -10,6 +13,7 @@ from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import Heartbeat
 from receiver.rules.rule import Decision, Rule
+from receiver.rules.schedules import PREFIX, Schedule, describe, who
 from receiver.rules.verdict import Explanation, explain
 
 MAX_INDEXED_TYPES = 256  # event types remembered by the index; others are worked out each time
@@ -35,11 +39,13 @@ class Ruleset:
         source: str = "rules.yaml",
         builtin: frozenset[str] = frozenset(),
         heartbeat: Heartbeat | None = None,
+        schedules: Mapping[str, Schedule] | None = None,
     ) -> None:
         self.notifiers = notifiers
         self.rules = rules
         self.by_name = {rule.name: rule for rule in rules}
         self.heartbeat = heartbeat
+        self.schedules = dict(schedules or {})
         self.digest = digest
         self.source = source
         self._builtin = builtin
@@ -80,12 +86,69 @@ class Ruleset:
             else:
                 yield rule
 
+    def target(self, name: str, at: datetime | float) -> str:
+        """The notifier a target names at the instant at: name itself, or for
+        "schedule:NAME" the member on call then (receiver.rules.schedules)."""
+        if not name.startswith(PREFIX):
+            return name
+        return who(self.schedules[name.removeprefix(PREFIX)], at)
+
+    def on_call(self, decisions: Iterable[Decision], at: datetime | float) -> list[Decision]:
+        """decisions with each "schedule:NAME" placeholder replaced by the member on call at
+        at, one decision per url of theirs; called when a notification is placed, so the
+        outbox row names a real notifier. A member a rule also names directly is sent once."""
+        result: list[Decision] = []
+        seen: set[tuple[str, str, int]] = set()
+        for d in decisions:
+            if d.notifier.startswith(PREFIX):
+                member = self.target(d.notifier, at)
+                made = [
+                    dataclasses.replace(d, notifier=member, target=index)
+                    for index in range(len(self.notifiers[member].urls))
+                ]
+            else:
+                made = [d]
+            for item in made:
+                key = (item.rule, item.notifier, item.target)
+                if key not in seen:
+                    seen.add(key)
+                    result.append(item)
+        return result
+
     def explain(
-        self, payload: Mapping[str, Any], enrichment: Mapping[str, Any] | None = None
+        self,
+        payload: Mapping[str, Any],
+        enrichment: Mapping[str, Any] | None = None,
+        *,
+        at: datetime | float | None = None,
     ) -> Explanation:
         """Each rule's verdict on payload with reasons; ``.format()`` for humans.
-        enrichment: what the upstream says of the session (receiver.upstream.enrich)."""
-        return explain(self.rules, self.notifiers, payload, enrichment)
+        enrichment: what the upstream says of the session (receiver.upstream.enrich).
+        A schedule target shows the member on call at at (default now)."""
+        found = explain(self.rules, self.notifiers, payload, enrichment)
+        if not self.schedules:
+            return found
+        at = time.time() if at is None else at
+        outcomes = tuple(
+            dataclasses.replace(
+                r,
+                notifiers=tuple(
+                    f"{n} (on call: {self.target(n, at)})" if n.startswith(PREFIX) else n
+                    for n in r.notifiers
+                ),
+            )
+            for r in found.rules
+        )
+        resolved = tuple(
+            dataclasses.replace(r, decisions=tuple(self.on_call(r.decisions, at)))
+            for r in found.resolved
+        )
+        return dataclasses.replace(
+            found,
+            rules=outcomes,
+            decisions=tuple(self.on_call(found.decisions, at)),
+            resolved=resolved,
+        )
 
     @property
     def unresolved_env(self) -> dict[str, list[str]]:
@@ -140,6 +203,8 @@ class Ruleset:
                 f"heartbeat: after {format_duration(self.heartbeat.silent_for)} "
                 f"without events -> {', '.join(self.heartbeat.notify)}"
             )
+        for schedule in self.schedules.values():
+            lines.append(f"schedule {describe(schedule)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
