@@ -41,7 +41,7 @@ def explain_now(
                 " repeat send nothing; other rules forward it"
             )
         elif payload.get("type") in CLOSES:
-            lines.append(_resolves_now(ruleset, alert, notified))
+            lines.append(_resolves_now(ruleset, alert, notified, now))
     for silence in matching(active_silences(silences), payload):
         until = date_or_why(
             silence.ends_at,
@@ -86,7 +86,9 @@ def _rule_notes(ruleset: Ruleset, name: str, now: float, *, opening: bool) -> li
     return notes
 
 
-def _resolves_now(ruleset: Ruleset, alert: Alert | None, notified: Sequence[str]) -> str:
+def _resolves_now(
+    ruleset: Ruleset, alert: Alert | None, notified: Sequence[str], now: float
+) -> str:
     """What closing the alert now sends besides the rules' own notifications."""
     if alert is None or alert.state != "open":
         return "not open: it resolves nothing, and sends no resolved message"
@@ -94,10 +96,12 @@ def _resolves_now(ruleset: Ruleset, alert: Alert | None, notified: Sequence[str]
     parts = []
     count = 0
     for rule in (r for r in rules if r.resolve):
-        urls = sum(len(ruleset.notifiers[name].urls) for name in rule.notify)
+        # A schedule target is whoever is on call now, as routing would place it.
+        names = list(dict.fromkeys(ruleset.target(name, now) for name in rule.notify))
+        urls = sum(len(ruleset.notifiers[name].urls) for name in names)
         count += urls
         plural = f" ({urls} urls)" if urls > 1 else ""
-        parts.append(f"{rule.name} -> {', '.join(rule.notify)}{plural}")
+        parts.append(f"{rule.name} -> {', '.join(names)}{plural}")
     if not parts:
         return "resolves it; no rule with resolve: true notified about it, so no resolved message"
     return f"resolves it: {count} resolved message{'s' if count != 1 else ''}: {', '.join(parts)}"
