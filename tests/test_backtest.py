@@ -458,3 +458,16 @@ def test_a_page_that_fails_to_route_leaves_no_read_behind(monkeypatch: pytest.Mo
 
     assert asyncio.run(go()) == set()  # the next page's read is not left running
     assert len(reads) == 1
+
+
+def test_a_schedule_target_is_tallied_as_the_member_on_call_at_each_event(tmp_path: Path) -> None:
+    schedules = """
+schedules:
+  primary: {timezone: UTC, rotation: daily, handoff: "11:00", start: 2026-11-23,
+            members: [hook, chat]}
+"""
+    text = schedules + rule().replace("notify: hook", "notify: schedule:primary")
+    # 10:00 is before the first shift (11:00, hook's): the rotation runs backwards, chat's.
+    [r] = replay(tmp_path, text, [ev("score.drop", "e1", 0), ev("score.drop", "e2", 61)])
+    assert sent(r, "drop") == 2
+    assert {name: t.sent for name, t in r.notifiers.items()} == {"chat": 1, "hook": 1}
