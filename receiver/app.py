@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from receiver import __version__, reloader, rules
+from receiver.admin.act import ActPages
 from receiver.admin.views import AdminPages
 from receiver.api import openapi
 from receiver.api.auth import Access
@@ -26,6 +27,7 @@ from receiver.asgi import EXCEPTION_HANDLERS, ReceiverApp
 from receiver.dispatch.router import Router
 from receiver.errors import ConfigError
 from receiver.ingest import IngestEndpoint
+from receiver.links import LinkSource
 from receiver.logs import redact_url
 from receiver.metrics import Metrics
 from receiver.notify.backoff import Backoff
@@ -77,6 +79,11 @@ def create_app(
                 per_key=settings.webhooks_per_key,
             ).routes(),
             *(admin.routes() if admin is not None else []),
+            *(
+                ActPages(store, parts.links, rules=parts.holder, clock=clock).routes()
+                if parts.links is not None
+                else []
+            ),
             *OpsEndpoints(
                 store,
                 parts.supervisor,
@@ -123,6 +130,7 @@ class _Parts:
     access: Access
     admin: AdminPages | None
     supervisor: Supervisor
+    links: LinkSource | None
 
     @classmethod
     def build(
@@ -140,7 +148,12 @@ class _Parts:
             clock=clock,
         )
         targets, webhooks, worker, upstream = _notify(settings, store, holder, metrics, clock)
-        router = Router(store, holder, metrics=metrics, on_routed=worker.wake, clock=clock)
+        links = None
+        if settings.public_url is not None:  # the one-click action links (receiver.links)
+            links = LinkSource(store, base=settings.public_url, ttl=settings.link_ttl, clock=clock)
+        router = Router(
+            store, holder, metrics=metrics, on_routed=worker.wake, clock=clock, links=links
+        )
         pruner = Pruner(store, retention=settings.retention, metrics=metrics, clock=clock)
         store.on_accepted = router.wake
         ingest = IngestEndpoint(
@@ -179,6 +192,7 @@ class _Parts:
             access=Access(store, clock=clock),
             admin=admin,
             supervisor=supervisor,
+            links=links,
         )
 
     @contextlib.asynccontextmanager

@@ -6,6 +6,7 @@ import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -166,6 +167,11 @@ class Settings(BaseSettings):
     # A background loop failing (receiver.supervisor) for longer than this makes /healthz
     # answer 503, so an orchestrator restarts the process (/readyz says so at once).
     unhealthy_after: float = Field(default=60.0, gt=0)
+    # The receiver's address as users reach it (http(s), no query or fragment): turns on
+    # the one-click action links in every message ({public_url}/act/<token>), valid for
+    # link_ttl; unset, templates see links empty.
+    public_url: str | None = None
+    link_ttl: float = Field(default=86400.0, gt=0)
     # PostgreSQL: a statement run this many times on one connection is prepared there;
     # None ("off") never prepares, for a pooler that does not keep prepared statements.
     db_prepare_threshold: int | None = DB_PREPARE_THRESHOLD
@@ -184,6 +190,7 @@ class Settings(BaseSettings):
         "webhook_timeout",
         "upstream_timeout",
         "unhealthy_after",
+        "link_ttl",
         mode="before",
     )
     @classmethod
@@ -240,6 +247,23 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"must be the service's base URL, http(s)://... ending in /v1; got {url[:80]!r}"
             )
+        return url
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        """Blank means unset; otherwise an http(s) URL with a host and no query or
+        fragment (a path is kept: a receiver behind a prefix)."""
+        if value is None or not value.strip():
+            return None
+        url = value.strip().rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"must be an http(s) URL such as https://alerts.example.com; got {url[:80]!r}"
+            )
+        if parts.query or parts.fragment or "?" in url or "#" in url:
+            raise ValueError(f"must have no query or fragment; got {url[:80]!r}")
         return url
 
     @property

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
 from receiver.api.auth import hash_key, may
+from receiver.links import stored_key
 from receiver.store import Store
 from receiver.store.base import Tx
 
@@ -54,15 +55,7 @@ class AdminAuth:
 
     async def _signer(self) -> URLSafeTimedSerializer:
         if self._serializer is None:
-
-            def key(tx: Tx) -> str:
-                found = tx.state.get(_STATE)
-                if not isinstance(found, str):
-                    found = secrets.token_urlsafe(32)
-                    tx.state.set(_STATE, found)
-                return found
-
-            secret = await self.store.transact(key)
+            secret = await stored_key(self.store, _STATE)
             self._serializer = URLSafeTimedSerializer(secret, salt="receiver-admin")
         return self._serializer
 

@@ -133,6 +133,15 @@ from receiver.settings import SENDER_SCHEDULE, Settings
     help="Longest a notification waits for enrichment [RECEIVER_UPSTREAM_TIMEOUT, 2s].",
 )
 @click.option(
+    "--public-url",
+    help="The receiver's address as users reach it; turns on one-click action links"
+    " [RECEIVER_PUBLIC_URL].",
+)
+@click.option(
+    "--link-ttl",
+    help="How long an action link works [RECEIVER_LINK_TTL, 24h].",
+)
+@click.option(
     "--unhealthy-after",
     help="A background loop failing this long makes /healthz answer 503"
     " [RECEIVER_UNHEALTHY_AFTER, 60s].",

@@ -19,9 +19,11 @@ from typing import Any
 from receiver.dispatch import digests, timers
 from receiver.dispatch.alerts import Transition, alert_id, apply, event_time, open_seconds, opener
 from receiver.dispatch.silences import active_silences, silencing
+from receiver.links import Links
 from receiver.rules import Decision, Rule, Ruleset, format_duration
 from receiver.rules.options import CLOSES, OPENS
 from receiver.rules.rule import Rendered
+from receiver.rules.templates import NO_LINKS
 from receiver.store.base import Tx
 from receiver.store.records import Alert, Notification, Replay, Silence
 
@@ -40,8 +42,11 @@ class Pipeline:
     # and resolved messages are not rendered.
     texts = True
 
-    def __init__(self, tx: Tx, ruleset: Ruleset, now: float) -> None:
+    def __init__(
+        self, tx: Tx, ruleset: Ruleset, now: float, *, links: Links | None = None
+    ) -> None:
         self.tx = tx
+        self.links = links  # the one-click action links (RECEIVER_PUBLIC_URL), if on
         self.ruleset = ruleset
         self.now = now
         self.counts: Counter[str] = Counter()
@@ -236,6 +241,8 @@ class Pipeline:
                 "opened_at": alert.opened_ts,
                 "duration": open_seconds(alert),
             }
+            if self.links is not None:  # a resolved alert has nothing left to act on
+                extra["links"] = {**NO_LINKS, "alert": self.links.alert_page(alert.id)}
         for notice in notices:
             rule = self.ruleset.by_name.get(notice.rule)
             if (
@@ -270,7 +277,14 @@ class Pipeline:
 
     def repeats(self) -> None:
         """Send the repeats that are due (receiver.dispatch.timers)."""
-        timers.repeats(self.tx, self.ruleset, self.now, silences=self.silences, counts=self.counts)
+        timers.repeats(
+            self.tx,
+            self.ruleset,
+            self.now,
+            silences=self.silences,
+            counts=self.counts,
+            links=self.links,
+        )
 
     def heartbeat(self, last_event: float, *, arrived: bool) -> None:
         """Fire when nothing arrived for silent_for; resolve when events flow again."""

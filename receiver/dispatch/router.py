@@ -32,6 +32,7 @@ from receiver.dispatch.fanout import fan_out
 from receiver.dispatch.pipeline import Pipeline
 from receiver.errors import StorageUnavailableError
 from receiver.events import load_stored
+from receiver.links import Links, LinkSource
 from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.rules import Decision, Ruleset
@@ -70,13 +71,17 @@ _SENDABLE = ("pending", "resolved", "repeat", "heartbeat", "subscriber")
 Decided = dict[str, tuple[str, dict[str, Any] | None, list[Decision]]]
 
 
-def decide(ruleset: Ruleset, events: Sequence[StoredEvent]) -> Decided:
-    """What the rules say about each event (run in the rules thread)."""
+def decide(ruleset: Ruleset, events: Sequence[StoredEvent], links: Links | None = None) -> Decided:
+    """What the rules say about each event (run in the rules thread); with links, the
+    templates of an alert's event see its one-click action links (receiver.links)."""
     decided: Decided = {}
     for event in events:
         try:
             payload = load_stored(event.body)
-            decided[event.id] = (event.body, payload, ruleset.route(payload))
+            seen = payload
+            if links is not None and (alert := alert_id(payload)) is not None:
+                seen = {**payload, "links": links.for_alert(alert)}
+            decided[event.id] = (event.body, payload, ruleset.route(seen))
         except Exception:  # noqa: BLE001 - a bug: the transaction fails on it, and says so
             decided[event.id] = (event.body, None, [])
     return decided
@@ -91,8 +96,11 @@ class Router:
         metrics: Metrics,
         on_routed: Callable[[], None],
         clock: Callable[[], float] = time.time,
+        links: LinkSource | None = None,
     ) -> None:
         self.store = store
+        self.link_source = links  # RECEIVER_PUBLIC_URL's action links, None without
+        self.links: Links | None = None
         self.rules = rules
         self.metrics = metrics
         self.on_routed = on_routed
@@ -194,8 +202,13 @@ class Router:
             return {}
         if self._rules_thread is None:
             self._rules_thread = ThreadPoolExecutor(1, thread_name_prefix="receiver-rules")
+        await self._load_links()
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._rules_thread, decide, ruleset, events)
+        return await loop.run_in_executor(self._rules_thread, decide, ruleset, events, self.links)
+
+    async def _load_links(self) -> None:
+        if self.link_source is not None and self.links is None:
+            self.links = await self.link_source.get()
 
     async def tick(self) -> None:
         """Repeats that are due, and the heartbeat when nothing has arrived for too long."""
@@ -203,11 +216,12 @@ class Router:
         # A snooze can end on an alert of a rule with resolve (notices) but no repeat.
         if ruleset.heartbeat is None and not any(r.repeat or r.resolve for r in ruleset.rules):
             return
+        await self._load_links()
 
         def work(tx: Tx) -> Counter[str]:
             if not tx.try_lock("timers"):  # another replica runs them this turn
                 return Counter()
-            pipeline = Pipeline(tx, ruleset, now)
+            pipeline = Pipeline(tx, ruleset, now, links=self.links)
             pipeline.repeats()
             # Read afresh: with several replicas, events may have reached the others.
             self._last_event = max(self._last(tx), tx.events.last_received() or 0.0)
@@ -246,7 +260,7 @@ class Router:
         self, tx: Tx, ruleset: Ruleset, now: float, events: list[StoredEvent], decided: Decided
     ) -> Pipeline:
         """The whole batch at once: each alert read and written once, one routed mark."""
-        pipeline = Pipeline(tx, ruleset, now)
+        pipeline = Pipeline(tx, ruleset, now, links=self.links)
         routes = [_decided(ruleset, event, decided) for event in events]
         tx.alerts.read_ahead(filter(None, (alert_id(payload) for payload, _ in routes)))
         for event, (payload, decisions) in zip(events, routes, strict=True):
@@ -263,7 +277,7 @@ class Router:
     ) -> Pipeline:
         """Event by event, each in a savepoint, after the batch failed: the event that fails
         is left unrouted (a bug, not a bad event: it is retried on the next start)."""
-        pipeline = Pipeline(tx, ruleset, now)
+        pipeline = Pipeline(tx, ruleset, now, links=self.links)
         for event in events:
             try:
                 with tx.savepoint():

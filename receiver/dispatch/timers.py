@@ -10,6 +10,7 @@ from datetime import datetime
 
 from receiver.dispatch.alerts import opener
 from receiver.dispatch.silences import Active, silencing
+from receiver.links import Links
 from receiver.rules import Ruleset, format_duration
 from receiver.store.base import Tx
 from receiver.store.records import Notification
@@ -18,7 +19,13 @@ HEARTBEAT = "(heartbeat)"
 
 
 def repeats(
-    tx: Tx, ruleset: Ruleset, now: float, *, silences: Active, counts: Counter[str]
+    tx: Tx,
+    ruleset: Ruleset,
+    now: float,
+    *,
+    silences: Active,
+    counts: Counter[str],
+    links: Links | None = None,
 ) -> None:
     """Send each due repeat of an alert still open in the episode its rule notified about
     (silenced or muted as the alert's opening event would be now), and schedule the next.
@@ -37,7 +44,12 @@ def repeats(
             tx.notices.repeated(notice, None)
             continue
         opened = opener(tx, alert)
-        rendered = rule.render(opened)
+        seen = (
+            opened
+            if links is None
+            else {**opened, "links": links.for_alert(alert.id, alert.episode)}
+        )
+        rendered = rule.render(seen)
         open_for = format_duration(max(1.0, now - notice.notified_at))
         state, reason = "pending", None
         if silencing(silences, opened) is not None:

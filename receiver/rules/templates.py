@@ -1,9 +1,10 @@
 """Title, body and throttle-key templates: a Jinja2 sandbox, its context and its filters.
 
 Templates see every payload field by name, plus ``event`` (the whole payload),
-``rule`` (the rule's name) and ``delta`` (threshold - score, when both are
-numbers). Undefined names are errors (StrictUndefined): a typo shows up as a
-fallback message saying what failed instead of a silently empty notification.
+``rule`` (the rule's name), ``delta`` (threshold - score, when both are
+numbers) and ``links`` (the one-click action links, empty without them).
+Undefined names are errors (StrictUndefined): a typo shows up as a fallback
+message saying what failed instead of a silently empty notification.
 The sandbox is the immutable one, so a template cannot change the payload that
 later rules and templates see.
 
@@ -148,6 +149,10 @@ def uses_enrichment(source: str) -> bool:
         return False
 
 
+# What templates see as `links` without RECEIVER_PUBLIC_URL, or for an event of no alert.
+NO_LINKS: Mapping[str, str] = {"ack": "", "resolve": "", "snooze": "", "alert": ""}
+
+
 def context(
     payload: Mapping[str, Any], rule: str, enrichment: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -163,6 +168,10 @@ def context(
     ctx["session"] = (enrichment or {}).get("session", {})
     ctx["history"] = (enrichment or {}).get("history", [])
     ctx["enriched"] = enrichment is not None
+    # The one-click action links (receiver.links) the router adds to an alert's payload;
+    # without them every name is there, empty, so `{% if links.ack %}` tests it.
+    if not isinstance(ctx.get("links"), Mapping):
+        ctx["links"] = NO_LINKS
     score, threshold = payload.get("score"), payload.get("threshold")
     if (
         isinstance(score, int | float)

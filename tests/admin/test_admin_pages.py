@@ -128,6 +128,7 @@ async def running(tmp: Path, hook: str, address: str = "127.0.0.1") -> AsyncIter
         webhook_schedule="0.1",
         max_clock_skew=0,
         max_event_age=0,
+        public_url="http://receiver",  # the one-click action pages (act.html)
     )
     clock = Clock()
     app = create_app(settings, clock=clock)
@@ -290,6 +291,7 @@ def test_every_admin_template_renders_against_real_data(
             refused = await admin.client.post("/admin/login", data={"key": "ar_wrong"})
             assert refused.status_code == 401 and "unknown or revoked" in refused.text
             assert (await admin.client.get("/admin/login?next=/admin/keys")).status_code == 200
+            assert (await admin.client.get("/act/not-a-token")).status_code == 404
 
     asyncio.run(main())
     every = {p.name for p in TEMPLATES.glob("*.html")}

@@ -1,0 +1,121 @@
+"""The one-click action links' pages (receiver.links): GET /act/<token> shows what the link
+would do and changes nothing (mail scanners and chat unfurlers follow links); its button
+POSTs to the same URL and does it (receiver.dispatch.actions), idempotently. No sign-in:
+the token is the capability, so no CSRF token either; the admin's security headers hold,
+and the token never reaches a log line or an error message.
+
+A token that is not ours answers 404, an expired one 410, an unknown alert 404: each a
+small page that says so."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from receiver import __version__
+from receiver.admin._common import HERE, SECURITY_HEADERS
+from receiver.dispatch import actions
+from receiver.durations import format_duration
+from receiver.links import Claim, LinkExpiredError, LinkSource
+from receiver.links import LinkError as BadLinkError
+from receiver.store import Store
+
+log = logging.getLogger("receiver.act")
+# The token is in the URL: no page of ours sends it on as a referrer.
+HEADERS = {**SECURITY_HEADERS, "Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"}
+_ASK = {
+    "ack": ("Acknowledge {alert}?", "Its repeats stop until it resolves.", "Acknowledge"),
+    "resolve": (
+        "Resolve {alert}?",
+        "It closes now; everyone it notified gets the resolved message.",
+        "Resolve",
+    ),
+    "snooze": (
+        "Snooze {alert} for 1 hour?",
+        "Its repeats stop for an hour; if it is still open then, it is notified again.",
+        "Snooze 1 hour",
+    ),
+}
+_DONE = {"ack": "Acknowledged", "resolve": "Resolved", "snooze": "Snoozed"}
+
+
+class ActPages:
+    """GET and POST /act/{token}."""
+
+    def __init__(
+        self,
+        store: Store,
+        links: LinkSource,
+        *,
+        rules: Callable[[], Any],  # receiver.reloader.RulesHolder
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.links = links
+        self.rules = rules
+        self.clock = clock
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+
+    def routes(self) -> list[Route]:
+        return [Route("/act/{token}", self.act, methods=["GET", "POST"])]
+
+    def page(self, title: str, message: str, *, status: int = 200, confirm: str = "") -> Response:
+        html = self.env.get_template("act.html").render(
+            title=title, message=message, confirm=confirm, session=None, version=__version__
+        )
+        return HTMLResponse(html, status_code=status, headers=HEADERS)
+
+    async def act(self, request: Request) -> Response:
+        links = await self.links.get()
+        try:
+            claim = links.read(request.path_params["token"])
+        except LinkExpiredError:
+            return self.page(
+                "This link has expired",
+                f"Action links work for {format_duration(links.ttl)} after their message was sent."
+                " Use a newer message's link, the admin page, the API or"
+                " `receiver alerts`.",
+                status=410,
+            )
+        except BadLinkError:
+            return self.page(
+                "This link is not valid",
+                "It may have been cut short or changed on its way here; open it from the"
+                " message again.",
+                status=404,
+            )
+        alert = await self.store.alerts.get(claim.alert)
+        if alert is None:
+            return self.page("No such alert", "The alert this link names is gone.", status=404)
+        if request.method == "GET":
+            return self._ask(claim, alert.state)
+        outcome = await actions.perform(
+            self.store,
+            self.rules(),
+            claim.alert,
+            claim.action,
+            source="link",
+            by="link",
+            now=self.clock(),
+            episode=claim.episode,
+        )
+        log.info("link: %s %s: %s", claim.action, claim.alert, outcome.result)
+        title = _DONE[claim.action] if outcome.result == "done" else "Nothing to do"
+        return self.page(title, outcome.message + ".")
+
+    def _ask(self, claim: Claim, state: str) -> Response:
+        title, detail, button = _ASK[claim.action]
+        if state != "open":
+            detail = f"It is {state} already; pressing the button changes nothing."
+        return self.page(title.format(alert=claim.alert), detail, confirm=button)

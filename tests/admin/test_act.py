@@ -1,0 +1,143 @@
+"""One-click action links end to end: the real server (RECEIVER_PUBLIC_URL set) puts links
+in a drop's notification; GET on the ack link shows a page and changes nothing, POST acks
+(repeats stop), POST again says already; a tampered token gets a 404 page, and no token
+reaches the log."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from receiver.events import sample
+from tests.harness import Receiver
+from tests.servers import HTTPSink
+
+pytestmark = pytest.mark.e2e
+
+RULES = """
+notifiers:
+  hook: "{url}"
+rules:
+  - name: drop
+    match: {{type: score.drop}}
+    notify: hook
+    title: "dropped {{{{ sessionId }}}}"
+    body: |
+      score {{{{ score }}}}
+      {{% if links.ack %}}
+      Ack: {{{{ links.ack }}}}
+      Snooze: {{{{ links.snooze }}}}
+      Resolve: {{{{ links.resolve }}}}
+      Alert: {{{{ links.alert }}}}
+      {{% endif %}}
+    repeat: 1s
+    resolve: true
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path, http_sink: HTTPSink) -> Iterator[Receiver]:
+    found = Receiver(tmp_path, rules=RULES.format(url=http_sink.json_url()))
+    found.env["RECEIVER_PUBLIC_URL"] = found.url + "/"
+    found.start()
+    try:
+        yield found
+    finally:
+        found.stop()
+
+
+def link(message: str, name: str) -> str:
+    found = re.search(rf"^{name}: (\S+)$", message, re.MULTILINE)
+    assert found is not None, message
+    return found.group(1)
+
+
+def acked_by(server: Receiver) -> object:
+    out = server.cli("alerts", "--json")
+    assert out.returncode == 0, out.stderr
+    [alert] = json.loads(out.stdout)
+    return alert["acked_by"]
+
+
+def test_the_ack_link_confirms_on_get_and_acks_on_post(
+    server: Receiver, http_sink: HTTPSink
+) -> None:
+    server.send(sample("score.drop", id="e1", sessionId="sess_1", score=12))
+    [first] = http_sink.wait_for(1)
+    ack = link(first.json["message"], "Ack")
+    assert ack.startswith(f"{server.url}/act/")
+    assert link(first.json["message"], "Alert") == f"{server.url}/admin/alerts/session:sess_1"
+    assert link(first.json["message"], "Snooze") != ack != link(first.json["message"], "Resolve")
+
+    shown = httpx.get(ack)  # a mail scanner or chat unfurler following the link
+    assert shown.status_code == 200
+    assert "Acknowledge session:sess_1?" in shown.text and 'method="post"' in shown.text
+    assert "csrf" not in shown.text
+    assert shown.headers["cache-control"] == "no-store"
+    assert shown.headers["x-frame-options"] == "DENY"
+    assert "frame-ancestors 'none'" in shown.headers["content-security-policy"]
+    assert shown.headers["referrer-policy"] == "no-referrer"
+    assert acked_by(server) is None  # GET changed nothing
+    http_sink.wait_for(2)  # and the repeats go on
+
+    done = httpx.post(ack)
+    assert done.status_code == 200 and "Acknowledged" in done.text
+    assert "session:sess_1 acknowledged" in done.text
+    assert acked_by(server) == "link"
+    time.sleep(1.5)  # a repeat already on its way
+    settled = len(http_sink.requests)
+    time.sleep(3)
+    assert len(http_sink.requests) == settled  # repeats stopped
+
+    again = httpx.post(ack)
+    assert again.status_code == 200 and "acknowledged already, by link" in again.text
+    rows = server.query("SELECT action, source, actor, outcome FROM alert_actions ORDER BY id")
+    assert rows == [("ack", "link", "link", "done"), ("ack", "link", "link", "already")]
+
+    token = ack.rsplit("/", 1)[1]
+    tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+    for method in (httpx.get, httpx.post):
+        refused = method(f"{server.url}/act/{tampered}")
+        assert refused.status_code == 404 and "This link is not valid" in refused.text
+        assert tampered not in refused.text
+    assert token not in server.logs() and tampered not in server.logs()
+
+
+def test_the_resolve_link_resolves_once(server: Receiver, http_sink: HTTPSink) -> None:
+    server.send(sample("score.drop", id="e1", sessionId="sess_1", score=12))
+    [first] = http_sink.wait_for(1)
+    resolve = link(first.json["message"], "Resolve")
+    assert "Resolve session:sess_1?" in httpx.get(resolve).text
+    assert "Resolved" in httpx.post(resolve).text
+    resolved = [r for r in http_sink.wait_for(2) if "resolved" in r.json["title"]]
+    for _ in range(50):
+        if resolved:
+            break
+        time.sleep(0.1)
+        resolved = [r for r in http_sink.requests if "resolved" in r.json["title"]]
+    assert resolved and "ended by link (link)" in resolved[0].json["message"]
+    assert "Nothing to do" in httpx.post(resolve).text
+    assert "It is resolved already" in httpx.get(resolve).text
+
+
+def test_an_expired_link_says_so_with_410(tmp_path: Path, http_sink: HTTPSink) -> None:
+    server = Receiver(tmp_path, rules=RULES.format(url=http_sink.json_url()))
+    server.env.update(RECEIVER_PUBLIC_URL=server.url, RECEIVER_LINK_TTL="1s")
+    server.start()
+    try:
+        server.send(sample("score.drop", id="e1", sessionId="sess_1", score=12))
+        ack = link(http_sink.wait_for(1)[0].json["message"], "Ack")
+        time.sleep(2.2)
+        for method in (httpx.get, httpx.post):
+            expired = method(ack)
+            assert expired.status_code == 410 and "This link has expired" in expired.text
+            assert "work for 1s" in expired.text
+        assert acked_by(server) is None
+    finally:
+        server.stop()
