@@ -20,6 +20,7 @@ from receiver import __version__, reloader, rules
 from receiver.admin.act import ActPages
 from receiver.admin.views import AdminPages
 from receiver.api import openapi
+from receiver.api.alerts import AlertsAPI
 from receiver.api.auth import Access
 from receiver.api.sessions import SessionsAPI
 from receiver.api.webhooks import WebhooksAPI
@@ -77,6 +78,9 @@ def create_app(
                 wake_worker=worker.wake,
                 clock=clock,
                 per_key=settings.webhooks_per_key,
+            ).routes(),
+            *AlertsAPI(
+                store, parts.access, rules=parts.holder, wake_worker=worker.wake, clock=clock
             ).routes(),
             *(admin.routes() if admin is not None else []),
             *(

@@ -23,7 +23,8 @@
     │       ├── InvalidParameterError     400 invalid_parameter
     │       ├── SessionNotFoundError      404 session_not_found
     │       ├── InvalidWebhookError       400 invalid_webhook
-    │       └── WebhookNotFoundError      404 webhook_not_found
+    │       ├── WebhookNotFoundError      404 webhook_not_found
+    │       └── AlertNotFoundError        404 alert_not_found
     ├── StoreError                    the store failed outside a request
     ├── UpstreamError                 the upstream service refused, failed or was not reached
     └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
@@ -160,6 +161,11 @@ class InvalidWebhookError(ApiError):
 class WebhookNotFoundError(ApiError):
     status = 404
     code = "webhook_not_found"
+
+
+class AlertNotFoundError(ApiError):
+    status = 404
+    code = "alert_not_found"
 
 
 class StoreError(ReceiverError):

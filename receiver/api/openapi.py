@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from receiver.api import alerts_schema
 from receiver.api.sessions import DEFAULT_LIMIT, GROUP_BY, MAX_LIMIT, METRICS, WINDOWS
 from receiver.events import EVENT_TYPES
 from receiver.sessions import STATUSES
@@ -172,12 +173,13 @@ def document(version: str) -> dict[str, Any]:
         "info": {
             "title": "attention-receiver: the Attention Scoring Service's /v1 API",
             "version": version,
-            "description": "Sessions and scores as received by this deployment, and webhook"
-            " subscriptions. Every endpoint but this document and POST /v1/events (signed"
-            " with X-Service-Signature) needs Authorization: Bearer <key>.",
+            "description": "Sessions and scores as received by this deployment, webhook"
+            " subscriptions, and alerts with their actions. Every endpoint but this document"
+            " and POST /v1/events (signed with X-Service-Signature) needs Authorization:"
+            " Bearer <key>.",
         },
         "components": {
-            "schemas": {**SCHEMAS, **WEBHOOK_SCHEMAS},
+            "schemas": {**SCHEMAS, **WEBHOOK_SCHEMAS, **alerts_schema.SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
@@ -234,6 +236,7 @@ def document(version: str) -> dict[str, Any]:
                 "400",
             ),
             **_webhook_paths(),
+            **alerts_schema.PATHS,
         },
     }
 

@@ -302,6 +302,7 @@ class SQLOutbox:
             ("state = ?", query.state),
             ("notifier = ?", query.notifier),
             ("event_id = ?", query.event_id),
+            ("alert = ?", query.alert),
             ("id < ?", query.before),
         ]
         conds = [cond for cond, value in wanted if value is not None]

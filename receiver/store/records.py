@@ -285,6 +285,7 @@ class OutboxQuery:
     notifier: str | None = None
     event_id: str | None = None
     before: int | None = None  # the id of the last row shown
+    alert: str | None = None  # the notifications about one alert (who was paged when)
 
 
 @dataclass(frozen=True)

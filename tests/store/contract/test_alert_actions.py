@@ -7,8 +7,8 @@ from typing import Any
 
 from receiver.store import Store
 from receiver.store.base import Tx
-from receiver.store.records import Action, Alert
-from tests.store.contract.common import run
+from receiver.store.records import Action, Alert, OutboxQuery
+from tests.store.contract.common import note, run
 
 
 def _alerts(tx: Tx) -> None:
@@ -95,3 +95,23 @@ def test_actions_are_recorded_and_listed_oldest_first(store_url: str) -> None:
     assert one == [snooze, ack, again]
     assert newest == [ack, again]
     assert both == [snooze, ack, again, other] and none == []
+
+
+def test_the_notifications_about_an_alert_are_paged_by_alert(store_url: str) -> None:
+    """Who was paged when (GET /v1/alerts/:id): store.outbox.page by alert."""
+
+    async def go(store: Store) -> Any:
+        def rows(tx: Tx) -> None:
+            tx.outbox.add(
+                "e1", note("drop"), state="pending", now=1.0, alert="session:s1", episode=1
+            )
+            tx.outbox.add(
+                "e2", note("drop"), state="pending", now=2.0, alert="session:s2", episode=1
+            )
+            tx.outbox.add("e1", note("log"), state="pending", now=3.0)
+
+        await store.transact(rows)
+        return await store.outbox.page(OutboxQuery(alert="session:s1"))
+
+    [row] = run(store_url, go)
+    assert (row.event_id, row.rule) == ("e1", "drop")

@@ -1,0 +1,198 @@
+"""GET /v1/alerts (filters state, rule, session; cursor pages), GET /v1/alerts/:id (its
+state, who was paged when, what was done to it), and POST /v1/alerts/:id/ack, /resolve and
+/snooze (body {"for": "1h"}; role writer): receiver.dispatch.actions, recorded with source
+api and the key's name. The OpenAPI part of these is receiver.api.alerts_schema."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from receiver.api import limits
+from receiver.api.auth import Access
+from receiver.api.sessions import limit_param
+from receiver.dispatch import actions
+from receiver.durations import MAX_SPAN, parse_duration
+from receiver.errors import AlertNotFoundError, InvalidParameterError
+from receiver.events import iso_epoch
+from receiver.store import Store
+from receiver.store.records import Ack, Action, Alert, OutboxQuery, OutboxRow
+
+STATES = ("open", "resolved")
+MAX_TEXT = 500  # a filter, cursor or id longer than any alert's is no alert's
+NOTIFICATIONS = 100  # the newest notifications an alert's page shows
+
+
+def describe(alert: Alert, ack: Ack | None) -> dict[str, Any]:
+    """An alert as the API shows it."""
+    return {
+        "id": alert.id,
+        "state": alert.state,
+        "episode": alert.episode,
+        "openedAt": alert.opened_ts,
+        "openedEvent": alert.opened_event,
+        "lastEventAt": alert.last_ts,
+        "resolvedAt": alert.resolved_ts,
+        "acked": None if ack is None else {"by": ack.acked_by, "at": iso_epoch(ack.acked_at)},
+    }
+
+
+def paged(row: OutboxRow) -> dict[str, Any]:
+    """A notification about the alert: who was paged, when, and how it went."""
+    return {
+        "id": str(row.id),
+        "rule": row.rule,
+        "notifier": row.notifier,
+        "target": row.target,
+        "kind": row.kind,
+        "state": row.state,
+        "createdAt": iso_epoch(row.created_at),
+        "updatedAt": iso_epoch(row.updated_at),
+    }
+
+
+def action(done: Action) -> dict[str, Any]:
+    return {
+        "action": done.action,
+        "source": done.source,
+        "by": done.actor,
+        "at": iso_epoch(done.at),
+        "outcome": done.outcome,
+        "episode": done.episode,
+        "until": None if done.until is None else iso_epoch(done.until),
+    }
+
+
+def _text(request: Request, name: str) -> str | None:
+    """A query parameter as a filter: one a store can hold (no NUL), of a sane length."""
+    value = request.query_params.get(name)
+    if value is not None and ("\x00" in value or len(value) > MAX_TEXT):
+        raise InvalidParameterError(f"{name} must be text of at most {MAX_TEXT} characters")
+    return value
+
+
+class AlertsAPI:
+    def __init__(
+        self,
+        store: Store,
+        access: Access,
+        *,
+        rules: Callable[[], Any],  # receiver.reloader.RulesHolder: resolve renders with it
+        wake_worker: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.access = access
+        self.rules = rules
+        self.wake_worker = wake_worker
+        self.clock = clock
+
+    def routes(self) -> list[Route]:
+        base = "/v1/alerts"
+        return [
+            Route(base, self.list, methods=["GET"]),
+            Route(base + "/{id}", self.one, methods=["GET"]),
+            *(
+                Route(f"{base}/{{id}}/{name}", self._acting(name), methods=["POST"])
+                for name in ("ack", "resolve", "snooze")
+            ),
+        ]
+
+    async def list(self, request: Request) -> Response:
+        _, headers = await self.access.check(request, "reader")
+        state = _text(request, "state")
+        if state is not None and state not in STATES:
+            raise InvalidParameterError(
+                f"state must be one of open, resolved; got {state[:40]!r}", headers=headers
+            )
+        limit = limit_param(request.query_params)
+        found = await self.store.alerts.page(
+            state=state,
+            rule=_text(request, "rule"),
+            session=_text(request, "session"),
+            after=_text(request, "cursor"),
+            limit=limit + 1,
+        )
+        page = found[:limit]
+        acks = await self.store.alerts.acks(a.id for a in page)
+        body = {
+            "alerts": [describe(a, acks.get((a.id, a.episode))) for a in page],
+            "cursor": page[-1].id if len(found) > limit else None,
+        }
+        return JSONResponse(body, headers=headers)
+
+    async def _alert(self, request: Request, headers: dict[str, str]) -> Alert:
+        wanted = request.path_params["id"]
+        found = None
+        if "\x00" not in wanted and len(wanted) <= MAX_TEXT:
+            found = await self.store.alerts.get(wanted)
+        if found is None:
+            raise AlertNotFoundError(f"no alert has the id {wanted[:100]!r}", headers=headers)
+        return found
+
+    async def one(self, request: Request) -> Response:
+        _, headers = await self.access.check(request, "reader")
+        alert = await self._alert(request, headers)
+        acks = await self.store.alerts.acks([alert.id])
+        rows = await self.store.outbox.page(OutboxQuery(alert=alert.id, limit=NOTIFICATIONS))
+        done = await self.store.alerts.actions([alert.id])
+        body = {
+            **describe(alert, acks.get((alert.id, alert.episode))),
+            "notifications": [paged(r) for r in reversed(rows)],
+            "actions": [action(a) for a in done],
+        }
+        return JSONResponse(body, headers=headers)
+
+    def _acting(self, name: str) -> Callable[[Request], Any]:
+        async def act(request: Request) -> Response:
+            key, headers = await self.access.check(request, "writer")
+            seconds = await _snooze_for(request, headers) if name == "snooze" else None
+            alert = await self._alert(request, headers)
+            outcome = await actions.perform(
+                self.store,
+                self.rules(),
+                alert.id,
+                name,
+                source="api",
+                by=key.name,
+                now=self.clock(),
+                seconds=seconds,
+            )
+            if outcome.result == "missing":
+                raise AlertNotFoundError(f"no alert has the id {alert.id[:100]!r}", headers=headers)
+            if name == "resolve":
+                self.wake_worker()  # the resolved messages
+            body = {
+                "alert": outcome.alert,
+                "action": outcome.action,
+                "result": outcome.result,
+                "message": outcome.message,
+                "until": None if outcome.until is None else iso_epoch(outcome.until),
+            }
+            return JSONResponse(body, headers=headers)
+
+        return act
+
+
+async def _snooze_for(request: Request, headers: dict[str, str]) -> float:
+    """The snooze's length: the body's "for" (a duration, 1h when there is no body)."""
+    raw = await limits.read_body(request)
+    if not raw.strip():
+        return actions.SNOOZE_LINK
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    wanted = body.get("for") if isinstance(body, dict) else None
+    if not isinstance(wanted, str):
+        raise InvalidParameterError('body must be JSON such as {"for": "1h"}', headers=headers)
+    try:
+        return parse_duration(wanted, limit=MAX_SPAN)
+    except ValueError as exc:
+        raise InvalidParameterError(f'"for": {exc}', headers=headers) from None

@@ -1,0 +1,202 @@
+"""The OpenAPI part of /v1/alerts (receiver.api.alerts), merged into the document by
+receiver.api.openapi: the paths and their schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from receiver.api.sessions import MAX_LIMIT
+from receiver.store.records import ACTIONS, SOURCES
+
+_TIME = {"type": "string", "format": "date-time"}
+_TEXT = {"type": "string", "nullable": True}  # an event's own timestamp, as it came
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _answer(description: str, schema: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(schema)}}}
+
+
+_REFUSED = {
+    "401": _answer(
+        "unauthorized: the Bearer key is missing, malformed, unknown or revoked", "Error"
+    ),
+    "403": _answer("forbidden: the key's role does not allow this", "Error"),
+    "429": _answer("rate_limited: the key's plan limit is reached; see Retry-After", "Error"),
+}
+_NOT_FOUND = {"404": _answer("alert_not_found", "Error")}
+_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema,
+            "description": description}  # fmt: skip
+
+
+_ALERT_FIELDS: dict[str, Any] = {
+    "id": {"type": "string", "description": "session:<id> or intervention:<session>:<id>"},
+    "state": {"type": "string", "enum": ["open", "resolved"]},
+    "episode": {"type": "integer", "description": "how many times it has opened"},
+    "openedAt": _TEXT,
+    "openedEvent": _TEXT,
+    "lastEventAt": {"type": "string"},
+    "resolvedAt": _TEXT,
+    "acked": {
+        "type": "object",
+        "nullable": True,
+        "required": ["by", "at"],
+        "properties": {"by": {"type": "string"}, "at": _TIME},
+        "additionalProperties": False,
+    },
+}
+_ALERT_REQUIRED = list(_ALERT_FIELDS)
+
+SCHEMAS: dict[str, Any] = {
+    "Alert": {
+        "type": "object",
+        "required": _ALERT_REQUIRED,
+        "properties": _ALERT_FIELDS,
+        "additionalProperties": False,
+    },
+    "AlertList": {
+        "type": "object",
+        "required": ["alerts", "cursor"],
+        "properties": {
+            "alerts": {"type": "array", "items": _ref("Alert")},
+            "cursor": {"type": "string", "nullable": True},
+        },
+        "additionalProperties": False,
+    },
+    "AlertDetail": {
+        "type": "object",
+        "required": [*_ALERT_REQUIRED, "notifications", "actions"],
+        "properties": {
+            **_ALERT_FIELDS,
+            "notifications": {
+                "type": "array",
+                "description": "who was paged when, oldest first (the newest 100)",
+                "items": {
+                    "type": "object",
+                    "required": [
+                        "id",
+                        "rule",
+                        "notifier",
+                        "target",
+                        "kind",
+                        "state",
+                        "createdAt",
+                        "updatedAt",
+                    ],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "rule": {"type": "string"},
+                        "notifier": {"type": "string"},
+                        "target": {"type": "integer"},
+                        "kind": {"type": "string"},
+                        "state": {"type": "string"},
+                        "createdAt": _TIME,
+                        "updatedAt": _TIME,
+                    },
+                    "additionalProperties": False,
+                },
+            },
+            "actions": {"type": "array", "items": _ref("AlertAction")},
+        },
+        "additionalProperties": False,
+    },  # fmt: skip
+    "AlertAction": {
+        "type": "object",
+        "required": ["action", "source", "by", "at", "outcome", "episode", "until"],
+        "properties": {
+            "action": {"type": "string", "enum": list(ACTIONS)},
+            "source": {"type": "string", "enum": list(SOURCES)},
+            "by": {"type": "string", "description": "the API key's name, or link"},
+            "at": _TIME,
+            "outcome": {"type": "string", "enum": ["done", "already"]},
+            "episode": {"type": "integer"},
+            "until": {**_TIME, "nullable": True},
+        },
+        "additionalProperties": False,
+    },
+    "ActionResult": {
+        "type": "object",
+        "required": ["alert", "action", "result", "message", "until"],
+        "properties": {
+            "alert": {"type": "string"},
+            "action": {"type": "string", "enum": list(ACTIONS)},
+            "result": {
+                "type": "string",
+                "enum": ["done", "already"],
+                "description": "already: acked, resolved or over already; nothing changed",
+            },
+            "message": {"type": "string"},
+            "until": {**_TIME, "nullable": True},
+        },
+        "additionalProperties": False,
+    },
+    "SnoozeRequest": {
+        "type": "object",
+        "required": ["for"],
+        "properties": {"for": {"type": "string", "example": "1h"}},
+    },
+}
+
+_ACTING = {
+    "ack": "Acknowledge it: its repeats stop until it resolves (role writer)",
+    "resolve": "Resolve it now: the resolved message to everyone notified (role writer)",
+    "snooze": 'Put its repeats off (body {"for": "1h"}, 1h without a body); notified'
+    " again when the snooze ends if still open (role writer)",
+}
+
+
+def _act(name: str) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": _ACTING[name],
+        "parameters": [_ID],
+        "responses": {"200": _answer("done, or already so", "ActionResult"), **_REFUSED,
+                      **_NOT_FOUND},
+    }  # fmt: skip
+    if name == "snooze":
+        op["requestBody"] = {
+            "required": False,
+            "content": {"application/json": {"schema": _ref("SnoozeRequest")}},
+        }
+        op["responses"]["400"] = _answer("invalid_parameter: the body or its duration", "Error")
+        op["responses"]["413"] = _answer("payload_too_large: a body over 16 KB", "Error")
+    return {"post": op}
+
+
+PATHS: dict[str, Any] = {
+    "/v1/alerts": {
+        "get": {
+            "summary": "Alerts by id (role reader)",
+            "parameters": [
+                _query("state", {"type": "string", "enum": ["open", "resolved"]}, "only these"),
+                _query("rule", {"type": "string"}, "only alerts this rule notified about"),
+                _query("session", {"type": "string"}, "only this session's alerts"),
+                _query(
+                    "limit",
+                    {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+                    "alerts a page",
+                ),
+                _query("cursor", {"type": "string"}, "the previous page's cursor"),
+            ],  # fmt: skip
+            "responses": {
+                "200": _answer("OK", "AlertList"),
+                "400": _answer("invalid_parameter", "Error"),
+                **_REFUSED,
+            },
+        }
+    },
+    "/v1/alerts/{id}": {
+        "get": {
+            "summary": "One alert: its state, who was paged when, what was done to it",
+            "parameters": [_ID],
+            "responses": {"200": _answer("OK", "AlertDetail"), **_REFUSED, **_NOT_FOUND},
+        }
+    },
+    **{f"/v1/alerts/{{id}}/{name}": _act(name) for name in ACTIONS},
+}
