@@ -1,5 +1,6 @@
-"""The alerts pages: the open alerts (/admin/alerts) and acknowledging one, and the noise
-report (/admin/report) with its bar chart."""
+"""The alerts pages: the open alerts (/admin/alerts), one alert with who was paged and what
+was done to it (/admin/alerts/ID), its ack, resolve and snooze buttons, and the noise report
+(/admin/report) with its bar chart."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from starlette.responses import Response
 from receiver import report as noise
 from receiver.admin._common import Admin, log
 from receiver.admin.auth import Session
+from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
+from receiver.store.records import OutboxQuery
 
 REPORT_FLAPPING = 3  # the Report lists alerts opened more times than this
 
@@ -62,21 +65,71 @@ async def report(admin: Admin, request: Request, session: Session) -> Response:
 async def listing(admin: Admin, request: Request, session: Session) -> Response:
     alerts = await admin.store.transact(lambda tx: tx.alerts.list_open())
     acks = await admin.store.alerts.acks(a.id for a in alerts)
-    return await admin.view(request, session, "alerts.html", {"alerts": alerts, "acks": acks})
+    done = await admin.store.alerts.actions((a.id for a in alerts), limit=500)
+    last = {a.alert: a for a in done}  # oldest first: the newest of each alert stays
+    return await admin.view(
+        request, session, "alerts.html", {"alerts": alerts, "acks": acks, "last": last}
+    )
 
 
-async def ack(admin: Admin, request: Request, session: Session) -> Response:
+async def detail(admin: Admin, request: Request, session: Session) -> Response:
+    """One alert (where a message's links.alert leads): its state, who was paged when,
+    what was done to it and by whom, and its action buttons."""
+    alert = await admin.store.alerts.get(request.path_params["id"])
+    if alert is None:
+        return await admin.missing(request, session, "alert")
+    acks = await admin.store.alerts.acks([alert.id])
+    rows = await admin.store.outbox.page(OutboxQuery(alert=alert.id, limit=100))
+    return await admin.view(
+        request,
+        session,
+        "alert.html",
+        {
+            "alert": alert,
+            "ack": acks.get((alert.id, alert.episode)),
+            "paged": list(reversed(rows)),
+            "actions": await admin.store.alerts.actions([alert.id]),
+        },
+    )
+
+
+_CONFIRM = {
+    "ack": (
+        "Acknowledge {}?",
+        "Its repeats stop, and it shows you acknowledged it, until it resolves.",
+    ),
+    "resolve": ("Resolve {}?", "It closes now; everyone it notified gets the resolved message."),
+    "snooze": (
+        "Snooze {} for 1 hour?",
+        "Its repeats stop for an hour; if it is still open then, it is notified again.",
+    ),
+}
+
+
+async def act(admin: Admin, request: Request, session: Session) -> Response:
+    """Ack, resolve or snooze (1 hour) an alert: a confirmation, then the action
+    (receiver.dispatch.actions, recorded with source admin and the key's name)."""
     alert_id = request.path_params["id"]
+    action = request.url.path.rsplit("/", 1)[1]
     if request.method == "GET":
+        title, detail_text = _CONFIRM[action]
         return await admin.confirm(
-            request,
-            session,
-            f"Acknowledge {alert_id}?",
-            "Its repeats stop, and it shows you acknowledged it, until it resolves.",
-            request.url.path,
+            request, session, title.format(alert_id), detail_text, request.url.path
         )
-    found = await admin.store.alerts.ack(alert_id, by=session.key_name, now=admin.clock())
-    if found is None:
-        return await admin.message(request, session, "Not acknowledged", "It is not open.")
-    log.info("admin %s acknowledged %s", session.key_name, alert_id)
+    outcome = await actions.perform(
+        admin.store,
+        admin.rules(),
+        alert_id,
+        action,
+        source="admin",
+        by=session.key_name,
+        now=admin.clock(),
+    )
+    if outcome.result == "missing":
+        return await admin.missing(request, session, "alert")
+    if outcome.result == "already":
+        return await admin.message(request, session, "Nothing to do", outcome.message)
+    log.info("admin %s: %s %s", session.key_name, action, alert_id)
+    if action == "resolve":
+        admin.wake()  # the resolved messages
     return admin.back("/admin/alerts")

@@ -59,7 +59,13 @@ class AdminPages(Admin):
                     Route("/jobs/{id}", page(notifications.job)),
                     Route("/alerts", page(alerts.listing)),
                     Route("/report", page(alerts.report)),
-                    Route("/alerts/{id:path}/ack", page(alerts.ack), methods=["GET", "POST"]),
+                    *(
+                        Route(
+                            f"/alerts/{{id:path}}/{name}", page(alerts.act), methods=["GET", "POST"]
+                        )
+                        for name in ("ack", "resolve", "snooze")
+                    ),
+                    Route("/alerts/{id:path}", page(alerts.detail)),
                     Route("/silences", page(silences.listing), methods=["GET", "POST"]),
                     Route("/silences/{id}/expire", page(silences.expire), methods=["GET", "POST"]),
                     Route("/rules", page(rules.page), methods=["GET", "POST"]),

@@ -237,6 +237,13 @@ def test_every_admin_template_renders_against_real_data(
             acked = await admin.post(f"/admin/alerts/{alert_id.group(1)}/ack", {})
             assert acked.status_code == 303
             assert "ops" in await admin.page("/admin/alerts")
+            again = await admin.post(f"/admin/alerts/{alert_id.group(1)}/ack", {})
+            assert again.status_code == 409 and "acknowledged already, by ops" in again.text
+            shown = await admin.page(f"/admin/alerts/{alert_id.group(1)}")
+            assert "Who was paged" in shown and "<td>admin</td><td>ops</td>" in shown
+            assert "/resolve" in shown and "/snooze" not in shown  # acked: no snooze
+            await admin.page(f"/admin/alerts/{alert_id.group(1)}/resolve")
+            assert (await admin.get("/admin/alerts/session:nope")).status_code == 404
             made = await admin.post("/admin/keys", {"name": "ci", "plan": "pro", "role": "reader"})
             assert made.status_code == 200 and "ar_" in made.text
             explained = await admin.post("/admin/rules", {"event": json.dumps(first)})
