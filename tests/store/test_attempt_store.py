@@ -171,10 +171,13 @@ def _check_upgraded(store_url: str) -> None:
 
 
 def _old_schema(conn: Any, migrations: list[Any], mark: str) -> None:
-    """conn's database at the schema before the attempt log (all but the last migration),
-    holding _old_rows."""
+    """conn's database at the schema before the attempt log (the migrations before the one
+    that makes it), holding _old_rows."""
+    log = next(
+        i for i, m in enumerate(migrations) if isinstance(m, str) and "outbox_attempts (" in m
+    )
     conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-    for version, script in enumerate(migrations[:-1], start=1):
+    for version, script in enumerate(migrations[:log], start=1):
         if callable(script):
             script(conn)
         else:
