@@ -152,9 +152,7 @@ class _Parts:
             clock=clock,
         )
         targets, webhooks, worker, upstream = _notify(settings, store, holder, metrics, clock)
-        links = None
-        if settings.public_url is not None:  # the one-click action links (receiver.links)
-            links = LinkSource(store, base=settings.public_url, ttl=settings.link_ttl, clock=clock)
+        links = _links(settings, store, clock)
         router = Router(
             store, holder, metrics=metrics, on_routed=worker.wake, clock=clock, links=links
         )
@@ -299,6 +297,15 @@ def _notify(
     return targets, webhooks, worker, upstream
 
 
+def _links(
+    settings: Settings, store: Store, clock: Callable[[], float] = time.time
+) -> LinkSource | None:
+    """The one-click action links (receiver.links), when RECEIVER_PUBLIC_URL is set."""
+    if settings.public_url is None:
+        return None
+    return LinkSource(store, base=settings.public_url, ttl=settings.link_ttl, clock=clock)
+
+
 def _enricher(
     settings: Settings, store: Store, holder: RulesHolder
 ) -> tuple[Callable[[OutboxRow], Awaitable[tuple[str, str] | None]] | None, Any]:
@@ -310,7 +317,7 @@ def _enricher(
     client = client_for(settings, store, timeout=settings.upstream_timeout)
     if client is None:
         return None, None
-    enricher = Enricher(client, timeout=settings.upstream_timeout)
+    enricher = Enricher(client, timeout=settings.upstream_timeout, links=_links(settings, store))
 
     async def enrich(row: OutboxRow) -> tuple[str, str] | None:
         return await enricher.texts(row, holder.current, store)

@@ -25,8 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from receiver.dispatch.alerts import alert_id
 from receiver.dispatch.pipeline import REPLAY_PREFIX
 from receiver.errors import UpstreamError
+from receiver.links import LinkSource
 from receiver.rules import Ruleset
 from receiver.store import OutboxRow, Store
 from receiver.upstream.client import UpstreamClient
@@ -51,8 +53,10 @@ class Enricher:
         timeout: float,
         ttl: float = TTL,
         clock: Callable[[], float] = time.monotonic,
+        links: LinkSource | None = None,
     ) -> None:
         self.client = client
+        self.links = links  # the one-click action links the routed texts had, if on
         self.timeout = timeout
         self.ttl = ttl
         self.clock = clock
@@ -129,6 +133,8 @@ class Enricher:
                 reason,
             )
             return None
+        if self.links is not None and (alert := alert_id(payload)) is not None:
+            payload = {**payload, "links": (await self.links.get()).for_alert(alert)}
         rendered = rule.render(payload, enrichment)
         if rendered.fallback:
             log.warning(

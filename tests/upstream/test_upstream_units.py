@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from receiver.errors import UpstreamError
+from receiver.links import Links
 from receiver.rules import templates
 from receiver.rules.load import load_text
 from receiver.rules.rule import Rule
@@ -318,3 +319,25 @@ def test_texts_are_rendered_again_with_the_enrichment_keeping_a_replay_mark() ->
     assert replay == ("[replay] u1 on /checkout", "1 points")
     assert plain is None and resolved is None  # nothing to enrich: the stored texts go
     assert gone is None  # the event was pruned: the stored texts go, with a log line
+
+
+def test_texts_rendered_again_keep_the_action_links() -> None:
+    """An enriched message is rendered again before it is sent: with RECEIVER_PUBLIC_URL its
+    links are there too (receiver.links), not emptied."""
+
+    class _Links:
+        async def get(self) -> Links:
+            return Links("k" * 32, base="https://alerts.example.com", ttl=60)
+
+    payload = {"id": "evt_1", "type": "score.drop", "sessionId": "s1", "userId": "u1"}
+    ruleset = load_text(
+        RULES_TEXT.replace('body: "{{ history | length }} points"', 'body: "ack {{ links.ack }}"')
+    )
+
+    async def go() -> Any:
+        async with _client(lambda request: httpx.Response(200, json=REMOTE)) as client:
+            enricher = Enricher(client, timeout=5, links=_Links())  # type: ignore[arg-type]
+            return await enricher.texts(_row("u1 on ?"), ruleset, _Store(payload))  # type: ignore[arg-type]
+
+    texts = asyncio.run(go())
+    assert texts is not None and texts[1].startswith("ack https://alerts.example.com/act/")
