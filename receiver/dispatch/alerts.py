@@ -12,7 +12,7 @@ like any event: a plain rule notifies once for each matching event, in any order
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -92,3 +92,33 @@ def open_seconds(alert: Alert) -> float:
     if not start or not end:
         return 0.0
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+class EpisodeGuess:
+    """The episode each event of a batch will open or belong to, guessed before routing
+    from its alerts as stored (the action links' tokens name it; receiver.links), the
+    batch's events applied in order. A late event can make the guess wrong: its links then
+    name an episode that is not the alert's, and do nothing ("resolved already"), never
+    act on another episode."""
+
+    def __init__(self, alerts: Mapping[str, Alert | None]) -> None:
+        self.state = {a.id: (a.state == "open", a.episode) for a in alerts.values() if a}
+
+    def of(self, alert: str, payload: Mapping[str, Any]) -> int:
+        is_open, episode = self.state.get(alert, (False, 0))
+        kind = payload.get("type")
+        if kind in OPENS and not is_open:
+            is_open, episode = True, episode + 1
+        elif kind in CLOSES:
+            is_open = False
+        self.state[alert] = (is_open, episode)
+        return episode
+
+
+def stored_alerts(tx: Tx, alert_ids: Iterable[str]) -> dict[str, Alert | None]:
+    """The alerts of these ids as stored now (one read), for EpisodeGuess."""
+    ids = list(dict.fromkeys(alert_ids))
+    tx.alerts.read_ahead(ids)
+    found = {aid: tx.alerts.get(aid) for aid in ids}
+    tx.alerts.forget()
+    return found

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from receiver.dispatch.alerts import alert_id
+from receiver.dispatch.alerts import EpisodeGuess, alert_id, stored_alerts
 from receiver.dispatch.fanout import fan_out
 from receiver.dispatch.pipeline import Pipeline
 from receiver.errors import StorageUnavailableError
@@ -71,20 +71,34 @@ _SENDABLE = ("pending", "resolved", "repeat", "heartbeat", "subscriber")
 Decided = dict[str, tuple[str, dict[str, Any] | None, list[Decision]]]
 
 
-def decide(ruleset: Ruleset, events: Sequence[StoredEvent], links: Links | None = None) -> Decided:
+def decide(
+    ruleset: Ruleset,
+    events: Sequence[StoredEvent],
+    links: Links | None = None,
+    episodes: EpisodeGuess | None = None,
+) -> Decided:
     """What the rules say about each event (run in the rules thread); with links, the
-    templates of an alert's event see its one-click action links (receiver.links)."""
+    templates of an alert's event see its one-click action links (receiver.links), naming
+    the episode guessed for it."""
     decided: Decided = {}
     for event in events:
         try:
             payload = load_stored(event.body)
             seen = payload
             if links is not None and (alert := alert_id(payload)) is not None:
-                seen = {**payload, "links": links.for_alert(alert)}
+                episode = episodes.of(alert, payload) if episodes is not None else None
+                seen = {**payload, "links": links.for_alert(alert, episode)}
             decided[event.id] = (event.body, payload, ruleset.route(seen))
         except Exception:  # noqa: BLE001 - a bug: the transaction fails on it, and says so
             decided[event.id] = (event.body, None, [])
     return decided
+
+
+def _alert_of(body: str) -> str | None:
+    try:
+        return alert_id(load_stored(body))
+    except Exception:  # noqa: BLE001 - decide() says what is wrong with the event
+        return None
 
 
 class Router:
@@ -203,8 +217,14 @@ class Router:
         if self._rules_thread is None:
             self._rules_thread = ThreadPoolExecutor(1, thread_name_prefix="receiver-rules")
         await self._load_links()
+        episodes = None
+        if self.links is not None:  # the links name each alert's episode: read them first
+            ids = filter(None, (_alert_of(e.body) for e in events))
+            episodes = EpisodeGuess(await self.store.transact(lambda tx: stored_alerts(tx, ids)))
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._rules_thread, decide, ruleset, events, self.links)
+        return await loop.run_in_executor(
+            self._rules_thread, decide, ruleset, events, self.links, episodes
+        )
 
     async def _load_links(self) -> None:
         if self.link_source is not None and self.links is None:

@@ -125,6 +125,20 @@ def test_the_resolve_link_resolves_once(server: Receiver, http_sink: HTTPSink) -
     assert "Nothing to do" in httpx.post(resolve).text
     assert "It is resolved already" in httpx.get(resolve).text
 
+    # The alert opens again: the first message's links named episode 1 and do nothing to
+    # episode 2; the new message's act on it.
+    old_ack = link(first.json["message"], "Ack")
+    server.send(sample("score.drop", id="e2", sessionId="sess_1", score=10))
+    for _ in range(100):
+        second = [r for r in http_sink.requests if r.json["title"] == "dropped sess_1"][1:]
+        if second:
+            break
+        time.sleep(0.1)
+    assert "resolved already" in httpx.post(old_ack).text
+    assert acked_by(server) is None
+    assert "Acknowledged" in httpx.post(link(second[0].json["message"], "Ack")).text
+    assert acked_by(server) == "link"
+
 
 def test_an_expired_link_says_so_with_410(tmp_path: Path, http_sink: HTTPSink) -> None:
     server = Receiver(tmp_path, rules=RULES.format(url=http_sink.json_url()))
