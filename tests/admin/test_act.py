@@ -109,10 +109,16 @@ def test_the_ack_link_confirms_on_get_and_acks_on_post(
     assert token not in server.logs() and tampered not in server.logs()
 
 
-def test_the_resolve_link_resolves_once(server: Receiver, http_sink: HTTPSink) -> None:
+def test_snooze_then_resolve_links_and_old_links_after_a_reopen(
+    server: Receiver, http_sink: HTTPSink
+) -> None:
     server.send(sample("score.drop", id="e1", sessionId="sess_1", score=12))
     [first] = http_sink.wait_for(1)
     resolve = link(first.json["message"], "Resolve")
+    snooze = link(first.json["message"], "Snooze")
+    assert "Snooze session:sess_1 for 1 hour?" in httpx.get(snooze).text
+    snoozed = httpx.post(snooze)
+    assert "Snoozed" in snoozed.text and "session:sess_1 snoozed for 1h" in snoozed.text
     assert "Resolve session:sess_1?" in httpx.get(resolve).text
     assert "Resolved" in httpx.post(resolve).text
     resolved = [r for r in http_sink.wait_for(2) if "resolved" in r.json["title"]]
