@@ -5,7 +5,8 @@ the token is the capability, so no CSRF token either; the admin's security heade
 and the token never reaches a log line or an error message.
 
 A token that is not ours answers 404, an expired one 410, an unknown alert 404: each a
-small page that says so."""
+small page that says so, with its error code (`invalid_action_link`, `alert_not_found`);
+a client that asks for JSON (Accept: application/json) gets the API's error shape."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from receiver import __version__
@@ -70,34 +71,60 @@ class ActPages:
     def routes(self) -> list[Route]:
         return [Route("/act/{token}", self.act, methods=["GET", "POST"])]
 
-    def page(self, title: str, message: str, *, status: int = 200, confirm: str = "") -> Response:
+    def page(
+        self, title: str, message: str, *, status: int = 200, confirm: str = "", code: str = ""
+    ) -> Response:
         html = self.env.get_template("act.html").render(
-            title=title, message=message, confirm=confirm, session=None, version=__version__
+            title=title,
+            message=message,
+            confirm=confirm,
+            code=code,
+            session=None,
+            version=__version__,
         )
         return HTMLResponse(html, status_code=status, headers=HEADERS)
+
+    def refuse(self, request: Request, code: str, status: int, title: str, why: str) -> Response:
+        """A link refused: a page that says why and names the code, or for a client that
+        asks for JSON the API's error shape."""
+        accept = request.headers.get("accept", "")
+        if "application/json" in accept and "text/html" not in accept:
+            body = {"error": {"code": code, "message": f"{title}: {why}"}}
+            return JSONResponse(body, status_code=status, headers=HEADERS)
+        return self.page(title, why, status=status, code=code)
 
     async def act(self, request: Request) -> Response:
         links = await self.links.get()
         try:
             claim = links.read(request.path_params["token"])
         except LinkExpiredError:
-            return self.page(
+            return self.refuse(
+                request,
+                "invalid_action_link",
+                410,
                 "This link has expired",
                 f"Action links work for {format_duration(links.ttl)} after their message was sent."
                 " Use a newer message's link, the admin page, the API or"
                 " `receiver alerts`.",
-                status=410,
             )
         except BadLinkError:
-            return self.page(
+            return self.refuse(
+                request,
+                "invalid_action_link",
+                404,
                 "This link is not valid",
                 "It may have been cut short or changed on its way here; open it from the"
                 " message again.",
-                status=404,
             )
         alert = await self.store.alerts.get(claim.alert)
         if alert is None:
-            return self.page("No such alert", "The alert this link names is gone.", status=404)
+            return self.refuse(
+                request,
+                "alert_not_found",
+                404,
+                "No such alert",
+                "The alert this link names is gone.",
+            )
         if request.method == "GET":
             return self._ask(claim, alert.state)
         outcome = await actions.perform(

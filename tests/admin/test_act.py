@@ -105,7 +105,10 @@ def test_the_ack_link_confirms_on_get_and_acks_on_post(
     for method in (httpx.get, httpx.post):
         refused = method(f"{server.url}/act/{tampered}")
         assert refused.status_code == 404 and "This link is not valid" in refused.text
-        assert tampered not in refused.text
+        assert "invalid_action_link" in refused.text and tampered not in refused.text
+    asked = httpx.get(f"{server.url}/act/{tampered}", headers={"Accept": "application/json"})
+    assert asked.status_code == 404 and asked.json()["error"]["code"] == "invalid_action_link"
+    assert tampered not in asked.text
     assert token not in server.logs() and tampered not in server.logs()
 
 
@@ -157,7 +160,9 @@ def test_an_expired_link_says_so_with_410(tmp_path: Path, http_sink: HTTPSink) -
         for method in (httpx.get, httpx.post):
             expired = method(ack)
             assert expired.status_code == 410 and "This link has expired" in expired.text
-            assert "work for 1s" in expired.text
+            assert "work for 1s" in expired.text and "invalid_action_link" in expired.text
+        asked = httpx.get(ack, headers={"Accept": "application/json"})
+        assert asked.status_code == 410 and asked.json()["error"]["code"] == "invalid_action_link"
         assert acked_by(server) is None
     finally:
         server.stop()
