@@ -5,6 +5,7 @@ recorded with source api and the key's name); errors in the JSON error shape."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -36,16 +37,32 @@ def sink() -> Iterator[HTTPSink]:
     found.stop()
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, sink: HTTPSink) -> Iterator[Receiver]:
-    found = Receiver(tmp_path_factory.mktemp("alerts"), rules=RULES.format(url=sink.json_url()))
+def four_alerts(tmp: Path, sink: HTTPSink) -> Receiver:
+    """A server with alerts of sessions s1-s4, s4's resolved."""
+    found = Receiver(tmp, rules=RULES.format(url=sink.json_url()))
     found.start()
     for i, session in enumerate(("s1", "s2", "s3", "s4")):
         found.send(sample("score.drop", id=f"e{i}", sessionId=session, score=12))
     found.send(sample("score.recover", id="e9", sessionId="s4", score=70))
     sink.wait_for(5)  # four drops and s4's resolved message
+    return found
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, sink: HTTPSink) -> Iterator[Receiver]:
+    found = four_alerts(tmp_path_factory.mktemp("alerts"), sink)
     yield found
     found.stop()
+
+
+@pytest.fixture
+def untouched(tmp_path: Path) -> Iterator[Receiver]:
+    """Alerts no other test acts on (the module's server's are acked and resolved by the
+    tests that act, in whatever order pytest-randomly runs them)."""
+    with HTTPSink() as sink:
+        found = four_alerts(tmp_path, sink)
+        yield found
+        found.stop()
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +83,9 @@ def post(server: Receiver, path: str, auth: dict[str, str], **body: Any) -> http
     return httpx.post(server.url + path, headers=auth, json=body or None, timeout=10)
 
 
-def test_alerts_are_listed_with_filters_and_pages(server: Receiver, reader: dict[str, str]) -> None:
+def test_alerts_are_listed_with_filters_and_pages(untouched: Receiver) -> None:
+    server = untouched
+    reader = {"Authorization": f"Bearer {server.make_key('dashboard', role='reader')}"}
     every = get(server, "/v1/alerts", reader).json()
     assert [a["id"] for a in every["alerts"]] == [f"session:s{i}" for i in (1, 2, 3, 4)]
     assert every["cursor"] is None
