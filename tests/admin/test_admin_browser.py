@@ -681,6 +681,14 @@ def test_markup_in_event_values_shows_as_text_and_never_runs(
 
 
 @pytest.fixture(scope="module")
+def answering() -> Iterator[HTTPSink]:
+    """A subscriber that always answers 200: a sink of its own, since tests of this module
+    make the notifiers' sink answer 500 (a loaded run saw its later deliveries fail there)."""
+    with HTTPSink() as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
 def gone() -> Iterator[HTTPSink]:
     """A subscriber that answers 410 Gone: the receiver disables its subscription."""
     with HTTPSink() as found:
@@ -690,13 +698,17 @@ def gone() -> Iterator[HTTPSink]:
 
 @pytest.fixture(scope="module")
 def subscribers(
-    browser: Browser, server: Receiver, signed_in: dict[str, Any], sink: HTTPSink, gone: HTTPSink
+    browser: Browser,
+    server: Receiver,
+    signed_in: dict[str, Any],
+    answering: HTTPSink,
+    gone: HTTPSink,
 ) -> dict[str, str]:
     """Three subscribers made on the Webhooks page, once their first delivery is settled:
     one delivered to, one failing (nothing listens at its port), one disabled (410).
     Returns each one's URL by its kind."""
     urls = {
-        "active": f"{sink.url}/subscriber",
+        "active": f"{answering.url}/subscriber",
         "failing": f"http://127.0.0.1:{free_port()}/down",
         "disabled": f"{gone.url}/gone",
     }
