@@ -16,13 +16,13 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from receiver.dispatch import digests, timers
+from receiver.dispatch import digests, escalations, timers
 from receiver.dispatch.alerts import Transition, alert_id, apply, event_time, open_seconds, opener
 from receiver.dispatch.silences import active_silences, silencing
 from receiver.links import Links
 from receiver.rules import Decision, Rule, Ruleset, format_duration
 from receiver.rules.options import CLOSES, OPENS
-from receiver.rules.rule import Rendered
+from receiver.rules.rule import ESCALATE_ONLY, Rendered
 from receiver.rules.templates import NO_LINKS
 from receiver.store.base import Tx
 from receiver.store.records import Alert, Notification, Replay, Silence
@@ -42,9 +42,7 @@ class Pipeline:
     # and resolved messages are not rendered.
     texts = True
 
-    def __init__(
-        self, tx: Tx, ruleset: Ruleset, now: float, *, links: Links | None = None
-    ) -> None:
+    def __init__(self, tx: Tx, ruleset: Ruleset, now: float, *, links: Links | None = None) -> None:
         self.tx = tx
         self.links = links  # the one-click action links (RECEIVER_PUBLIC_URL), if on
         self.ruleset = ruleset
@@ -118,6 +116,8 @@ class Pipeline:
             rule = self.ruleset.by_name[name]
             joins = alert if current and rule.follows_alert else None
             for d in group:
+                if d.notifier == ESCALATE_ONLY:
+                    continue
                 self._add(
                     event_id,
                     _notification(d),
@@ -154,6 +154,8 @@ class Pipeline:
         }
         state, reason, next_at, group = self._state(event_id, payload, rule, decisions, transition)
         for d in decisions:
+            if d.notifier == ESCALATE_ONLY:
+                continue  # a rule that only escalates: its chain pages (below)
             self._add(
                 event_id,
                 _notification(d),
@@ -169,13 +171,14 @@ class Pipeline:
         if decisions[0].error is not None:
             count = self.failed.get(rule.name, (0, ""))[0]
             self.failed[rule.name] = (count + len(decisions), decisions[0].error)
-        if (
-            alert is not None
-            and state in ("pending", "held")
-            and transition.what in ("open", "update")
-            and (rule.resolve or rule.repeat)
-        ):
+        if alert is None or transition.what not in ("open", "update"):
+            return
+        if rule.escalate is not None and state not in ("stale", "grouped"):
+            escalations.start(self.tx, rule, alert, self.now, state=state, release_at=next_at)
+        elif state in ("pending", "held") and (rule.resolve or rule.repeat):
             self.tx.notices.add(alert.id, alert.episode, rule.name, self.now, rule.repeat)
+        if state in ("silenced", "muted"):  # notified when that ends, if still open
+            self.tx.notices.suppress(alert.id, alert.episode, rule.name, self.now, state)
 
     def _state(
         self,
@@ -227,6 +230,7 @@ class Pipeline:
         )
         if self._resolved_messages(event_id, payload, alert):
             self.tx.notices.end_repeats(alert.id, alert.episode)
+            self.tx.escalations.end(alert.id, alert.episode, self.now, "the alert resolved")
 
     def _resolved_messages(self, event_id: str, payload: Mapping[str, Any], alert: Alert) -> bool:
         """A resolved message from each rule with resolve: true whose notification about the
@@ -245,16 +249,26 @@ class Pipeline:
                 extra["links"] = {**NO_LINKS, "alert": self.links.alert_page(alert.id)}
         for notice in notices:
             rule = self.ruleset.by_name.get(notice.rule)
-            if (
-                rule is None
-                or not rule.resolve
-                or not self.tx.outbox.sent(alert.id, alert.episode, rule.name)
-            ):
+            if rule is None:
+                continue
+            if rule.escalate is not None:  # everyone its chain (and the rule) paged
+                paged = self.tx.escalations.paged(alert.id, alert.episode, rule.name)
+                if not paged:
+                    continue
+                rendered = rule.render_resolved(payload, extra) if self.texts else UNTITLED
+                decisions = [
+                    _to(rule.name, rendered, notifier, target)
+                    for notifier, target in paged
+                    if notifier in self.ruleset.notifiers
+                ]
+            elif not rule.resolve or not self.tx.outbox.sent(alert.id, alert.episode, rule.name):
                 continue  # never a resolved message for an alert that was never sent
-            rendered = rule.render_resolved(payload, extra) if self.texts else UNTITLED
-            for d in self.ruleset.on_call(
-                rule.decisions(rendered, self.ruleset.notifiers), self.now
-            ):
+            else:
+                rendered = rule.render_resolved(payload, extra) if self.texts else UNTITLED
+                decisions = self.ruleset.on_call(
+                    rule.decisions(rendered, self.ruleset.notifiers), self.now
+                )
+            for d in decisions:
                 self._add(
                     event_id,
                     _notification(d),
@@ -291,6 +305,14 @@ class Pipeline:
         timers.heartbeat(
             self.tx, self.ruleset, self.now, last_event, arrived=arrived, counts=self.counts
         )
+
+
+def _to(rule: str, rendered: Rendered, notifier: str, target: int) -> Decision:
+    """A decision sending rendered to one url of one notifier."""
+    return Decision(
+        rule, notifier, target, rendered.title, rendered.body, None, None, rendered.fallback,
+        rendered.error,
+    )  # fmt: skip
 
 
 def _notification(d: Decision) -> Notification:

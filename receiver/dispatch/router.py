@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from receiver.dispatch import escalations
 from receiver.dispatch.alerts import EpisodeGuess, alert_id, stored_alerts
 from receiver.dispatch.fanout import fan_out
 from receiver.dispatch.pipeline import Pipeline
@@ -63,8 +65,13 @@ ROUTING_SHARE = 0.25
 # so, each batch doubles (to MAX_BATCH), until routing outpaces them.
 LAG_EASY = 0.1
 LAG_LIMIT = 0.5
+# The timers look again at least this long after a turn (a burst wakes them each routing
+# turn), and no later than the next escalation step is due.
+TIMERS_GAP = 0.2
+# How often they look for silences that ended (and at once when one is expired or removed).
+WAKE_EVERY = 1.0
 # Outcomes after which the notify worker has something to send.
-_SENDABLE = ("pending", "resolved", "repeat", "heartbeat", "subscriber")
+_SENDABLE = ("pending", "resolved", "repeat", "heartbeat", "subscriber", "escalation", "woke")
 
 # An event's body, payload and the rules' decisions, by event id: worked out ahead.
 # A payload of None: that failed, and the transaction tries again, to log the fault.
@@ -130,6 +137,10 @@ class Router:
         self._rules_thread: ThreadPoolExecutor | None = None  # decide() runs here
         self._ahead: list[StoredEvent] = []  # the next batch, read by the last transaction
         self._log = LogLimiter(log)
+        self._next_step: float | None = None  # when the next escalation step is due
+        self._woke_at = -math.inf  # when escalations.wake() last looked
+        self._wake_after: escalations.Cursors = (None, None)
+        self._silences: set[int] = set()  # the silences in force at the last tick
 
     def wake(self) -> None:
         self._wake.set()
@@ -166,11 +177,13 @@ class Router:
         (and routing's failures not the timers)."""
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(IDLE_POLL):
+                async with asyncio.timeout(self._timers_due_in()):
                     await self._timers_wake.wait()
             self._timers_wake.clear()
             try:
                 await self.tick()
+                # Under a burst each routing turn wakes the timers: at most one tick a gap.
+                await asyncio.sleep(TIMERS_GAP)
             except StorageUnavailableError as exc:
                 await _pause("timers", exc, health, self._timers_wake)
                 continue
@@ -231,11 +244,9 @@ class Router:
             self.links = await self.link_source.get()
 
     async def tick(self) -> None:
-        """Repeats that are due, and the heartbeat when nothing has arrived for too long."""
+        """Repeats and escalation steps that are due, notifications and chains whose silence
+        ended, and the heartbeat when nothing has arrived for too long."""
         ruleset, now = self.rules(), self.clock()
-        # A snooze can end on an alert of a rule with resolve (notices) but no repeat.
-        if ruleset.heartbeat is None and not any(r.repeat or r.resolve for r in ruleset.rules):
-            return
         await self._load_links()
 
         def work(tx: Tx) -> Counter[str]:
@@ -243,12 +254,31 @@ class Router:
                 return Counter()
             pipeline = Pipeline(tx, ruleset, now, links=self.links)
             pipeline.repeats()
+            escalations.run(
+                tx, ruleset, now, silences=pipeline.silences, counts=pipeline.counts,
+                links=self.links,
+            )  # fmt: skip
+            silences = {s.id for s, _ in pipeline.silences}
+            if now - self._woke_at >= WAKE_EVERY or not silences >= self._silences:
+                self._wake_after = escalations.wake(
+                    tx, ruleset, now, silences=pipeline.silences, counts=pipeline.counts,
+                    links=self.links, after=self._wake_after,
+                )  # fmt: skip
+                self._woke_at = now
+            self._silences = silences
             # Read afresh: with several replicas, events may have reached the others.
             self._last_event = max(self._last(tx), tx.events.last_received() or 0.0)
             pipeline.heartbeat(self._last_event, arrived=False)
+            self._next_step = tx.escalations.next_due()
             return pipeline.counts
 
         self._count(await self.store.transact(work))
+
+    def _timers_due_in(self) -> float:
+        """How long the timers may sleep: IDLE_POLL, or less when a step falls due sooner."""
+        if self._next_step is None:
+            return IDLE_POLL
+        return min(IDLE_POLL, max(TIMERS_GAP, self._next_step - self.clock()))
 
     def _route(
         self, tx: Tx, ruleset: Ruleset, now: float, decided: Decided

@@ -24,6 +24,7 @@ from pydantic_core import ErrorDetails
 from receiver.durations import parse_duration
 from receiver.errors import ConfigError
 from receiver.rules import templates
+from receiver.rules.escalations import Policy, check_escalations
 from receiver.rules.match import compile_match, show
 from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, NAME_RE, Notifier, build_notifier
 from receiver.rules.options import LIFECYCLE_KEYS, check_heartbeat, check_options
@@ -31,8 +32,10 @@ from receiver.rules.rule import Rule
 from receiver.rules.ruleset import Ruleset
 from receiver.rules.schedules import PREFIX, check_schedules
 
-TOP_KEYS = ("notifiers", "rules", "heartbeat", "schedules")
-RULE_KEYS = ("name", "match", "notify", "title", "body", "throttle", "continue", *LIFECYCLE_KEYS)
+TOP_KEYS = ("notifiers", "rules", "heartbeat", "schedules", "escalations")
+RULE_KEYS = (
+    "name", "match", "notify", "title", "body", "throttle", "continue", *LIFECYCLE_KEYS, "escalate"
+)  # fmt: skip
 THROTTLE_KEYS = ("key", "every")
 _EXPECTED = {
     "notifiers": "a mapping of notifier names to apprise urls",
@@ -63,7 +66,8 @@ class RuleSpec(_Strict):
 
     name: str
     match: dict[Any, Any] | None = None
-    notify: Any  # a notifier name or a list of them
+    notify: Any = None  # a notifier name or a list of them (required without escalate)
+    escalate: Any = None  # an escalation policy's name
     title: str | None = None
     body: str | None = None
     throttle: ThrottleSpec | None = None
@@ -83,6 +87,7 @@ class FileSpec(_Strict):
     rules: list[Any] | None = None
     heartbeat: Any = None
     schedules: Any = None  # checked by schedules.check_schedules, with its own messages
+    escalations: Any = None  # checked by escalations.check_escalations
 
 
 def load_file(
@@ -154,10 +159,16 @@ def load_text(
     if isinstance(raw_schedules, dict):
         defined = defined + [f"{PREFIX}{n}" for n in raw_schedules if isinstance(n, str)]
 
+    policies = check_escalations(raw.get("escalations"), defined, problems)
+    raw_policies = raw.get("escalations")
+    named = (
+        [n for n in raw_policies if isinstance(n, str)] if isinstance(raw_policies, dict) else []
+    )
+
     rules: list[Rule] = []
     seen: set[str] = set()
     for index, item in enumerate(raw_rules):
-        rule, found = _check_rule(index, item, defined, seen)
+        rule, found = _check_rule(index, item, defined, seen, (policies, named))
         problems.extend(found)
         if rule is not None:
             rules.append(rule)
@@ -176,11 +187,16 @@ def load_text(
         builtin=builtin,
         heartbeat=heartbeat,
         schedules=schedules,
+        escalations=policies,
     )
 
 
 def _check_rule(
-    index: int, raw: Any, defined: list[str], seen: set[str]
+    index: int,
+    raw: Any,
+    defined: list[str],
+    seen: set[str],
+    policies: tuple[dict[str, Policy], list[str]] = ({}, []),
 ) -> tuple[Rule | None, list[str]]:
     name = raw.get("name") if isinstance(raw, dict) else None
     label = f'rule "{name}"' if isinstance(name, str) and name else f"rule #{index + 1}"
@@ -209,6 +225,7 @@ def _check_rule(
     conditions, found = compile_match(raw.get("match") if "match" not in bad else None)
     problems.extend(f"{label}: {p}" for p in found)
     notify = _check_notify(raw.get("notify"), label, defined, problems) if "notify" in raw else ()
+    escalate = _check_escalate(raw, label, policies, problems)
 
     options = check_options(raw, label, problems)
     sources: dict[str, str | None] = {
@@ -252,8 +269,41 @@ def _check_rule(
         continue_=bool(raw.get("continue", False)),
         _compiled=(compiled["title"], compiled["body"], compiled.get("throttle.key")),
         _resolved=(compiled["resolved_title"], compiled["resolved_body"]),
+        escalate=escalate,
         **options,
     ), []
+
+
+def _check_escalate(
+    raw: dict[Any, Any],
+    label: str,
+    policies: tuple[dict[str, Policy], list[str]],
+    problems: list[str],
+) -> Policy | None:
+    """The policy a rule's escalate names; a rule needs notify, escalate or both."""
+    name = raw.get("escalate")
+    if name is None:
+        if "notify" not in raw:
+            problems.append(f'{label}: missing required key "notify" (or "escalate")')
+        return None
+    found, named = policies
+    if not isinstance(name, str):
+        problems.append(
+            f"{label}: escalate: expected an escalation policy's name, got {show(name)}"
+        )
+        return None
+    if name not in named:
+        problems.append(
+            f'{label}: escalate: undefined escalation policy "{name}"; '
+            f"defined: {', '.join(named) or '(none)'}"
+        )
+        return None
+    if raw.get("group") is not None:
+        problems.append(
+            f"{label}: escalate: a rule that groups events into digests cannot escalate; "
+            "escalate from a rule of its own"
+        )
+    return found.get(name)  # None when the policy has problems of its own, reported there
 
 
 def _check_notify(raw: Any, label: str, defined: list[str], problems: list[str]) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ LIFECYCLE_KEYS = ("hold", "resolve", "resolved_title", "resolved_body", "group",
 # events: a late event (older than the alert's newest) is stale for such a rule and sends
 # nothing. A rule with none of them forwards every matching event, in any order. group,
 # active and throttle go by the receiver's clock, not the alert, and do not count.
-ALERT_KEYS = ("hold", "resolve", "repeat")
+ALERT_KEYS = ("hold", "resolve", "repeat", "escalate")
 GROUP_KEYS = ("by", "wait", "max")
 ACTIVE_KEYS = ("days", "hours", "tz", "defer")
 HEARTBEAT_KEYS = ("silent_for", "notify")

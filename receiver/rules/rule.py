@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -10,12 +10,16 @@ from typing import Any
 from jinja2 import Template
 
 from receiver.rules import templates
+from receiver.rules.escalations import Policy
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import ALERT_KEYS, ActiveWindow, GroupSpec
 from receiver.rules.sandbox import Budget
 
 RULE_WIDE_KEY = "*"
+# The one decision of a rule with escalate and no notify: it matched, and its escalation
+# starts; no notification is sent to it (receiver.dispatch.pipeline).
+ESCALATE_ONLY = "(escalate)"
 
 
 @dataclass(frozen=True)
@@ -71,10 +75,12 @@ class Rule:
     group: GroupSpec | None = None
     repeat: float | None = None
     active: ActiveWindow | None = None
+    escalate: Policy | None = None  # the escalation policy its alerts start (escalations:)
 
     @cached_property
     def follows_alert(self) -> bool:
-        """Whether this is a lifecycle rule: one with hold, resolve or repeat (ALERT_KEYS).
+        """Whether this is a lifecycle rule: one with hold, resolve, repeat or escalate
+        (ALERT_KEYS).
 
         Such a rule notifies about the alert, so an event older than its alert's newest is
         stale for it. Any other rule forwards each matching event once, in any order.
@@ -196,6 +202,15 @@ class Rule:
         return Rendered("", "", key, seconds, fallback=False)
 
     def decisions(self, rendered: Rendered, notifiers: Mapping[str, Notifier]) -> list[Decision]:
+        """One decision for each url of each notifier the rule names (and for a rule that
+        only escalates, one ESCALATE_ONLY decision that sends nothing)."""
+        names = self.notify if self.notify or self.escalate is None else (ESCALATE_ONLY,)
+        return self.decisions_for(names, rendered, notifiers)
+
+    def decisions_for(
+        self, names: Sequence[str], rendered: Rendered, notifiers: Mapping[str, Notifier]
+    ) -> list[Decision]:
+        """decisions() to these targets (an escalation step's)."""
         return [
             Decision(
                 rule=self.name,
@@ -208,7 +223,7 @@ class Rule:
                 fallback=rendered.fallback,
                 error=rendered.error,
             )
-            for name in self.notify
+            for name in names
             # A "schedule:NAME" target is one placeholder until routing puts the member on
             # call in its place (Ruleset.on_call), with one decision per url of theirs.
             for index in range(len(notifiers[name].urls) if name in notifiers else 1)

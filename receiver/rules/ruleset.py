@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from receiver.durations import format_duration
+from receiver.rules.escalations import Policy
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import Heartbeat
@@ -40,12 +41,14 @@ class Ruleset:
         builtin: frozenset[str] = frozenset(),
         heartbeat: Heartbeat | None = None,
         schedules: Mapping[str, Schedule] | None = None,
+        escalations: Mapping[str, Policy] | None = None,
     ) -> None:
         self.notifiers = notifiers
         self.rules = rules
         self.by_name = {rule.name: rule for rule in rules}
         self.heartbeat = heartbeat
         self.schedules = dict(schedules or {})
+        self.escalations = dict(escalations or {})
         self.digest = digest
         self.source = source
         self._builtin = builtin
@@ -188,8 +191,10 @@ class Ruleset:
                 extras.append(
                     f"active {rule.active.text}" + (" (defer)" if rule.active.defer else "")
                 )
+            if rule.escalate is not None:
+                extras.append(f"escalate {rule.escalate.name}")
             tail = f" ({', '.join(extras)})" if extras else ""
-            lines.append(f"  {rule.name} -> {', '.join(rule.notify)}{tail}")
+            lines.append(f"  {rule.name} -> {', '.join(rule.notify) or '(escalation only)'}{tail}")
         described = []
         for name, notifier in self.notifiers.items():
             if name in self._builtin:
@@ -205,6 +210,8 @@ class Ruleset:
             )
         for schedule in self.schedules.values():
             lines.append(f"schedule {describe(schedule)}")
+        for policy in self.escalations.values():
+            lines.append(f"escalation {policy.describe()}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -8,13 +8,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from receiver.store.records import Ack, Action, Alert, Notice
+from receiver.store.escalations import CHAIN_COLUMNS, read_chain
+from receiver.store.records import Ack, Action, Alert, Chain, Notice
 from receiver.store.statements import Query, Runner, Statements
 
 SELECT_ALERTS = (
     "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts FROM alerts"
 )
-_NOTICE_COLUMNS = "alert, episode, rule, notified_at, next_repeat_at, repeats"
+_NOTICE_COLUMNS = (
+    "alert, episode, rule, notified_at, next_repeat_at, repeats, suppressed_since, suppressed_why"
+)
 _ACTION_COLUMNS = "alert, episode, action, source, actor, at, outcome, until"
 
 # Every action on an alert (ack, resolve, snooze), from a link, the admin page, the API or
@@ -128,10 +131,47 @@ class SQLTxNotices:
 
     def add(self, alert: str, episode: int, rule: str, now: float, repeat: float | None) -> None:
         self.ahead.noticed.add(alert)
+        # The first note stands, unless it was a suppressed one: now it has been notified.
         self.st.q(
             "INSERT INTO notices (alert, episode, rule, notified_at, next_repeat_at)"
-            " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (alert, episode, rule) DO UPDATE SET"
+            " notified_at = excluded.notified_at, next_repeat_at = excluded.next_repeat_at,"
+            " suppressed_since = NULL, suppressed_why = NULL"
+            " WHERE notices.suppressed_since IS NOT NULL",
             (alert, episode, rule, now, None if repeat is None else now + repeat),
+        )
+
+    def suppress(self, alert: str, episode: int, rule: str, now: float, why: str) -> None:
+        self.ahead.noticed.add(alert)
+        self.st.q(
+            "INSERT INTO notices (alert, episode, rule, notified_at, suppressed_since,"
+            " suppressed_why) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (alert, episode, rule, now, now, why),
+        )
+
+    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Notice]:
+        since, alert = after if after is not None else (-1.0, "")
+        rows = self.st.q(
+            f"SELECT {_NOTICE_COLUMNS} FROM notices WHERE suppressed_since IS NOT NULL"
+            " AND (suppressed_since > ? OR (suppressed_since = ? AND alert > ?))"
+            " ORDER BY suppressed_since, alert LIMIT ?",
+            (since, since, alert, limit),
+        )
+        return [Notice(*row) for row in rows]
+
+    def woke(self, notice: Notice, now: float, repeat: float | None) -> None:
+        """A suppressed notice's silence ended: notified now (repeat: its next repeat in),
+        or, when repeat is None and nothing was sent, just no longer waiting."""
+        self.st.q(
+            "UPDATE notices SET suppressed_since = NULL, suppressed_why = NULL,"
+            " notified_at = ?, next_repeat_at = ? WHERE alert = ? AND episode = ? AND rule = ?",
+            (
+                now,
+                None if repeat is None else now + repeat,
+                notice.alert,
+                notice.episode,
+                notice.rule,
+            ),
         )
 
     def of(self, alert: str, episode: int) -> list[Notice]:
@@ -193,6 +233,12 @@ class SQLAlerts:
             q(
                 "UPDATE notices SET next_repeat_at = NULL WHERE alert = ? AND episode = ?",
                 (alert_id, episode),
+            )
+            # Its escalation looks at once, sees the ack and stops (or waits for reack).
+            q(
+                "UPDATE escalations SET next_at = ? WHERE alert = ? AND episode = ?"
+                " AND suppressed_since IS NULL",
+                (now, alert_id, episode),
             )
             found = q(
                 "SELECT alert, episode, acked_by, acked_at FROM acks"
@@ -275,9 +321,28 @@ class SQLAlerts:
                 "UPDATE notices SET next_repeat_at = ? WHERE alert = ? AND episode = ?",
                 (until, alert_id, int(row[0])),
             )
+            # Its escalation goes on from where it is when the snooze ends.
+            q(
+                "UPDATE escalations SET next_at = ? WHERE alert = ? AND episode = ?"
+                " AND suppressed_since IS NULL",
+                (until, alert_id, int(row[0])),
+            )
             return int(row[0])
 
         return await self.db.statements(snooze)
+
+    async def chains(self, alert_id: str) -> list[Chain]:
+        """The alert's escalations, every episode's, newest episode first."""
+
+        def select(q: Query) -> list[Chain]:
+            rows = q(
+                f"SELECT {CHAIN_COLUMNS} FROM escalations WHERE alert = ?"
+                " ORDER BY episode DESC, rule",
+                (alert_id,),
+            )
+            return [read_chain(row) for row in rows]
+
+        return await self.db.read(select)
 
     async def record(self, action: Action) -> None:
         """Keep an action in the alert's record."""

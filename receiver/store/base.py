@@ -12,6 +12,7 @@ from receiver.sessions import Fact
 from receiver.store.records import (
     OUTBOX_STATES,
     Alert,
+    Chain,
     Group,
     Notice,
     Notification,
@@ -153,6 +154,43 @@ class TxNotices(Protocol):
         """Notices whose next repeat is due, of episodes nobody acknowledged."""
 
     def repeated(self, notice: Notice, next_at: float | None) -> None: ...
+    def suppress(self, alert: str, episode: int, rule: str, now: float, why: str) -> None:
+        """Note that rule's notification of the episode was silenced or muted (why): it is
+        notified when that ends, if still open (once; a note that exists stands)."""
+
+    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Notice]:
+        """Suppressed notices by (suppressed_since, alert), after `after`."""
+
+    def woke(self, notice: Notice, now: float, repeat: float | None) -> None:
+        """A suppressed notice is no longer waiting (notified now; repeat: its next in)."""
+
+
+class TxEscalations(Protocol):
+    """Alert episodes' escalation chains, their steps timers (tx.escalations)."""
+
+    def start(self, chain: Chain) -> None:
+        """Start the chain once (a suppressed one starts again when this one is not)."""
+
+    def due(self, now: float, limit: int = 100) -> list[Chain]:
+        """Chains whose next look is due; on PostgreSQL locked, skipping locked ones."""
+
+    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Chain]:
+        """Chains waiting for a silence or quiet hours to end, after `after`."""
+
+    def save(self, chain: Chain) -> None: ...
+    def of(self, alert: str, episode: int) -> list[Chain]: ...
+    def end(self, alert: str, episode: int, now: float, why: str) -> None:
+        """The episode resolved: its chains stop."""
+
+    def next_due(self) -> float | None: ...
+    def acked(self, alert: str, episode: int) -> tuple[str, float] | None:
+        """(who, when) acknowledged the episode, if anyone has."""
+
+    def unack(self, alert: str, episode: int, now: float, why: str) -> None:
+        """The acknowledgement ran out (reack): removed, and recorded as an action."""
+
+    def paged(self, alert: str, episode: int, rule: str) -> list[tuple[str, int]]:
+        """(notifier, target) of every message of rule about the episode sent or on its way."""
 
 
 class TxDigests(Protocol):
@@ -245,6 +283,8 @@ class Tx(Protocol):
     def alerts(self) -> TxAlerts: ...
     @property
     def notices(self) -> TxNotices: ...
+    @property
+    def escalations(self) -> TxEscalations: ...
     @property
     def digests(self) -> TxDigests: ...
     @property

@@ -22,6 +22,7 @@ from typing import Any
 
 from receiver.events import _Event as Event
 from receiver.sessions import Fact
+from receiver.store.memory_escalations import MemoryEscalations
 from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
 from receiver.store.records import (
     Alert,
@@ -184,7 +185,7 @@ class MemoryNotices:
 
     def add(self, alert: str, episode: int, rule: str, now: float, repeat: float | None) -> None:
         rules = self.t.notices.setdefault((alert, episode), {})
-        if rule in rules:
+        if rule in rules and rules[rule].suppressed_since is None:
             return
         at = None if repeat is None else now + repeat
         rules[rule] = Notice(alert, episode, rule, now, at, 0)
@@ -206,6 +207,29 @@ class MemoryNotices:
         for entry in due:  # a read: they stay due until repeated()
             heapq.heappush(self.t.repeats, entry)
         return [n for _, key in due if (n := self.t.notice(key)) is not None]
+
+    def suppress(self, alert: str, episode: int, rule: str, now: float, why: str) -> None:
+        rules = self.t.notices.setdefault((alert, episode), {})
+        if rule not in rules:
+            rules[rule] = Notice(alert, episode, rule, now, None, 0, now, why)
+
+    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Notice]:
+        waiting = sorted(
+            (n for rules in self.t.notices.values() for n in rules.values() if n.suppressed_since),
+            key=lambda n: (n.suppressed_since, n.alert),
+        )
+        if after is not None:
+            waiting = [n for n in waiting if (n.suppressed_since, n.alert) > after]
+        return waiting[:limit]
+
+    def woke(self, notice: Notice, now: float, repeat: float | None) -> None:
+        rules = self.t.notices.get((notice.alert, notice.episode), {})
+        at = None if repeat is None else now + repeat
+        rules[notice.rule] = replace(
+            notice, notified_at=now, next_repeat_at=at, suppressed_since=None, suppressed_why=None
+        )
+        if at is not None:
+            heapq.heappush(self.t.repeats, (at, (notice.alert, notice.episode, notice.rule)))
 
     def repeated(self, notice: Notice, next_at: float | None) -> None:
         key = (notice.alert, notice.episode, notice.rule)
@@ -332,6 +356,7 @@ class MemoryTx:
         self.outbox = MemoryOutbox(t)
         self.alerts = MemoryAlerts(t)
         self.notices = MemoryNotices(t)
+        self.escalations = MemoryEscalations(t)
         self.digests = MemoryDigests(t)
         self.throttle = MemoryThrottle(t)
         self.silences = MemorySilences(t)

@@ -14,6 +14,7 @@ from typing import Any
 from receiver.store.records import (
     SENT_STATES,
     Alert,
+    Chain,
     Group,
     Notice,
     OutboxRow,
@@ -74,6 +75,10 @@ class Tables:
         self.alerts: dict[str, Alert] = {}
         self.notices: dict[tuple[str, int], dict[str, Notice]] = {}
         self.repeats: list[tuple[float, tuple[str, int, str]]] = []  # may be stale
+        self.chains: dict[tuple[str, int, str], Chain] = {}  # (alert, episode, rule)
+        self.chain_due: list[tuple[float, tuple[str, int, str]]] = []  # may be stale
+        # (alert, episode, rule) -> (notifier, target) of its messages sent (escalations)
+        self.paged: dict[tuple[str, int, str], set[tuple[str, int]]] = {}
         self.throttle: dict[tuple[str, str], float] = {}
         self.groups: dict[int, tuple[Group, str, float]] = {}  # id -> (group, state, opened)
         self.open_group: dict[tuple[str, str], int] = {}  # (rule, key) -> newest group id
@@ -98,13 +103,13 @@ class Tables:
             del self.rows[row.id]
 
     def index_sent(self, row: Row) -> None:
-        if (
-            row.kind == "event"
-            and row.alert is not None
-            and row.episode is not None
-            and row.state in SENT_STATES
-        ):
+        if row.alert is None or row.episode is None or row.state not in SENT_STATES:
+            return
+        if row.kind == "event":
             self.sent.setdefault((row.alert, row.episode), set()).add(row.rule)
+        if row.kind in ("event", "repeat", "escalation"):
+            key = (row.alert, row.episode, row.rule)
+            self.paged.setdefault(key, set()).add((row.notifier, row.target))
 
     def episode_over(self, alert: Alert) -> None:
         """The alert has opened a new episode: lean, forget what the lifecycle kept of the
@@ -113,6 +118,10 @@ class Tables:
             ended = (alert.id, alert.episode - 1)
             self.sent.pop(ended, None)
             self.notices.pop(ended, None)
+            for key in [k for k in self.paged if k[:2] == ended]:
+                del self.paged[key]
+            for key in [k for k in self.chains if k[:2] == ended]:
+                del self.chains[key]
 
     def notice(self, key: tuple[str, int, str]) -> Notice | None:
         return self.notices.get((key[0], key[1]), {}).get(key[2])
@@ -125,6 +134,16 @@ class Tables:
             if notice is not None and notice.next_repeat_at == at:
                 return at
             heapq.heappop(self.repeats)
+        return None
+
+    def next_chain(self) -> float | None:
+        """When the next escalation step is due."""
+        while self.chain_due:
+            at, key = self.chain_due[0]
+            current = self.chains.get(key)
+            if current is not None and current.next_at == at:
+                return at
+            heapq.heappop(self.chain_due)
         return None
 
     def next_due(self) -> float | None:
@@ -191,6 +210,10 @@ class MemoryScratch:
         was given then (a row added and sent since is there twice: pending, delivered)."""
         journal, self.tables.journal = self.tables.journal, []
         return journal
+
+    def next_chain(self) -> float | None:
+        """When the next escalation step is due."""
+        return self.tables.next_chain()
 
     def next_due(self) -> float | None:
         """When the next row is due to be sent (pending or held)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # held: waiting for a hold, an active window (defer) or a digest window to pass.
@@ -120,6 +120,30 @@ class Notice:
     notified_at: float
     next_repeat_at: float | None
     repeats: int
+    # Set while the rule's notification was silenced or muted (outside its active window),
+    # nothing sent yet: when that ends and the alert is still open, it is notified once.
+    suppressed_since: float | None = None
+    suppressed_why: str | None = None  # "silenced" | "muted"
+
+
+@dataclass(slots=True)
+class Chain:
+    """An alert episode's escalation, by one rule's policy (frozen when it started):
+    step is the index of the next step to page (len(steps): the chain ran out), round the
+    chain's run (0 for the first); next_at when the chain looks again (None: stopped,
+    acknowledged, ran out or suppressed); log: what it did, oldest first."""
+
+    alert: str
+    episode: int
+    rule: str
+    policy: dict[str, Any]
+    step: int
+    round: int
+    next_at: float | None
+    started_at: float
+    suppressed_since: float | None = None
+    suppressed_why: str | None = None
+    log: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True)

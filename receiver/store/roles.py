@@ -17,6 +17,7 @@ from receiver.store.records import (
     ApiKey,
     Attempt,
     Backlog,
+    Chain,
     EventQuery,
     EventRow,
     Noise,
@@ -226,6 +227,9 @@ class Alerts(Protocol):
     async def snooze(self, alert_id: str, *, until: float) -> int | None:
         """Put an open alert's repeats off until `until` (then the timers notify again if
         it is still open); the episode, or None if no alert of that id is open."""
+
+    async def chains(self, alert_id: str) -> list[Chain]:
+        """The alert's escalation chains, newest episode first."""
 
     async def record(self, action: Action) -> None: ...
     async def actions(self, alert_ids: Iterable[str], *, limit: int = 100) -> list[Action]:

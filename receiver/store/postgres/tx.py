@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
+from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.outbox import SQLTxOutbox
@@ -171,6 +172,7 @@ class PostgresTx:
         self.outbox = SQLTxOutbox(st, ahead)
         self.alerts = PostgresTxAlerts(st, ahead)
         self.notices = SQLTxNotices(st, ahead)
+        self.escalations = SQLTxEscalations(st)
         self.digests = PostgresTxDigests(st)
         self.throttle = SQLTxThrottle(st)
         self.silences = SQLTxSilences(st)

@@ -11,6 +11,7 @@ import sqlite_utils
 
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
+from receiver.store.escalations import ESCALATIONS_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
@@ -181,6 +182,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     ATTEMPTS_SCHEMA.format(id="INTEGER PRIMARY KEY", has_status=SQLITE_HAS_STATUS),
     # 15: what operators did to alerts (ack, resolve, snooze), from where, by whom.
     ACTIONS_SCHEMA.format(id="INTEGER PRIMARY KEY"),
+    # 16: escalation chains, and notices silenced until their silence ends.
+    ESCALATIONS_SCHEMA.format(real="REAL"),
 ]
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
+from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.outbox import SQLTxOutbox
@@ -125,6 +126,7 @@ class SQLiteTx:
         self.outbox = SQLTxOutbox(st, ahead)
         self.alerts = SQLiteTxAlerts(st, ahead)
         self.notices = SQLTxNotices(st, ahead)
+        self.escalations = SQLTxEscalations(st)
         self.digests = SQLTxDigests(st)
         self.throttle = SQLTxThrottle(st)
         self.silences = SQLTxSilences(st)

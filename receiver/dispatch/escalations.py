@@ -1,0 +1,316 @@
+"""Escalation chains, and notifications that wait for a silence to end.
+
+A rule with `escalate: POLICY` starts a chain when its alert opens (receiver.rules.escalations
+says what a policy is): the policy is frozen into the store with it, and each step is a timer
+(next_at) that the timers of one replica at a time fire (Router.tick, under the "timers"
+lock; on PostgreSQL the due rows are locked besides). A step pages only while the alert is
+open and unacknowledged:
+
+- acknowledged: the chain stops; with `reack`, when the ack is that old and the alert is
+  still open, the ack is removed (recorded as an "unack" action) and the current step pages
+  again, and the chain goes on from there;
+- resolved: the chain ends; everyone it paged gets the resolved message (Pipeline);
+- silenced, or outside the rule's active window (quiet hours): the step is skipped (its rows
+  are kept as silenced or muted, and the chain's log says so) and the chain waits; when the
+  silence ends with the alert still open, it starts again from its first step, whose message
+  says "was silenced since ...";
+- snoozed: the chain waits for the snooze's end, then goes on from where it was.
+
+A lifecycle rule's notification silenced or muted when its alert opened is likewise noted
+(tx.notices.suppress) and sent once when that ends, if the alert is still open (wake()).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from receiver.dispatch.alerts import opener
+from receiver.dispatch.silences import Active, silencing
+from receiver.durations import format_duration
+from receiver.links import Links
+from receiver.rules import Rule, Ruleset
+from receiver.rules.escalations import Policy
+from receiver.rules.rule import ESCALATE_ONLY
+from receiver.rules.schedules import PREFIX
+from receiver.rules.templates import DEFAULT_BODY, DEFAULT_TITLE
+from receiver.store.base import Tx
+from receiver.store.records import Alert, Chain, Notification
+
+KIND = "escalation"  # the outbox kind of a step's pages
+# Where wake() goes on from: (suppressed_since, alert) of the notices' and the chains' last.
+Cursors = tuple[tuple[float, str] | None, tuple[float, str] | None]
+
+
+def start(
+    tx: Tx,
+    rule: Rule,
+    alert: Alert,
+    now: float,
+    *,
+    state: str,
+    release_at: float | None = None,
+) -> None:
+    """Start the rule's chain for the alert's episode (once): its first step after its
+    `after`, counted from now, or from release_at when the rule holds its notification
+    (hold, a deferred active window). A notification silenced or muted starts the chain
+    suppressed: it waits for the silence to end."""
+    policy = rule.escalate
+    assert policy is not None
+    suppressed = state in ("silenced", "muted")
+    base = release_at if state == "held" and release_at is not None else now
+    tx.escalations.start(
+        Chain(
+            alert.id,
+            alert.episode,
+            rule.name,
+            policy.to_json(),
+            0,
+            0,
+            None if suppressed else base + policy.steps[0].after,
+            now,
+            now if suppressed else None,
+            state if suppressed else None,
+            [{"at": now, "event": "started", "note": f"{state}: waits" if suppressed else ""}],
+        )
+    )
+    if not suppressed:
+        tx.notices.add(alert.id, alert.episode, rule.name, now, rule.repeat)
+
+
+def suppression(
+    rule: Rule | None, opened: Mapping[str, Any], silences: Active, now: float
+) -> tuple[str, str] | None:
+    """("silenced", why) or ("muted", why) when the alert's opening event would be silenced
+    now, or the rule is outside its active window; None when it may notify."""
+    silence = silencing(silences, opened)
+    if silence is not None:
+        return "silenced", f"silence #{silence.id}: {silence.reason}"
+    if rule is not None and rule.active is not None and not rule.active.contains(now):
+        return "muted", f"muted outside the active window ({rule.active.text})"
+    return None
+
+
+def run(
+    tx: Tx,
+    ruleset: Ruleset,
+    now: float,
+    *,
+    silences: Active,
+    counts: Counter[str],
+    links: Links | None = None,
+) -> None:
+    """Every chain due by now looks at its alert and pages, waits or stops."""
+    for chain in tx.escalations.due(now):
+        _look(tx, ruleset, chain, now, silences, counts, links)
+        tx.escalations.save(chain)
+
+
+def _look(
+    tx: Tx,
+    ruleset: Ruleset,
+    chain: Chain,
+    now: float,
+    silences: Active,
+    counts: Counter[str],
+    links: Links | None,
+) -> None:
+    policy = Policy.from_json(chain.policy)
+    alert = tx.alerts.get(chain.alert)
+    if alert is None or alert.state != "open" or alert.episode != chain.episode:
+        chain.next_at = None
+        chain.log.append({"at": now, "event": "ended", "note": "the alert is resolved"})
+        return
+    again = False
+    ack = tx.escalations.acked(alert.id, alert.episode)
+    if ack is not None:
+        by, acked_at = ack
+        if policy.reack is None:
+            chain.next_at = None
+            chain.log.append({"at": now, "event": "acked", "note": f"acknowledged by {by}"})
+            return
+        if now < acked_at + policy.reack:
+            if chain.next_at != acked_at + policy.reack:
+                when = _clock(acked_at + policy.reack)
+                note = f"acknowledged by {by}; pages again at {when} if still open"
+                chain.log.append({"at": now, "event": "acked", "note": note})
+            chain.next_at = acked_at + policy.reack
+            return
+        reack = format_duration(policy.reack)
+        tx.escalations.unack(alert.id, alert.episode, now, f"reack {reack}")
+        note = f"acknowledged by {by} {reack} ago and still open: paged again"
+        chain.log.append({"at": now, "event": "reack", "note": note})
+        again = chain.step > 0
+    opened = opener(tx, alert)
+    rule = ruleset.by_name.get(chain.rule)
+    index = chain.step - 1 if again or chain.step >= len(policy.steps) else chain.step
+    held = suppression(rule, opened, silences, now)
+    if held is not None:
+        state, reason = held
+        _page(tx, ruleset, chain, policy, index, now, opened, links, state=state, reason=reason)
+        chain.log.append({"at": now, "event": "skipped", "step": index + 1, "note": reason})
+        chain.next_at = None
+        chain.suppressed_since = chain.suppressed_since or now
+        chain.suppressed_why = state
+        counts[state] += 1
+        return
+    _page(tx, ruleset, chain, policy, index, now, opened, links, again=again)
+    counts[KIND] += 1
+    chain.suppressed_since = chain.suppressed_why = None
+    if index == chain.step:
+        chain.step += 1
+    if chain.step < len(policy.steps):
+        chain.next_at = now + policy.steps[chain.step].after
+    elif chain.round < policy.repeat:
+        chain.round, chain.step = chain.round + 1, 0
+        chain.next_at = now + policy.round_gap + policy.steps[0].after
+    else:
+        if chain.next_at is not None and index == len(policy.steps) - 1 and not again:
+            chain.log.append({"at": now, "event": "done", "note": "the chain ran out"})
+        chain.next_at = None
+
+
+def _page(
+    tx: Tx,
+    ruleset: Ruleset,
+    chain: Chain,
+    policy: Policy,
+    index: int,
+    now: float,
+    opened: Mapping[str, Any],
+    links: Links | None,
+    *,
+    again: bool = False,
+    state: str = "pending",
+    reason: str | None = None,
+) -> None:
+    """The step's messages: the rule's title and body for the alert's opening event, to
+    each of the step's targets (a schedule's member on call now), noted as this step."""
+    step = policy.steps[index]
+    rule = ruleset.by_name.get(chain.rule) or Rule(chain.rule, (), (), DEFAULT_TITLE, DEFAULT_BODY)
+    seen = (
+        opened
+        if links is None
+        else {**opened, "links": links.for_alert(chain.alert, chain.episode)}
+    )
+    rendered = rule.render(seen)
+    known = [t for t in step.notify if _defined(ruleset, t)]
+    decisions = ruleset.on_call(rule.decisions_for(known, rendered, ruleset.notifiers), now)
+    where = f"escalation {policy.name}: step {index + 1} of {len(policy.steps)}"
+    if policy.repeat:
+        where += f", round {chain.round + 1} of {policy.repeat + 1}"
+    if again:
+        where += "; paged again: the acknowledgement ran out"
+    if chain.suppressed_since is not None and state == "pending":
+        where += (
+            f"; was {chain.suppressed_why or 'silenced'} since {_clock(chain.suppressed_since)}"
+        )
+    event = tx.alerts.get(chain.alert)
+    event_id = (event.opened_event if event else None) or "-"
+    for d in decisions:
+        n = Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{where}")
+        tx.outbox.add(
+            event_id,
+            n,
+            state=state,
+            reason=reason,
+            now=now,
+            kind=KIND,
+            alert=chain.alert,
+            episode=chain.episode,
+        )
+    if state == "pending":
+        entry: dict[str, Any] = {
+            "at": now,
+            "event": "paged",
+            "step": index + 1,
+            "round": chain.round + 1,
+            "to": list(dict.fromkeys(d.notifier for d in decisions)),
+        }
+        missing = [t for t in step.notify if t not in known]
+        if missing:
+            entry["note"] = f"no longer defined, not paged: {', '.join(missing)}"
+        chain.log.append(entry)
+
+
+def _defined(ruleset: Ruleset, target: str) -> bool:
+    if target.startswith(PREFIX):
+        return target.removeprefix(PREFIX) in ruleset.schedules
+    return target in ruleset.notifiers
+
+
+def wake(
+    tx: Tx,
+    ruleset: Ruleset,
+    now: float,
+    *,
+    silences: Active,
+    counts: Counter[str],
+    links: Links | None = None,
+    after: Cursors = (None, None),
+    limit: int = 500,
+) -> Cursors:
+    """Notifications and chains that wait for a silence or quiet hours to end: those whose
+    alert is still open and no longer silenced or muted are notified once ("was silenced
+    since ..."), and their chains start from their first step; those whose alert resolved
+    meanwhile send nothing and stop waiting. At most limit of each a look, from after on:
+    the cursors to go on from next time (None: from the start)."""
+    notices = tx.notices.suppressed(after[0], limit)
+    for notice in notices:
+        alert = tx.alerts.get(notice.alert)
+        rule = ruleset.by_name.get(notice.rule)
+        if alert is None or alert.state != "open" or alert.episode != notice.episode or not rule:
+            tx.notices.woke(notice, now, None)
+            continue
+        opened = opener(tx, alert)
+        if suppression(rule, opened, silences, now) is not None:
+            continue
+        seen = (
+            opened
+            if links is None
+            else {**opened, "links": links.for_alert(alert.id, alert.episode)}
+        )
+        why, at = notice.suppressed_why or "silenced", notice.suppressed_since or now
+        since = f"was {why} since {_clock(at)}"
+        for d in ruleset.on_call(rule.decisions(rule.render(seen), ruleset.notifiers), now):
+            if d.notifier == ESCALATE_ONLY:
+                continue
+            n = Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{since}")
+            tx.outbox.add(
+                alert.opened_event or "-",
+                n,
+                state="pending",
+                now=now,
+                alert=alert.id,
+                episode=alert.episode,
+            )
+        tx.notices.woke(notice, now, rule.repeat)
+        counts["woke"] += 1
+    chains = tx.escalations.suppressed(after[1], limit)
+    for chain in chains:
+        alert = tx.alerts.get(chain.alert)
+        if alert is None or alert.state != "open" or alert.episode != chain.episode:
+            chain.suppressed_since = chain.suppressed_why = None
+            chain.log.append({"at": now, "event": "ended", "note": "resolved while suppressed"})
+            tx.escalations.save(chain)
+            continue
+        rule = ruleset.by_name.get(chain.rule)
+        if suppression(rule, opener(tx, alert), silences, now) is not None:
+            continue
+        policy = Policy.from_json(chain.policy)
+        chain.step = 0
+        chain.next_at = now + policy.steps[0].after
+        note = f"no longer {chain.suppressed_why or 'silenced'}: the chain starts again"
+        chain.log.append({"at": now, "event": "resumed", "note": note})
+        tx.escalations.save(chain)
+        tx.notices.add(alert.id, alert.episode, chain.rule, now, rule.repeat if rule else None)
+    return (
+        (notices[-1].suppressed_since or 0.0, notices[-1].alert) if len(notices) == limit else None,
+        (chains[-1].suppressed_since or 0.0, chains[-1].alert) if len(chains) == limit else None,
+    )
+
+
+def _clock(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")

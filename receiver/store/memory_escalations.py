@@ -1,0 +1,82 @@
+"""tx.escalations in memory, for `receiver backtest` (receiver.store.memory): a scratch
+store has no acknowledgements, so a chain runs until its alert resolves or it runs out."""
+
+from __future__ import annotations
+
+import copy
+import heapq
+
+from receiver.store.escalations import MAX_LOG
+from receiver.store.memory_tables import Tables
+from receiver.store.records import Chain
+
+
+class MemoryEscalations:
+    def __init__(self, t: Tables) -> None:
+        self.t = t
+
+    def start(self, chain: Chain) -> None:
+        key = (chain.alert, chain.episode, chain.rule)
+        found = self.t.chains.get(key)
+        if found is None:
+            self._put(copy.deepcopy(chain))
+        elif found.next_at is None and found.suppressed_since is not None and chain.next_at:
+            found.next_at, found.step = chain.next_at, 0
+            self._put(found)
+
+    def due(self, now: float, limit: int = 100) -> list[Chain]:
+        popped: list[tuple[float, tuple[str, int, str]]] = []
+        keys: dict[tuple[str, int, str], None] = {}
+        while len(keys) < limit and (at := self.t.next_chain()) is not None and at <= now:
+            popped.append(heapq.heappop(self.t.chain_due))
+            keys[popped[-1][1]] = None
+        for entry in popped:  # a read: they stay due until saved
+            heapq.heappush(self.t.chain_due, entry)
+        return [copy.deepcopy(self.t.chains[key]) for key in keys]
+
+    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Chain]:
+        waiting = sorted(
+            (c for c in self.t.chains.values() if c.next_at is None and c.suppressed_since),
+            key=lambda c: (c.suppressed_since, c.alert),
+        )
+        if after is not None:
+            waiting = [c for c in waiting if (c.suppressed_since, c.alert) > after]
+        return [copy.deepcopy(c) for c in waiting[:limit]]
+
+    def save(self, chain: Chain) -> None:
+        chain = copy.deepcopy(chain)
+        chain.log = chain.log[-MAX_LOG:]
+        self._put(chain)
+
+    def of(self, alert: str, episode: int) -> list[Chain]:
+        return [
+            copy.deepcopy(c)
+            for (a, e, _), c in sorted(self.t.chains.items())
+            if a == alert and e == episode
+        ]
+
+    def end(self, alert: str, episode: int, now: float, why: str) -> None:
+        for chain in self.of(alert, episode):
+            if chain.next_at is None and chain.suppressed_since is None:
+                continue
+            chain.next_at = chain.suppressed_since = chain.suppressed_why = None
+            chain.log.append({"at": now, "event": "ended", "note": why})
+            self.save(chain)
+
+    def next_due(self) -> float | None:
+        return self.t.next_chain()
+
+    def acked(self, alert: str, episode: int) -> tuple[str, float] | None:
+        return None
+
+    def unack(self, alert: str, episode: int, now: float, why: str) -> None:
+        return None
+
+    def paged(self, alert: str, episode: int, rule: str) -> list[tuple[str, int]]:
+        return sorted(self.t.paged.get((alert, episode, rule), ()))
+
+    def _put(self, chain: Chain) -> None:
+        key = (chain.alert, chain.episode, chain.rule)
+        self.t.chains[key] = chain
+        if chain.next_at is not None:
+            heapq.heappush(self.t.chain_due, (chain.next_at, key))
