@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import httpx
 
 from receiver import signature
 from tests import dbview
-from tests.servers import free_port
+from tests.servers import HOST, free_port
 
 SECRET = "test-secret-0123456789"
 # The pytest test running now (tests/conftest.py sets it before its fixtures): a real
@@ -104,26 +106,41 @@ class Receiver:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Receiver:
+        """Started once /healthz answers 200 from this process: not from another server
+        (another test worker's) that got the same port from free_port() in the seconds
+        before this one bound it, while this one exits 1, "address already in use"."""
         _must_be_e2e("a real server")
-        log = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "receiver", "serve"], env=self.env, stdout=log, stderr=log
-        )
-        _running.add(self.proc)
-        log.close()
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                _running.discard(self.proc)
-                code, self.proc = self.proc.returncode, None
-                raise AssertionError(f"receiver exited {code}:\n{self.logs()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+        with _hold(self.port):
+            log = self.log.open("ab")
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "receiver", "serve"], env=self.env, stdout=log, stderr=log
+            )
+            _running.add(self.proc)
+            log.close()
+            deadline = time.monotonic() + STARTUP_TIMEOUT
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    _running.discard(self.proc)
+                    code, self.proc = self.proc.returncode, None
+                    raise AssertionError(f"receiver exited {code}:\n{self.logs()}")
+                try:
+                    answered = httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+                except httpx.HTTPError:
+                    answered = False
+                if answered and _listens(self.proc.pid, self.port):
                     return self
-            except httpx.HTTPError:
                 time.sleep(0.05)
         self.stop(signal.SIGKILL)
         raise AssertionError(f"receiver did not start in {STARTUP_TIMEOUT}s:\n{self.logs()}")
+
+    def tail(self, lines: int = 40) -> str:
+        """Whether the process runs (or how it exited) and the last lines of its log: for
+        a failure message."""
+        state = "not started" if self.proc is None else f"pid {self.proc.pid}"
+        if self.proc is not None and self.proc.poll() is not None:
+            state += f", exited {self.proc.returncode}"
+        log = "\n".join(self.logs().splitlines()[-lines:])
+        return f"receiver {self.url} ({state}), last {lines} lines of {self.log}:\n{log}"
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT) -> int:
         """Send sig and return the exit status. A server that has not exited within
@@ -199,6 +216,40 @@ class Receiver:
             if line.startswith(wanted + " "):
                 return float(line.rsplit(" ", 1)[1])
         return 0.0
+
+
+@contextlib.contextmanager
+def _hold(port: int) -> Iterator[None]:
+    """Keep port from free_port() in other processes (a bind to port 0 skips a bound port)
+    until the server binds it too, which SO_REUSEADDR allows beside a socket not listening."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            held.bind((HOST, port))
+        except OSError as exc:
+            raise AssertionError(f"port {port} is taken: a process is bound there") from exc
+        yield
+
+
+def _listens(pid: int, port: int) -> bool:
+    """Whether process pid holds the socket listening on port (Linux's /proc; elsewhere,
+    True: the check is skipped)."""
+    tables = [Path("/proc/net/tcp"), Path("/proc/net/tcp6")]
+    if not tables[0].exists():
+        return True
+    suffix = f":{port:04X}"
+    listening = {
+        fields[9]
+        for table in tables
+        if table.exists()
+        for fields in (line.split() for line in table.read_text().splitlines()[1:])
+        if fields[1].endswith(suffix) and fields[3] == "0A"  # 0A: LISTEN
+    }
+    try:
+        fds = [os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()]
+    except OSError:  # exited meanwhile (an fd closed while read, too: asked again)
+        return False
+    return any(fd.removeprefix("socket:[").removesuffix("]") in listening for fd in fds)
 
 
 def signed(body: bytes, secret: str = SECRET) -> dict[str, str]:

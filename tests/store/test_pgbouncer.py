@@ -11,13 +11,15 @@ The routing end-to-end tests run through the bouncer too (conftest.routing_db).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -154,10 +156,11 @@ def test_two_replicas_through_pgbouncer_route_and_notify_each_event_once(
     rules += "rules:\n  - name: all\n    notify: [hook]\n"
     env = {"RECEIVER_DB_PREPARE_THRESHOLD": "off"}
     replicas: list[Receiver] = []
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        replicas.append(Receiver(tmp_path / name, rules=rules, env=env, db=bouncer_url).start())
-    try:
+    with _shown_on_failure(replicas):
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            replica = Receiver(tmp_path / name, rules=rules, env=env, db=bouncer_url)
+            replicas.append(replica.start())
         ids = [f"evt_{i}" for i in range(40)]
         bodies = [events.sample("score.drop", id=e, sessionId=f"sess_{e}") for e in ids]
         for i, body in enumerate(bodies):
@@ -178,6 +181,17 @@ def test_two_replicas_through_pgbouncer_route_and_notify_each_event_once(
         assert sum(routed) == len(ids)
         for replica in replicas:
             assert "prepared statement" not in replica.logs()
+
+
+@contextlib.contextmanager
+def _shown_on_failure(replicas: list[Receiver]) -> Iterator[None]:
+    """Stops the replicas at the end; a failure, a refused connection too, says how each
+    one is (running, or its exit status) with its log's tail."""
+    try:
+        yield
+    except (AssertionError, httpx.HTTPError) as exc:
+        tails = "\n\n".join(replica.tail() for replica in replicas)
+        raise AssertionError(f"{type(exc).__name__}: {exc}\n\n{tails}") from exc
     finally:
         for replica in replicas:
             if replica.proc is not None:
