@@ -57,7 +57,7 @@ class MemoryEscalations:
 
     def end(self, alert: str, episode: int, now: float, why: str) -> None:
         for chain in self.of(alert, episode):
-            if chain.next_at is None and chain.suppressed_since is None:
+            if chain.log and chain.log[-1].get("event") == "ended":
                 continue
             chain.next_at = chain.suppressed_since = chain.suppressed_why = None
             chain.log.append({"at": now, "event": "ended", "note": why})
