@@ -21,8 +21,9 @@ from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.errors import AlertNotFoundError, InvalidParameterError
 from receiver.events import iso_epoch
+from receiver.rules.escalations import Policy
 from receiver.store import Store
-from receiver.store.records import Ack, Action, Alert, OutboxQuery, OutboxRow
+from receiver.store.records import Ack, Action, Alert, Chain, OutboxQuery, OutboxRow
 
 STATES = ("open", "resolved")
 MAX_TEXT = 500  # a filter, cursor or id longer than any alert's is no alert's
@@ -67,6 +68,31 @@ def action(done: Action) -> dict[str, Any]:
         "episode": done.episode,
         "until": None if done.until is None else iso_epoch(done.until),
     }
+
+
+def escalation(chain: Chain) -> dict[str, Any]:
+    """An alert's escalation as the API shows it: where the chain is, and what it did."""
+    policy = Policy.from_json(chain.policy)
+    return {
+        "policy": policy.name,
+        "rule": chain.rule,
+        "episode": chain.episode,
+        "status": chain.status,
+        "step": min(chain.step, len(policy.steps) - 1) + 1,
+        "steps": len(policy.steps),
+        "round": chain.round + 1,
+        "rounds": policy.repeat + 1,
+        "nextAt": None if chain.next_at is None else iso_epoch(chain.next_at),
+        "startedAt": iso_epoch(chain.started_at),
+        "suppressedSince": (
+            None if chain.suppressed_since is None else iso_epoch(chain.suppressed_since)
+        ),
+        "log": [
+            {**{k: v for k, v in entry.items() if k != "at" and (v or k == "event")},
+             "at": iso_epoch(entry["at"])}
+            for entry in chain.log
+        ],
+    }  # fmt: skip
 
 
 def _text(request: Request, name: str) -> str | None:
@@ -142,10 +168,12 @@ class AlertsAPI:
         acks = await self.store.alerts.acks([alert.id])
         rows = await self.store.outbox.page(OutboxQuery(alert=alert.id, limit=NOTIFICATIONS))
         done = await self.store.alerts.actions([alert.id])
+        chains = await self.store.alerts.chains(alert.id)
         body = {
             **describe(alert, acks.get((alert.id, alert.episode))),
             "notifications": [paged(r) for r in reversed(rows)],
             "actions": [action(a) for a in done],
+            "escalations": [escalation(c) for c in chains],
         }
         return JSONResponse(body, headers=headers)
 

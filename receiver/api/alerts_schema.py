@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from receiver.api.sessions import MAX_LIMIT
-from receiver.store.records import ACTIONS, SOURCES
+from receiver.store.records import ACTIONS, RECORDED_ACTIONS, RECORDED_SOURCES
 
 _TIME = {"type": "string", "format": "date-time"}
 _TEXT = {"type": "string", "nullable": True}  # an event's own timestamp, as it came
@@ -72,7 +72,7 @@ SCHEMAS: dict[str, Any] = {
     },
     "AlertDetail": {
         "type": "object",
-        "required": [*_ALERT_REQUIRED, "notifications", "actions"],
+        "required": [*_ALERT_REQUIRED, "notifications", "actions", "escalations"],
         "properties": {
             **_ALERT_FIELDS,
             "notifications": {
@@ -104,6 +104,66 @@ SCHEMAS: dict[str, Any] = {
                 },
             },
             "actions": {"type": "array", "items": _ref("AlertAction")},
+            "escalations": {
+                "type": "array",
+                "description": "each rule's escalation of the alert, newest episode first",
+                "items": _ref("Escalation"),
+            },
+        },
+        "additionalProperties": False,
+    },  # fmt: skip
+    "Escalation": {
+        "type": "object",
+        "required": [
+            "policy",
+            "rule",
+            "episode",
+            "status",
+            "step",
+            "steps",
+            "round",
+            "rounds",
+            "nextAt",
+            "startedAt",
+            "suppressedSince",
+            "log",
+        ],
+        "properties": {
+            "policy": {"type": "string"},
+            "rule": {"type": "string"},
+            "episode": {"type": "integer"},
+            "status": {
+                "type": "string",
+                "enum": ["running", "acked", "suppressed", "done", "ended"],
+            },
+            "step": {
+                "type": "integer",
+                "description": "the next step to page, from 1 (the last, once done)",
+            },
+            "steps": {"type": "integer"},
+            "round": {"type": "integer", "description": "the chain's run, from 1"},
+            "rounds": {"type": "integer"},
+            "nextAt": {**_TIME, "nullable": True, "description": "when it looks again"},
+            "startedAt": _TIME,
+            "suppressedSince": {**_TIME, "nullable": True},
+            "log": {
+                "type": "array",
+                "description": "what it did, oldest first: paged (step, round, to), skipped, "
+                "acked, reack, resumed, done, ended",
+                "items": {
+                    "type": "object",
+                    "required": ["at", "event"],
+                    "properties": {
+                        "at": _TIME,
+                        "event": {"type": "string"},
+                        "step": {"type": "integer"},
+                        "round": {"type": "integer"},
+                        "to": {"type": "array", "items": {"type": "string"}},
+                        "note": {"type": "string"},
+                    },
+                    "additionalProperties": False,
+                },
+            },
         },
         "additionalProperties": False,
     },  # fmt: skip
@@ -111,9 +171,13 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["action", "source", "by", "at", "outcome", "episode", "until"],
         "properties": {
-            "action": {"type": "string", "enum": list(ACTIONS)},
-            "source": {"type": "string", "enum": list(SOURCES)},
-            "by": {"type": "string", "description": "the API key's name, or link"},
+            "action": {
+                "type": "string",
+                "enum": list(RECORDED_ACTIONS),
+                "description": "unack: the acknowledgement ran out (an escalation's reack)",
+            },
+            "source": {"type": "string", "enum": list(RECORDED_SOURCES)},
+            "by": {"type": "string", "description": "the API key's name, link, or the reack"},
             "at": _TIME,
             "outcome": {"type": "string", "enum": ["done", "already"]},
             "episode": {"type": "integer"},

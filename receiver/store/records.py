@@ -145,6 +145,19 @@ class Chain:
     suppressed_why: str | None = None
     log: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def status(self) -> str:
+        """running, acked (stopped, or waiting for reack), suppressed (waiting for a silence
+        or quiet hours to end), done (ran out) or ended (the alert resolved)."""
+        last = self.log[-1].get("event") if self.log else None
+        if last == "ended":
+            return "ended"
+        if last == "acked":
+            return "acked"
+        if self.next_at is None:
+            return "suppressed" if self.suppressed_since is not None else "done"
+        return "running"
+
 
 @dataclass(slots=True)
 class Group:
@@ -334,6 +347,10 @@ class Ack:
 
 ACTIONS = ("ack", "resolve", "snooze")  # what can be done to an alert (receiver.dispatch.actions)
 SOURCES = ("link", "admin", "api", "cli")  # where an action came from
+# What an alert's record holds besides: an acknowledgement that ran out (an escalation's
+# reack removed it).
+RECORDED_ACTIONS = (*ACTIONS, "unack")
+RECORDED_SOURCES = (*SOURCES, "escalation")
 
 
 @dataclass(frozen=True)

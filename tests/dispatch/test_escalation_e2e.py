@@ -140,6 +140,19 @@ def test_unacked_pages_the_next_step_acked_does_not_and_resolve_reaches_everyone
         assert events(server, "session:s1")[-1] == "ended"
         sources = server.query("SELECT action, source FROM alert_actions")
         assert sources == [("ack", "link")]
+
+        # The API tells the same: who was paged at each step, and where each chain is.
+        key = server.make_key("ops")
+        [done] = server.get("/v1/alerts/session:s1", key).json()["escalations"]
+        assert (done["policy"], done["status"], done["steps"]) == ("wake-someone", "ended", 2)
+        pages = [(e["step"], e["to"]) for e in done["log"] if e["event"] == "paged"]
+        assert pages == [(1, ["team-chat"]), (2, ["lead-mail"])]
+        [stopped] = server.get("/v1/alerts/session:s2", key).json()["escalations"]
+        assert (stopped["policy"], stopped["status"], stopped["nextAt"]) == (
+            "patient",
+            "acked",
+            None,
+        )
     finally:
         server.stop()
 
