@@ -32,7 +32,11 @@ log = logging.getLogger("receiver.act")
 # The token is in the URL: no page of ours sends it on as a referrer.
 HEADERS = {**SECURITY_HEADERS, "Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex"}
 _ASK = {
-    "ack": ("Acknowledge {alert}?", "Its repeats stop until it resolves.", "Acknowledge"),
+    "ack": (
+        "Acknowledge {alert}?",
+        "Its repeats and its escalation stop until it resolves.",
+        "Acknowledge",
+    ),
     "resolve": (
         "Resolve {alert}?",
         "It closes now; everyone it notified gets the resolved message.",
@@ -40,7 +44,7 @@ _ASK = {
     ),
     "snooze": (
         "Snooze {alert} for 1 hour?",
-        "Its repeats stop for an hour; if it is still open then, it is notified again.",
+        "Its repeats and escalation wait an hour; if it is still open then, they go on.",
         "Snooze 1 hour",
     ),
 }

@@ -12,6 +12,7 @@ from starlette.responses import Response
 from receiver import report as noise
 from receiver.admin._common import Admin, log
 from receiver.admin.auth import Session
+from receiver.api.alerts import escalation
 from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.store.records import OutboxQuery
@@ -89,6 +90,7 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
             "ack": acks.get((alert.id, alert.episode)),
             "paged": list(reversed(rows)),
             "actions": await admin.store.alerts.actions([alert.id]),
+            "escalations": [escalation(c) for c in await admin.store.alerts.chains(alert.id)],
         },
     )
 
@@ -96,12 +98,12 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
 _CONFIRM = {
     "ack": (
         "Acknowledge {}?",
-        "Its repeats stop, and it shows you acknowledged it, until it resolves.",
+        "Its repeats and escalation stop, and it shows you acknowledged it, until it resolves.",
     ),
     "resolve": ("Resolve {}?", "It closes now; everyone it notified gets the resolved message."),
     "snooze": (
         "Snooze {} for 1 hour?",
-        "Its repeats stop for an hour; if it is still open then, it is notified again.",
+        "Its repeats and escalation wait an hour; if it is still open then, they go on.",
     ),
 }
 

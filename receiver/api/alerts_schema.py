@@ -209,7 +209,7 @@ SCHEMAS: dict[str, Any] = {
 }
 
 _ACTING = {
-    "ack": "Acknowledge it: its repeats stop until it resolves (role writer)",
+    "ack": "Acknowledge it: its repeats and escalation stop until it resolves (role writer)",
     "resolve": "Resolve it now: the resolved message to everyone notified (role writer)",
     "snooze": 'Put its repeats off (body {"for": "1h"}, 1h without a body); notified'
     " again when the snooze ends if still open (role writer)",

@@ -93,7 +93,7 @@ _by_option = click.option(
 @click.argument("alert_id")
 @_by_option
 def ack(db: str, alert_id: str, by: str) -> None:
-    """Acknowledge an open alert: its repeats stop until it resolves. Acking an acked
+    """Acknowledge an open alert: its repeats and escalation stop until it resolves. Acking an acked
     alert says who did it first.
 
     Example:

@@ -49,10 +49,21 @@ FAST_DEATH = {
 }
 # `resolve: true` makes the rule follow the alert lifecycle (a score.drop opens its alert);
 # the title carries the event id, so each test finds its own request at the sink.
+# A drop of a user "esc_..." escalates instead: the hook at once, again an hour later.
 RULES = """
 notifiers:
   hook: "{hook}"
+escalations:
+  wake-someone:
+    steps:
+      - notify: [hook]
+      - after: 1h
+        notify: [hook]
 rules:
+  - name: escalate
+    match: {{type: score.drop, userId: "esc_*"}}
+    escalate: wake-someone
+    title: "drop {{{{ event.id }}}}"
   - name: page-oncall
     match: {{type: score.drop}}
     notify: [hook]
@@ -532,6 +543,33 @@ def test_an_open_alert_is_acknowledged_by_ops(tab: Tab, server: Receiver, sink: 
         r"by ops at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", row.locator("td").nth(4).inner_text()
     )
     assert row.get_by_role("link", name="Acknowledge").count() == 0
+
+
+def test_an_alert_page_shows_its_escalation_and_the_ack_that_stopped_it(
+    tab: Tab, server: Receiver, sink: HTTPSink, tmp_path: Path
+) -> None:
+    event = drop(userId=uid("esc"))
+    assert server.send(event).status_code == 202
+    alert = f"session:{event['sessionId']}"
+    until(lambda: at_sink(sink, event["id"]), "step 1 at the sink")
+    tab.go(f"/admin/alerts/{quote(alert)}")
+    page = tab.page
+    assert page.get_by_role("heading", name="Escalation wake-someone").is_visible()
+    summary = page.locator("p.escalation").inner_text()
+    assert "running, step 2 of 2; looks again at" in summary, summary
+    paged = page.locator("table").first.locator("tbody tr").filter(has_text="paged")
+    assert paged.locator("td").nth(3).inner_text() == "hook"
+    folder = DOCS_SHOTS if os.environ.get("SCREENSHOTS") == "1" else tmp_path
+    shot(page, "alert", folder)
+    tab.follow(page.get_by_role("link", name="Acknowledge"))
+    tab.follow(page.get_by_role("button", name="Confirm"))
+
+    def stopped() -> bool:
+        tab.go(f"/admin/alerts/{quote(alert)}")
+        return "acked, step 2 of 2." in page.locator("p.escalation").inner_text()
+
+    until(stopped, "the chain to stop at the ack")
+    assert "acknowledged by ops" in page.locator("table").first.inner_text()
 
 
 def test_the_rules_page_explains_a_pasted_event(tab: Tab) -> None:
