@@ -99,6 +99,8 @@ class Result:
     paged: dict[tuple[str, int], float] = field(default_factory=dict)
     people: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     template_failures: int = 0
+    # (policy, step) -> notifier -> pages: who each escalation step paged ("(silenced)": skipped)
+    steps: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)
 
     def tallies(self, rule: str, notifier: str) -> tuple[Tally, Tally]:
         """The rule's and the notifier's tallies (made on first use)."""
@@ -165,9 +167,10 @@ class Backtest:
         while self._boundaries and self._boundaries[-1] <= now:
             self._boundaries.pop()
             refresh = True
+        self.pipeline.now = now
         if refresh:
             self.pipeline.silences = active_silences(self.tx.silences.active(now))
-        self.pipeline.now = now
+            self.pipeline.wake()  # what a silence that ended held (quiet hours: not replayed)
 
     # -- events and timers ------------------------------------------------------------------
 
@@ -182,9 +185,7 @@ class Backtest:
         self.result.people = leader.result.people
         self._leader = leader
 
-    def place(
-        self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition
-    ) -> None:
+    def place(self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition) -> None:
         """The event's notifications by this rules file, its alert already moved on. An
         event no rule matches does nothing here unless it resolves an alert (which cancels
         held rows and sends resolved messages)."""
@@ -237,7 +238,11 @@ class Backtest:
         while True:
             now = None
             scratch = self.tx.scratch
-            for at in (scratch.next_due(), scratch.next_repeat(), self._silent_at()):
+            boundary = self._boundaries[-1] if self._boundaries else None
+            for at in (
+                scratch.next_due(), scratch.next_repeat(), scratch.next_chain(), boundary,
+                self._silent_at(),
+            ):  # fmt: skip
                 if at and (now is None or at < now):
                     now = at
             if now is None or now > until:
@@ -249,6 +254,8 @@ class Backtest:
             self.tx.scratch.deliver_due(now)
             if (at := self.tx.scratch.next_repeat()) is not None and at <= now:
                 self.pipeline.repeats()
+            if (at := self.tx.scratch.next_chain()) is not None and at <= now:
+                self.pipeline.escalations()
             if (at := self._silent_at()) is not None and at <= now:
                 self.pipeline.heartbeat(self._last_event, arrived=False)
             self._current = None
@@ -283,6 +290,8 @@ class Backtest:
         for row, state in changes:
             if row.kind == "webhook":
                 continue
+            if row.kind == "escalation" and state in ("pending", "silenced", "muted"):
+                self._step(row, state)
             if state in ("pending", "held"):  # sent when deliver_due() gets to it
                 self._waiting.setdefault(row.id, self._episode(row))
                 continue
@@ -301,6 +310,15 @@ class Backtest:
                     tally.notified(*where)
             if notified and where is not None and where not in self.result.paged:
                 self.result.paged[where] = row.updated_at
+
+    def _step(self, row: ScratchRow, state: str) -> None:
+        """Count an escalation page (or a skipped one) under its policy and step."""
+        chain = self.tx.scratch.chain(row.alert or "", row.episode or 0, row.rule)
+        entry = next((e for e in reversed(chain.log) if "step" in e), None) if chain else None
+        if chain is not None and entry is not None:
+            where = (str(chain.policy["name"]), int(entry["step"]))
+            who = row.notifier if state == "pending" else f"({state})"
+            self.result.steps.setdefault(where, Counter())[who] += 1
 
     def _episode(self, row: ScratchRow) -> tuple[str, int] | None:
         if row.alert is not None and row.episode is not None:

@@ -279,6 +279,11 @@ def _backtest_text(diff: bt.Comparison, took: float) -> list[str]:
         "",
         *_paged_lines("alerts only the new rules notify about", diff.added, diff.added_count),
     ]
+    if cand.steps:
+        lines += ["", "escalation steps of the new rules (pages, by whom):"]
+        for (policy, step), who in sorted(cand.steps.items()):
+            paged = ", ".join(f"{name} {n:,}" for name, n in who.most_common())
+            lines.append(f"  {policy} step {step}: {sum(who.values()):,} ({paged})")
     if cand.template_failures:
         lines.append(f"template failures (fallback sent): {cand.template_failures:,}")
     return lines
@@ -307,6 +312,10 @@ def _result_json(result: bt.Result) -> dict[str, Any]:
         "template_failures": result.template_failures,
         "rules": tallies(result.rules),
         "notifiers": tallies(result.notifiers),
+        "escalations": [
+            {"policy": policy, "step": step, "pages": dict(who.most_common())}
+            for (policy, step), who in sorted(result.steps.items())
+        ],
     }
 
 

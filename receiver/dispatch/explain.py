@@ -83,6 +83,11 @@ def _rule_notes(ruleset: Ruleset, name: str, now: float, *, opening: bool) -> li
         notes.append("a resolved message when the alert resolves")
     if rule.repeat is not None:
         notes.append(f"repeated every {format_duration(rule.repeat)} while open")
+    if rule.escalate is not None and opening:
+        notes.append(
+            f"escalation {rule.escalate.name} starts if the alert opens now (a chain already"
+            " running for its episode goes on as frozen)"
+        )
     return notes
 
 

@@ -300,6 +300,20 @@ class Pipeline:
             links=self.links,
         )
 
+    def escalations(self) -> None:
+        """Page the escalation steps that are due (receiver.dispatch.escalations)."""
+        escalations.run(
+            self.tx, self.ruleset, self.now, silences=self.silences, counts=self.counts,
+            links=self.links,
+        )  # fmt: skip
+
+    def wake(self) -> None:
+        """Notify what a silence that ended held, and start its chains again."""
+        escalations.wake(
+            self.tx, self.ruleset, self.now, silences=self.silences, counts=self.counts,
+            links=self.links, limit=1_000_000,
+        )  # fmt: skip
+
     def heartbeat(self, last_event: float, *, arrived: bool) -> None:
         """Fire when nothing arrived for silent_for; resolve when events flow again."""
         timers.heartbeat(

@@ -234,16 +234,7 @@ def _check_rule(
         "resolved_title": raw.get("resolved_title") or templates.DEFAULT_RESOLVED_TITLE,
         "resolved_body": raw.get("resolved_body") or templates.DEFAULT_RESOLVED_BODY,
     }
-    every: float | None = None
-    throttle = raw.get("throttle")
-    if "throttle" not in bad and isinstance(throttle, dict):
-        sources["throttle.key"] = throttle.get("key")
-        try:
-            every = parse_duration(throttle["every"])
-            if every <= 0:
-                raise ValueError(f'duration "{throttle["every"]}" is zero; use at least 1s')
-        except ValueError as exc:
-            problems.append(f"{label}: throttle.every: {exc}")
+    every = _throttle(raw, label, bad, sources, problems)
     compiled: dict[str, Any] = {}
     for key, source in sources.items():
         if source is None or key.split(".")[0] in bad:
@@ -272,6 +263,28 @@ def _check_rule(
         escalate=escalate,
         **options,
     ), []
+
+
+def _throttle(
+    raw: dict[Any, Any],
+    label: str,
+    bad: set[str],
+    sources: dict[str, str | None],
+    problems: list[str],
+) -> float | None:
+    """A rule's throttle window in seconds (its key template goes into sources)."""
+    throttle = raw.get("throttle")
+    if "throttle" in bad or not isinstance(throttle, dict):
+        return None
+    sources["throttle.key"] = throttle.get("key")
+    try:
+        every = parse_duration(throttle["every"])
+        if every <= 0:
+            raise ValueError(f'duration "{throttle["every"]}" is zero; use at least 1s')
+    except ValueError as exc:
+        problems.append(f"{label}: throttle.every: {exc}")
+        return None
+    return every
 
 
 def _check_escalate(

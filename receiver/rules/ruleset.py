@@ -15,7 +15,7 @@ from receiver.rules.notifiers import Notifier
 from receiver.rules.options import Heartbeat
 from receiver.rules.rule import Decision, Rule
 from receiver.rules.schedules import PREFIX, Schedule, describe, who
-from receiver.rules.verdict import Explanation, explain
+from receiver.rules.verdict import Explanation, escalation_lines, explain
 
 MAX_INDEXED_TYPES = 256  # event types remembered by the index; others are worked out each time
 
@@ -132,12 +132,21 @@ class Ruleset:
         if not self.schedules:
             return found
         at = time.time() if at is None else at
+        moment = at.timestamp() if isinstance(at, datetime) else at
         outcomes = tuple(
             dataclasses.replace(
                 r,
                 notifiers=tuple(
                     f"{n} (on call: {self.target(n, at)})" if n.startswith(PREFIX) else n
                     for n in r.notifiers
+                ),
+                escalation=(
+                    escalation_lines(
+                        self.by_name[r.rule].escalate,  # type: ignore[arg-type]
+                        lambda target, offset: self.target(target, moment + offset),
+                    )
+                    if r.escalation
+                    else ()
                 ),
             )
             for r in found.rules

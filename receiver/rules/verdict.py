@@ -6,15 +6,17 @@ Only notifier names appear here, never their URLs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from receiver.durations import format_duration
+from receiver.rules.escalations import Policy
 from receiver.rules.match import lookup
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import CLOSES, OPENS
-from receiver.rules.rule import Decision, Rule
+from receiver.rules.rule import ESCALATE_ONLY, Decision, Rule
+from receiver.rules.schedules import PREFIX
 
 Status = Literal["matched", "not matched", "not evaluated"]
 
@@ -42,6 +44,9 @@ class RuleOutcome:
     throttle_seconds: float | None = None
     continues: bool = False
     skipped_by: str | None = None  # the earlier matching rule that stopped evaluation
+    # The rule's escalation, a line a step: "+5m step 2 -> schedule:primary (bob then)".
+    escalation: tuple[str, ...] = ()
+    policy: str | None = None
 
     @property
     def failed(self) -> tuple[ConditionOutcome, ...]:
@@ -110,13 +115,19 @@ class Explanation:
                         f"       only if that {self.opener} matched its conditions on"
                         f" {', '.join(item.unknown)}"
                     )
-        count = len(self.decisions)
+        sent = [d for d in self.decisions if d.notifier != ESCALATE_ONLY]
+        count = len(sent)
+        policies = [r.policy for r in self.rules if r.status == "matched" and r.policy]
         if not self.decisions:
             own = "no notification of its own" if self.resolved else "nothing is sent"
             lines.append(f"result: no rule matched; {own}")
+        elif not sent:
+            lines.append(f"result: no notification at once; escalation {', '.join(policies)}")
         else:
-            targets = _targets(self.decisions)
+            targets = _targets(sent)
             lines.append(f"result: {count} notification{'s' if count != 1 else ''}: {targets}")
+            if policies:
+                lines.append(f"        + escalation {', '.join(policies)} (steps above)")
         if self.resolved:
             more = len(self.resolved_decisions)
             lines.append(
@@ -162,6 +173,8 @@ def explain(
                 throttle_key=rendered.throttle_key,
                 throttle_seconds=rendered.throttle_seconds,
                 continues=rule.continue_,
+                policy=None if rule.escalate is None else rule.escalate.name,
+                escalation=() if rule.escalate is None else escalation_lines(rule.escalate),
             )
         )
         if not rule.continue_:
@@ -246,7 +259,7 @@ def _format_rule(number: int, outcome: RuleOutcome) -> list[str]:
         lines = [f"{head} not matched"]
         lines.extend(f"     - {c.reason}" for c in outcome.failed)
         return lines
-    lines = [f"{head} matched -> {', '.join(outcome.notifiers)}"]
+    lines = [f"{head} matched -> {', '.join(outcome.notifiers) or '(no notifier of its own)'}"]
     if not outcome.conditions:
         lines.append("     + (no conditions: matches every event)")
     lines.extend(f"     + {c.reason}" for c in outcome.conditions)
@@ -259,7 +272,40 @@ def _format_rule(number: int, outcome: RuleOutcome) -> list[str]:
         lines.append(f'     throttle: at most one per {every} for key "{outcome.throttle_key}"')
     if outcome.continues:
         lines.append("     continue: later rules are evaluated too")
+    if outcome.escalation:
+        lines.append(
+            f"     escalate: {outcome.policy}, while the alert is open and nobody acknowledges:"
+        )
+        lines.extend(f"       {line}" for line in outcome.escalation)
     return lines
+
+
+def escalation_lines(
+    policy: Policy, on_call: Callable[[str, float], str] | None = None
+) -> tuple[str, ...]:
+    """A line for each page of the policy's first round ("+5m step 2 -> schedule:primary
+    (bob-chat then)"), then one for the rounds after it; on_call(target, offset) names the
+    member a schedule target pages then (None: the target alone)."""
+    lines = []
+    for offset, round_, index, step in policy.timeline():
+        if round_ > 0:
+            break
+        names = [
+            f"{t} ({on_call(t, offset)} then)" if on_call and t.startswith(PREFIX) else t
+            for t in step.notify
+        ]
+        lines.append(f"+{format_duration(offset)} step {index + 1} -> {', '.join(names)}")
+    if policy.repeat:
+        again = format_duration(policy.round_gap)
+        lines.append(
+            f"then the chain again, {policy.repeat} more time{'s' if policy.repeat > 1 else ''},"
+            f" {again} after its last step"
+        )
+    if policy.reack is not None:
+        lines.append(
+            f"an ack still open after {format_duration(policy.reack)} pages the current step again"
+        )
+    return tuple(lines)
 
 
 def _indented(label: str, text: str) -> list[str]:

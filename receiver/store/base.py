@@ -259,6 +259,12 @@ class Scratch(Protocol):
         """The notify worker's part: every pending or held row due by now is delivered."""
 
     def next_repeat(self) -> float | None: ...
+    def next_chain(self) -> float | None:
+        """When the next escalation step is due."""
+
+    def chain(self, alert: str, episode: int, rule: str) -> Chain | None:
+        """The escalation of the alert's episode by rule."""
+
     def rows(self) -> list[OutboxRow]:
         """The rows kept, newest first."""
 

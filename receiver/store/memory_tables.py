@@ -215,6 +215,10 @@ class MemoryScratch:
         """When the next escalation step is due."""
         return self.tables.next_chain()
 
+    def chain(self, alert: str, episode: int, rule: str) -> Chain | None:
+        """The escalation of the alert's episode by rule (its log says what it paged)."""
+        return self.tables.chains.get((alert, episode, rule))
+
     def next_due(self) -> float | None:
         """When the next row is due to be sent (pending or held)."""
         return self.tables.next_due()

@@ -1,6 +1,7 @@
 """`receiver explain` tells the whole truth without a database or tokens: one notification per
 notifier URL, and the resolved messages an event closing an alert would send if it is open."""
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,51 @@ def test_a_bad_variable_reference_is_still_an_error(tmp_path: Path) -> None:
     path.write_text('notifiers:\n  x: "json://${1BAD}/x"\nrules: []\n')
     result = CliRunner().invoke(cli, ["check", "--no-env", str(path)])
     assert result.exit_code == 1 and 'invalid variable reference "${1BAD}"' in result.output
+
+
+ESCALATING = """
+notifiers:
+  chat: "json://127.0.0.1:9/chat"
+  alice: "json://127.0.0.1:9/alice"
+  bob: "json://127.0.0.1:9/bob"
+schedules:
+  primary:
+    timezone: UTC
+    rotation: daily
+    handoff: "09:00"
+    start: 2026-11-23
+    members: [alice, bob]
+escalations:
+  wake:
+    steps:
+      - notify: [chat]
+      - after: 30m
+        notify: [schedule:primary]
+    repeat: 1
+    reack: 1h
+rules:
+  - name: deep
+    match: {type: score.drop}
+    escalate: wake
+"""
+
+
+def test_explain_shows_each_step_and_who_is_on_call_when_it_would_page() -> None:
+    # 08:45 on the 23rd: step 2 comes at 09:15, after the handoff from bob to alice.
+    explanation = rules.load_text(ESCALATING).explain(
+        {**payload("score.drop"), "score": 10}, at=datetime(2026, 11, 23, 8, 45, tzinfo=UTC)
+    )
+    text = explanation.format()
+    assert "1. deep: matched -> (no notifier of its own)" in text
+    assert (
+        "     escalate: wake, while the alert is open and nobody acknowledges:\n"
+        "       +0s step 1 -> chat\n"
+        "       +30m step 2 -> schedule:primary (alice then)\n"
+        "       then the chain again, 1 more time, 30m after its last step\n"
+        "       an ack still open after 1h pages the current step again\n"
+        "result: no notification at once; escalation wake"
+    ) in text
+    early = rules.load_text(ESCALATING).explain(
+        {**payload("score.drop"), "score": 10}, at=datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
+    )
+    assert "+30m step 2 -> schedule:primary (bob then)" in early.format()
