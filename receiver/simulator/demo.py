@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -38,6 +39,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from receiver.simulator import escalation_scene
 from receiver.store import Store, open_store
 from receiver.store.records import EventQuery, OutboxQuery
 
@@ -225,10 +227,19 @@ class Demo:
         self.stats: dict[str, Any] = {}
         self._stats_at = 0.0
         self._retried = 0
+        self.escalations: dict[str, str] = {}  # the last scene's alerts and what befell them
 
     def say(self, what: str, text: str, style: str = "") -> None:
         stamp = f"{time.monotonic() - self.t0:5.1f}s"
         self.console.print(f"[dim]{stamp}[/dim]  [{style or 'bold'}]{what:<10}[/]  {text}")
+
+    @property
+    def receiver_url(self) -> str:
+        return f"http://{HOST}:{self.receiver_port}"
+
+    def messages(self) -> list[tuple[str, dict[str, Any]]]:
+        """What reached the sink so far: (channel, message)."""
+        return [(channel, message) for _, channel, message in self.sink.since(0)]
 
     @property
     def upstream_url(self) -> str:
@@ -247,6 +258,7 @@ class Demo:
             "RECEIVER_UPSTREAM_TIMEOUT": "2s",
             "RECEIVER_RETRY_INITIAL": "1s",
             "RECEIVER_SHUTDOWN_GRACE": "5s",
+            "RECEIVER_PUBLIC_URL": self.receiver_url,  # signed one-click links in messages
         }
 
     def start_receiver(self) -> None:
@@ -256,7 +268,9 @@ class Demo:
     def set_up(self) -> None:
         self.sink.start()
         self.say("sink", f"Slack and email stand-in on http://{HOST}:{self.sink.port}")
-        (self.dir / "rules.yaml").write_text(RULES.format(host=HOST, port=self.sink.port))
+        scene = escalation_scene.RULES.format(step=escalation_scene.STEP)
+        rules = RULES.format(host=HOST, port=self.sink.port).replace("rules:\n", scene, 1)
+        (self.dir / "rules.yaml").write_text(rules)
         fake = self.children.start(
             "upstream",
             [
@@ -312,7 +326,7 @@ class Demo:
             # Every demo rule names session.context; "on ?" is its default, unenriched.
             if "on ?" not in title + body:
                 self.seen.enriched += 1
-            body = " ".join(body.split())
+            body = re.sub(r"/act/\S+", "/act/***", " ".join(body.split()))  # tokens: capabilities
             short = body if len(body) <= 70 else body[:67] + "..."
             self.say("delivered", f"{channel:<6} {title} [dim]| {short}[/dim]", "green")
         await self._sender()
@@ -361,6 +375,11 @@ class Demo:
                     self.say("outage", "receiver back; the sender retries", "bold red")
                 await self.watch(store)
                 await asyncio.sleep(POLL)
+            try:
+                self.escalations = await escalation_scene.play(self)
+            except (TimeoutError, httpx.HTTPError) as exc:
+                self.escalations = {"escalation scene": f"failed: {exc}"}
+            await self.watch(store)
             self.say("stop", "no more traffic; a few seconds to finish sends", "bold")
             self.stats = httpx.get(f"http://{HOST}:{self.fake_port}/_fake/stats", timeout=5).json()
             self.children.stop("upstream")
@@ -403,6 +422,7 @@ class Demo:
                 f"{seen.outcomes['delivered']} / {seen.outcomes['dead']}",
             ),
         ]
+        rows += [("escalation", alert, outcome) for alert, outcome in self.escalations.items()]
         for stage, what, count in rows:
             table.add_row(stage, what, str(count))
         return table

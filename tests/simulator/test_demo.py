@@ -64,6 +64,11 @@ def test_a_short_demo_runs_the_whole_chain(tmp_path: Path) -> None:
     assert delivered >= 1
     assert _count(summary, "of them enriched from upstream") >= 1
     assert "API requests refused 429" in summary
+    # The last scene: one escalation, and an ack link followed (GET changes nothing).
+    assert "GET /act/*** -> 200: a confirmation page" in out
+    assert "POST /act/*** -> 200: acknowledged" in out
+    assert re.search(r"step 2 after \d+s: email <- Paging: demo_escalation_\w+_1", out)
+    assert "acknowledged by its link" in summary and "came anyway" not in summary
     # The receiver verified every delivery with the secret registration gave it.
     log = (tmp_path / "receiver.log").read_text()
     assert "invalid_signature" not in log
