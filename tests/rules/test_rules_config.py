@@ -33,7 +33,8 @@ def _param(case: str, message: str, env: dict[str, str] | None = None) -> object
         _param("top-level-list", "expected a mapping with keys notifiers, rules at the top level"),
         _param(
             "unknown-top-level-key",
-            'unknown top-level key "inhibit"; allowed: notifiers, rules, heartbeat, schedules, escalations',
+            'unknown top-level key "inhibit"; '
+            "allowed: notifiers, rules, heartbeat, schedules, escalations",
         ),
         _param("rules-not-a-list", "rules: expected a list of rules, got a mapping"),
         _param(
@@ -175,7 +176,8 @@ def test_every_problem_in_a_file_is_reported_at_once() -> None:
     with pytest.raises(ConfigError) as caught:
         rules.load_file(_file("many-problems"), env={})
     assert caught.value.problems == [
-        'unknown top-level key "extra"; allowed: notifiers, rules, heartbeat, schedules, escalations',
+        'unknown top-level key "extra"; '
+        "allowed: notifiers, rules, heartbeat, schedules, escalations",
         'notifier "oncall": environment variable SLACK_TOKEN is not set',
         'rule "deep-drop": match.score: unknown operator "less"; '
         "allowed: lt, lte, gt, gte, eq, between",
