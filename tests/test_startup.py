@@ -439,3 +439,22 @@ def test_the_dockerfile_listens_off_loopback_so_it_needs_a_secret() -> None:
 
 
 # The systemd unit's ExecStartPre: tests/test_exposure.py runs it.
+
+
+def test_the_starters_escalation_example_loads_once_uncommented() -> None:
+    """The commented escalation, its rule and the notifiers they name are a working file
+    when a user removes the `# ` before them."""
+    wanted = ("# slack:", "# pagerduty:", "# escalations:", "#   ", "# - name")
+    lines = []
+    for line in rules.starter_text().splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith(wanted) and not stripped.startswith("#   deep-drop"):
+            indent = line[: len(line) - len(stripped)]
+            lines.append(indent + stripped[2:])
+        else:
+            lines.append(line)
+    loaded = rules.load_text("\n".join(lines), env={}, lenient_env=True)
+    deep = loaded.by_name["deep-drop"]
+    assert deep.escalate is not None and deep.escalate.name == "wake-someone"
+    assert [s.notify for s in deep.escalate.steps] == [("slack",), ("pagerduty",)]
+    assert deep.escalate.reack == 1800
