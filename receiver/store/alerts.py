@@ -19,6 +19,10 @@ _NOTICE_COLUMNS = (
     "alert, episode, rule, notified_at, next_repeat_at, repeats, suppressed_since, suppressed_why"
 )
 _ACTION_COLUMNS = "alert, episode, action, source, actor, at, outcome, until"
+# Escalations an ack or a snooze moves: all but those waiting for a silence to end. One that
+# resumed keeps its suppressed_since (its first page says "was silenced since") until that
+# page, and must wait for a snooze like any other.
+_NOT_WAITING = " AND (next_at IS NOT NULL OR suppressed_since IS NULL)"
 
 # Every action on an alert (ack, resolve, snooze), from a link, the admin page, the API or
 # the CLI, newest last; {id}: each store's integer identity.
@@ -236,8 +240,7 @@ class SQLAlerts:
             )
             # Its escalation looks at once, sees the ack and stops (or waits for reack).
             q(
-                "UPDATE escalations SET next_at = ? WHERE alert = ? AND episode = ?"
-                " AND suppressed_since IS NULL",
+                f"UPDATE escalations SET next_at = ? WHERE alert = ? AND episode = ?{_NOT_WAITING}",
                 (now, alert_id, episode),
             )
             found = q(
@@ -323,8 +326,7 @@ class SQLAlerts:
             )
             # Its escalation goes on from where it is when the snooze ends.
             q(
-                "UPDATE escalations SET next_at = ? WHERE alert = ? AND episode = ?"
-                " AND suppressed_since IS NULL",
+                f"UPDATE escalations SET next_at = ? WHERE alert = ? AND episode = ?{_NOT_WAITING}",
                 (until, alert_id, int(row[0])),
             )
             return int(row[0])
