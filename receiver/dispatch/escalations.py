@@ -142,6 +142,10 @@ def _look(
         tx.escalations.unack(alert.id, alert.episode, now, f"reack {reack}")
         note = f"acknowledged by {by} {reack} ago and still open: paged again"
         chain.log.append({"at": now, "event": "reack", "note": note})
+        if chain.step == 0 and chain.round > 0:
+            # Between rounds the current step is the last round's last: page that again,
+            # and the next round starts its gap after it (not at once, unannounced).
+            chain.step, chain.round = len(policy.steps), chain.round - 1
         again = chain.step > 0
     opened = opener(tx, alert)
     rule = ruleset.by_name.get(chain.rule)

@@ -475,3 +475,53 @@ def test_a_step_whose_notifier_a_reload_removed_pages_the_others(
     delivered = [("chat", "delivered"), ("lead", "delivered")]
     eventually(lambda: pages(server) == delivered, f"{delivered}, not {pages(server)}")
     quiet(http_sink, 2)
+
+
+TWO_STEPS_REPEAT_REACK = """
+escalations:
+  page:
+    steps:
+      - notify: [chat]
+      - after: 5m
+        notify: [lead]
+    repeat: 1
+    reack: 30m
+rules:
+  - name: drop
+    match: {type: score.drop}
+    escalate: page
+    title: "paged {{ sessionId }}"
+"""
+
+
+def test_reack_between_rounds_pages_the_last_step_again_then_the_next_round(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
+    server = start(NOTIFIERS.format(url=base(http_sink)) + TWO_STEPS_REPEAT_REACK)
+    server.send(event("score.drop", "e1", 0, session="s1"))
+    assert to(http_sink, 1) == ["chat"]
+    advance_to(clock, 300)
+    assert to(http_sink, 2) == ["chat", "lead"]
+    advance_to(clock, 400)  # round 2 is due at 600: acked between rounds
+    act(server, "ack")
+    clock.advance(0)
+    assert wait_logged(server, "acked")["next_at"] == START + 400 + 1800
+    advance_to(clock, 600)
+    quiet(http_sink, 2)
+
+    advance_to(clock, 2200)  # the ack ran out: the step the chain is at (lead) again
+    assert to(http_sink, 3)[-1] == "lead"
+    again = message(http_sink.requests[2])
+    assert "step 2 of 2, round 1 of 2; paged again: the acknowledgement ran out" in again
+    assert chain(server)["next_at"] == START + 2200 + 300  # then round 2, its gap after
+    advance_to(clock, 2500)
+    assert to(http_sink, 4)[-1] == "chat"
+    advance_to(clock, 2800)
+    assert to(http_sink, 5)[-1] == "lead"
+    wait_logged(server, "done")
+    assert paged(server) == [
+        (0, 1, 1, ["chat"]), (300, 2, 1, ["lead"]), (2200, 2, 1, ["lead"]),
+        (2500, 1, 2, ["chat"]), (2800, 2, 2, ["lead"]),
+    ]  # fmt: skip
+    advance_to(clock, 10 * 3600)
+    quiet(http_sink, 5)
