@@ -22,6 +22,8 @@ A lifecycle rule's notification silenced or muted when its alert opened is likew
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -36,12 +38,16 @@ from receiver.rules.escalations import Policy
 from receiver.rules.rule import ESCALATE_ONLY
 from receiver.rules.schedules import PREFIX
 from receiver.rules.templates import DEFAULT_BODY, DEFAULT_TITLE
+from receiver.store import systemic
 from receiver.store.base import Tx
-from receiver.store.records import Alert, Chain, Notification
+from receiver.store.records import Alert, Chain, Notification, Waiting, waiting_key
+
+log = logging.getLogger("receiver.lifecycle")
 
 KIND = "escalation"  # the outbox kind of a step's pages
+RETRY_FAILED = 60  # seconds before a chain that failed is tried again
 # Where wake() goes on from: (suppressed_since, alert) of the notices' and the chains' last.
-Cursors = tuple[tuple[float, str] | None, tuple[float, str] | None]
+Cursors = tuple[Waiting | None, Waiting | None]
 
 
 def start(
@@ -102,10 +108,34 @@ def run(
     counts: Counter[str],
     links: Links | None = None,
 ) -> None:
-    """Every chain due by now looks at its alert and pages, waits or stops."""
+    """Every chain due by now looks at its alert and pages, waits or stops. A chain that
+    fails (a bug, a row that cannot be read) is a failed attempt: logged, counted
+    (receiver_notifications_total{outcome="escalation_failed"}) and tried again in
+    RETRY_FAILED seconds; the others go on."""
     for chain in tx.escalations.due(now):
-        _look(tx, ruleset, chain, now, silences, counts, links)
-        tx.escalations.save(chain)
+        try:
+            with tx.savepoint():
+                _look(tx, ruleset, chain, now, silences, counts, links)
+                tx.escalations.save(chain)
+        except Exception as exc:  # noqa: BLE001 - one chain's fault, not the timers'
+            if systemic(exc):
+                raise  # the database's: the timers loop pauses and retries
+            _failed(tx, chain, now, exc, counts)
+
+
+def _failed(tx: Tx, chain: Chain, now: float, exc: Exception, counts: Counter[str]) -> None:
+    log.exception(
+        "escalation of %s (rule %s) failed; trying again in %ds",
+        chain.alert,
+        chain.rule,
+        RETRY_FAILED,
+    )
+    counts["escalation_failed"] += 1
+    chain.next_at = now + RETRY_FAILED
+    chain.log.append({"at": now, "event": "failed", "note": f"{type(exc).__name__}: {exc}"[:200]})
+    with contextlib.suppress(Exception):  # a row that cannot even be saved stays due
+        with tx.savepoint():
+            tx.escalations.save(chain)
 
 
 def _look(
@@ -120,7 +150,7 @@ def _look(
     policy = Policy.from_json(chain.policy)
     alert = tx.alerts.get(chain.alert)
     if alert is None or alert.state != "open" or alert.episode != chain.episode:
-        chain.next_at = None
+        chain.next_at = chain.suppressed_since = chain.suppressed_why = None
         chain.log.append({"at": now, "event": "ended", "note": "the alert is resolved"})
         return
     again = False
@@ -128,7 +158,7 @@ def _look(
     if ack is not None:
         by, acked_at = ack
         if policy.reack is None:
-            chain.next_at = None
+            chain.next_at = chain.suppressed_since = chain.suppressed_why = None
             chain.log.append({"at": now, "event": "acked", "note": f"acknowledged by {by}"})
             return
         if now < acked_at + policy.reack:
@@ -311,8 +341,8 @@ def wake(
         tx.escalations.save(chain)
         tx.notices.add(alert.id, alert.episode, chain.rule, now, rule.repeat if rule else None)
     return (
-        (notices[-1].suppressed_since or 0.0, notices[-1].alert) if len(notices) == limit else None,
-        (chains[-1].suppressed_since or 0.0, chains[-1].alert) if len(chains) == limit else None,
+        waiting_key(notices[-1]) if len(notices) == limit else None,
+        waiting_key(chains[-1]) if len(chains) == limit else None,
     )
 
 

@@ -8,8 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from receiver.store.escalations import CHAIN_COLUMNS, read_chain
-from receiver.store.records import Ack, Action, Alert, Chain, Notice
+from receiver.store.escalations import (
+    CHAIN_COLUMNS,
+    FIRST,
+    WAITING_AFTER,
+    WAITING_ORDER,
+    read_chain,
+)
+from receiver.store.records import Ack, Action, Alert, Chain, Notice, Waiting
 from receiver.store.statements import Query, Runner, Statements
 
 SELECT_ALERTS = (
@@ -153,13 +159,11 @@ class SQLTxNotices:
             (alert, episode, rule, now, now, why),
         )
 
-    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Notice]:
-        since, alert = after if after is not None else (-1.0, "")
+    def suppressed(self, after: Waiting | None, limit: int = 200) -> list[Notice]:
         rows = self.st.q(
             f"SELECT {_NOTICE_COLUMNS} FROM notices WHERE suppressed_since IS NOT NULL"
-            " AND (suppressed_since > ? OR (suppressed_since = ? AND alert > ?))"
-            " ORDER BY suppressed_since, alert LIMIT ?",
-            (since, since, alert, limit),
+            f" AND {WAITING_AFTER} ORDER BY {WAITING_ORDER} LIMIT ?",
+            (*(after or FIRST), limit),
         )
         return [Notice(*row) for row in rows]
 
@@ -324,10 +328,12 @@ class SQLAlerts:
                 "UPDATE notices SET next_repeat_at = ? WHERE alert = ? AND episode = ?",
                 (until, alert_id, int(row[0])),
             )
-            # Its escalation goes on from where it is when the snooze ends.
+            # Its escalation goes on from where it is when the snooze ends (a step due
+            # later than that stays when it was).
             q(
-                f"UPDATE escalations SET next_at = ? WHERE alert = ? AND episode = ?{_NOT_WAITING}",
-                (until, alert_id, int(row[0])),
+                "UPDATE escalations SET next_at = CASE WHEN next_at > ? THEN next_at ELSE ? END"
+                f" WHERE alert = ? AND episode = ?{_NOT_WAITING}",
+                (until, until, alert_id, int(row[0])),
             )
             return int(row[0])
 

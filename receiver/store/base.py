@@ -20,6 +20,7 @@ from receiver.store.records import (
     Replay,
     Silence,
     StoredEvent,
+    Waiting,
     Webhook,
 )
 from receiver.store.roles import (
@@ -158,8 +159,9 @@ class TxNotices(Protocol):
         """Note that rule's notification of the episode was silenced or muted (why): it is
         notified when that ends, if still open (once; a note that exists stands)."""
 
-    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Notice]:
-        """Suppressed notices by (suppressed_since, alert), after `after`."""
+    def suppressed(self, after: Waiting | None, limit: int = 200) -> list[Notice]:
+        """Suppressed notices in (suppressed_since, alert, episode, rule) order, after
+        `after` (the last one of the page before)."""
 
     def woke(self, notice: Notice, now: float, repeat: float | None) -> None:
         """A suppressed notice is no longer waiting (notified now; repeat: its next in)."""
@@ -174,7 +176,7 @@ class TxEscalations(Protocol):
     def due(self, now: float, limit: int = 100) -> list[Chain]:
         """Chains whose next look is due; on PostgreSQL locked, skipping locked ones."""
 
-    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Chain]:
+    def suppressed(self, after: Waiting | None, limit: int = 200) -> list[Chain]:
         """Chains waiting for a silence or quiet hours to end, after `after`."""
 
     def save(self, chain: Chain) -> None: ...

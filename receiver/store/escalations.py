@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from receiver.store.records import SENT_STATES, Chain
+from receiver.store.records import SENT_STATES, Chain, Waiting
 from receiver.store.statements import Statements
 
 # The escalations of alert episodes, and the columns that let a silenced notice be woken
@@ -41,23 +41,37 @@ CHAIN_COLUMNS = (
     "alert, episode, rule, policy, step, round, next_at, started_at, suppressed_since,"
     " suppressed_why, log"
 )
+FIRST: Waiting = (-1.0, "", 0, "")
+WAITING_ORDER = "suppressed_since, alert, episode, rule"
+WAITING_AFTER = f"({WAITING_ORDER}) > (?, ?, ?, ?)"
 MAX_LOG = 50  # entries kept in a chain's log (a reack pages again every time it runs out)
 
 
 def read_chain(row: Any) -> Chain:
+    """A chain from its row. A policy or log that is not JSON (a row damaged by hand) is
+    read as {"unreadable": ...} / []: the chain then fails when it runs, as one failed
+    attempt (receiver.dispatch.escalations), instead of failing every read of the table."""
     return Chain(
         row[0],
         int(row[1]),
         row[2],
-        json.loads(row[3]),
+        _json(row[3], {"unreadable": str(row[3])[:200]}),
         int(row[4]),
         int(row[5]),
         row[6],
         row[7],
         row[8],
         row[9],
-        json.loads(row[10]),
+        _json(row[10], []),
     )
+
+
+def _json(text: str, otherwise: Any) -> Any:
+    try:
+        found = json.loads(text)
+    except (TypeError, ValueError):
+        return otherwise
+    return found if isinstance(found, type(otherwise)) else otherwise
 
 
 def chain_row(c: Chain) -> tuple[Any, ...]:
@@ -102,15 +116,13 @@ class SQLTxEscalations:
         )
         return [read_chain(row) for row in rows]
 
-    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Chain]:
-        """Chains waiting for a silence or quiet hours to end, by (suppressed_since, alert)
-        after `after`."""
-        since, alert = after if after is not None else (-1.0, "")
+    def suppressed(self, after: Waiting | None, limit: int = 200) -> list[Chain]:
+        """Chains waiting for a silence or quiet hours to end, in (suppressed_since, alert,
+        episode, rule) order, after `after`."""
         rows = self.st.q(
             f"SELECT {CHAIN_COLUMNS} FROM escalations WHERE suppressed_since IS NOT NULL"
-            " AND next_at IS NULL AND (suppressed_since > ? OR (suppressed_since = ?"
-            " AND alert > ?)) ORDER BY suppressed_since, alert LIMIT ?",
-            (since, since, alert, limit),
+            f" AND next_at IS NULL AND {WAITING_AFTER} ORDER BY {WAITING_ORDER} LIMIT ?",
+            (*(after or FIRST), limit),
         )
         return [read_chain(row) for row in rows]
 

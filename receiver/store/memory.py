@@ -33,7 +33,9 @@ from receiver.store.records import (
     Replay,
     Silence,
     StoredEvent,
+    Waiting,
     Webhook,
+    waiting_key,
 )
 
 __all__ = ["MemoryTx", "Row", "Tables"]
@@ -213,13 +215,13 @@ class MemoryNotices:
         if rule not in rules:
             rules[rule] = Notice(alert, episode, rule, now, None, 0, now, why)
 
-    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Notice]:
+    def suppressed(self, after: Waiting | None, limit: int = 200) -> list[Notice]:
         waiting = sorted(
             (n for rules in self.t.notices.values() for n in rules.values() if n.suppressed_since),
-            key=lambda n: (n.suppressed_since, n.alert),
+            key=waiting_key,
         )
         if after is not None:
-            waiting = [n for n in waiting if (n.suppressed_since, n.alert) > after]
+            waiting = [n for n in waiting if waiting_key(n) > after]
         return waiting[:limit]
 
     def woke(self, notice: Notice, now: float, repeat: float | None) -> None:

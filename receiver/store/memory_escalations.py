@@ -8,7 +8,7 @@ import heapq
 
 from receiver.store.escalations import MAX_LOG
 from receiver.store.memory_tables import Tables
-from receiver.store.records import Chain
+from receiver.store.records import Chain, Waiting, waiting_key
 
 
 class MemoryEscalations:
@@ -34,13 +34,13 @@ class MemoryEscalations:
             heapq.heappush(self.t.chain_due, entry)
         return [copy.deepcopy(self.t.chains[key]) for key in keys]
 
-    def suppressed(self, after: tuple[float, str] | None, limit: int = 200) -> list[Chain]:
+    def suppressed(self, after: Waiting | None, limit: int = 200) -> list[Chain]:
         waiting = sorted(
             (c for c in self.t.chains.values() if c.next_at is None and c.suppressed_since),
-            key=lambda c: (c.suppressed_since, c.alert),
+            key=waiting_key,
         )
         if after is not None:
-            waiting = [c for c in waiting if (c.suppressed_since, c.alert) > after]
+            waiting = [c for c in waiting if waiting_key(c) > after]
         return [copy.deepcopy(c) for c in waiting[:limit]]
 
     def save(self, chain: Chain) -> None:

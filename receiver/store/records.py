@@ -126,6 +126,16 @@ class Notice:
     suppressed_why: str | None = None  # "silenced" | "muted"
 
 
+# Where a page of waiting (suppressed) chains or notices ends: (suppressed_since, alert,
+# episode, rule), unique; the next page starts after it.
+Waiting = tuple[float, str, int, str]
+
+
+def waiting_key(item: Chain | Notice) -> Waiting:
+    """Where a waiting chain or notice sorts among the others."""
+    return (item.suppressed_since or 0.0, item.alert, item.episode, item.rule)
+
+
 @dataclass(slots=True)
 class Chain:
     """An alert episode's escalation, by one rule's policy (frozen when it started):

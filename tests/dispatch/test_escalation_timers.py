@@ -525,3 +525,68 @@ def test_reack_between_rounds_pages_the_last_step_again_then_the_next_round(
     ]  # fmt: skip
     advance_to(clock, 10 * 3600)
     quiet(http_sink, 5)
+
+
+SILENCED_THEN_ACKED = """
+escalations:
+  page:
+    steps:
+      - notify: [chat]
+      - after: 5m
+        notify: [lead]
+rules:
+  - name: drop
+    match: {type: score.drop}
+    escalate: page
+"""
+
+
+def test_an_ack_while_silenced_stops_the_chain_once_the_silence_ends(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
+    """Acked while it waited for a silence, without reack: when the silence ends the chain
+    starts, sees the ack and stops, once (it used to resume and stop again every second,
+    its log filling with resumed/acked pairs)."""
+    clock.now = time.time()  # silences are written with the wall clock by the CLI
+    server = start(NOTIFIERS.format(url=base(http_sink)) + SILENCED_THEN_ACKED)
+    out = CliRunner().invoke(
+        cli,
+        ["silence", "add", "--db", str(server.db), "--match", "sessionId=s1", "--for", "10m",
+         "--reason", "deploy"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    clock.now = time.time() + 1
+    server.send(event("score.drop", "e1", 0, session="s1"))
+    server.wait_routed(1)
+    assert logged(server) == ["started"] and chain(server)["next_at"] is None
+    act(server, "ack")
+    clock.advance(11 * 60)  # the silence is over
+    wait_logged(server, "acked")
+    for _ in range(5):  # the timers look again and again: nothing more happens
+        clock.advance(2)
+        quiet(http_sink, 0, 0.2)
+    assert logged(server) == ["started", "resumed", "acked"]
+    [(next_at, since)] = server_query(server, "SELECT next_at, suppressed_since FROM escalations")
+    assert next_at is None and since is None
+
+
+def test_a_chain_that_fails_is_a_failed_attempt_and_the_others_page(
+    start: Callable[[str], InProcessReceiver], clock: FakeClock, http_sink: HTTPSink
+) -> None:
+    """A chain row damaged by hand (its policy is no JSON) fails when its step falls due:
+    it is logged, counted on /metrics and tried again later; the other chains page as usual,
+    and the timers go on."""
+    server = start(three_steps(http_sink))
+    server.send(event("score.drop", "e1", 0, session="s1"))
+    server.send(event("score.drop", "e2", 0, session="s2"))
+    assert to(http_sink, 2) == ["chat", "chat"]
+    wait_logged(server, "paged", alert="session:s2")
+    server_query(server, "UPDATE escalations SET policy = 'not json' WHERE alert = 'session:s1'")
+    advance_to(clock, 300)  # both chains' step 2
+    assert to(http_sink, 3)[-1] == "lead"  # s2's
+    failed = wait_logged(server, "failed")
+    assert failed["next_at"] == failed["log"][-1]["at"] + 60  # tried again in a minute
+    metrics = httpx.get(f"{server.url}/metrics", timeout=10).text
+    assert 'receiver_notifications_total{outcome="escalation_failed"} 1.0' in metrics
+    advance_to(clock, 900)  # s2's step 3 still comes: the timers did not stop
+    assert to(http_sink, 4)[-1] == "boss"

@@ -13,7 +13,7 @@ import pytest
 from receiver.store import Store
 from receiver.store.base import Tx
 from receiver.store.escalations import MAX_LOG
-from receiver.store.records import Action, Alert, Chain, Notice
+from receiver.store.records import Action, Alert, Chain, Notice, waiting_key
 from tests.store.contract.common import note, run
 
 POLICY: dict[str, Any] = {
@@ -241,9 +241,9 @@ def test_suppressed_chains_page_by_since_and_alert(tx_url: str) -> None:
                 [(c.alert, c.suppressed_since) for c in found]
                 for found in (
                     s(None, 2),
-                    s((100.0, "a"), 2),
-                    s((100.0, "b")),
-                    s((200.0, "c")),
+                    s(waiting_key(s(None, 2)[-1]), 2),
+                    s((100.0, "b", 1, "r")),
+                    s((200.0, "c", 1, "r")),
                     s(None),
                 )
             ]
@@ -255,6 +255,24 @@ def test_suppressed_chains_page_by_since_and_alert(tx_url: str) -> None:
     assert second == [("b", 100.0), ("c", 200.0)]
     assert rest == [("c", 200.0)] and done == []
     assert every == first + second
+
+
+def test_a_page_boundary_between_two_rules_of_one_alert_loses_neither(tx_url: str) -> None:
+    """Two rules' notifications of one alert silenced at the same moment: the cursor names
+    the episode and rule too, so a page ending at the first still finds the second."""
+
+    async def go(store: Store) -> Any:
+        def work(tx: Tx) -> Any:
+            for rule in ("q", "r"):
+                tx.notices.suppress("a", 1, rule, 100.0, "silenced")
+            first = tx.notices.suppressed(None, 1)
+            second = tx.notices.suppressed(waiting_key(first[-1]), 1)
+            third = tx.notices.suppressed(waiting_key(second[-1]), 1)
+            return [n.rule for n in first + second + third]
+
+        return await store.transact(work)
+
+    assert run(tx_url, go) == ["q", "r"]
 
 
 def test_end_stops_the_episodes_chains_and_logs_it_once(tx_url: str) -> None:
@@ -361,7 +379,7 @@ def test_suppressed_notices_page_and_wake(tx_url: str) -> None:
             n.add("e", 1, "r", 10.0, None)
             pages = [
                 [(x.alert, x.suppressed_since, x.suppressed_why) for x in found]
-                for found in (n.suppressed(None, 2), n.suppressed((100.0, "a"), 2))
+                for found in (n.suppressed(None, 2), n.suppressed((100.0, "a", 1, "r"), 2))
             ]
             c, a = n.suppressed(None, 2)
             n.woke(a, 300.0, 60.0)
@@ -487,7 +505,7 @@ def test_an_ack_makes_the_episodes_chains_look_at_once(store_url: str) -> None:
 def test_a_snooze_puts_the_episodes_chains_off_until_it_ends(store_url: str) -> None:
     async def go(store: Store) -> Any:
         await store.transact(_open)
-        await store.transact(_start(*CHAINS))
+        await store.transact(_start(*CHAINS, _chain("a", 2, "later", next_at=9000.0)))
         await store.alerts.snooze("a", until=5000.0)
         await store.alerts.snooze("c", until=5000.0)
         due = await store.transact(lambda tx: _where(tx.escalations.due(4999.0)))
@@ -498,6 +516,7 @@ def test_a_snooze_puts_the_episodes_chains_off_until_it_ends(store_url: str) -> 
         "a/2/ran-out": 5000.0,
         "a/2/resumed": 5000.0,  # its first step must not page during the snooze
         "a/2/running": 5000.0,
+        "a/2/later": 9000.0,  # a step due after the snooze's end stays when it was
         "a/2/waiting": None,
         "a/1/r": None,
         "b/1/r": 900.0,
