@@ -33,6 +33,7 @@ from receiver.dispatch.alerts import opener
 from receiver.dispatch.silences import Active, silencing
 from receiver.durations import format_duration
 from receiver.links import Links
+from receiver.logs import LogLimiter
 from receiver.rules import Rule, Ruleset
 from receiver.rules.escalations import Policy
 from receiver.rules.rule import ESCALATE_ONLY
@@ -40,9 +41,10 @@ from receiver.rules.schedules import PREFIX
 from receiver.rules.templates import DEFAULT_BODY, DEFAULT_TITLE
 from receiver.store import systemic
 from receiver.store.base import Tx
-from receiver.store.records import Alert, Chain, Notification, Waiting, waiting_key
+from receiver.store.records import Alert, Chain, Notice, Notification, Waiting, waiting_key
 
 log = logging.getLogger("receiver.lifecycle")
+_limited = LogLimiter(log)  # a notice that cannot be woken is tried again every second
 
 KIND = "escalation"  # the outbox kind of a step's pages
 RETRY_FAILED = 60  # seconds before a chain that failed is tried again
@@ -293,57 +295,87 @@ def wake(
     the cursors to go on from next time (None: from the start)."""
     notices = tx.notices.suppressed(after[0], limit)
     for notice in notices:
-        alert = tx.alerts.get(notice.alert)
-        rule = ruleset.by_name.get(notice.rule)
-        if alert is None or alert.state != "open" or alert.episode != notice.episode or not rule:
-            tx.notices.woke(notice, now, None)
-            continue
-        opened = opener(tx, alert)
-        if suppression(rule, opened, silences, now) is not None:
-            continue
-        seen = (
-            opened
-            if links is None
-            else {**opened, "links": links.for_alert(alert.id, alert.episode)}
-        )
-        why, at = notice.suppressed_why or "silenced", notice.suppressed_since or now
-        since = f"was {why} since {_clock(at)}"
-        for d in ruleset.on_call(rule.decisions(rule.render(seen), ruleset.notifiers), now):
-            if d.notifier == ESCALATE_ONLY:
-                continue
-            n = Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{since}")
-            tx.outbox.add(
-                alert.opened_event or "-",
-                n,
-                state="pending",
-                now=now,
-                alert=alert.id,
-                episode=alert.episode,
+        try:
+            with tx.savepoint():
+                _wake_notice(tx, ruleset, notice, now, silences, counts, links)
+        except Exception as exc:  # noqa: BLE001 - one notice's fault: the rest go on
+            if systemic(exc):
+                raise
+            counts["escalation_failed"] += 1
+            _limited.warning(
+                "notices that failed to wake",
+                notice.alert,
+                "waking %s (rule %s) after its silence failed: %s; trying again",
+                notice.alert,
+                notice.rule,
+                exc,
             )
-        tx.notices.woke(notice, now, rule.repeat)
-        counts["woke"] += 1
     chains = tx.escalations.suppressed(after[1], limit)
     for chain in chains:
-        alert = tx.alerts.get(chain.alert)
-        if alert is None or alert.state != "open" or alert.episode != chain.episode:
-            chain.suppressed_since = chain.suppressed_why = None
-            chain.log.append({"at": now, "event": "ended", "note": "resolved while suppressed"})
-            tx.escalations.save(chain)
-            continue
-        rule = ruleset.by_name.get(chain.rule)
-        if suppression(rule, opener(tx, alert), silences, now) is not None:
-            continue
-        policy = Policy.from_json(chain.policy)
-        chain.step = 0
-        chain.next_at = now + policy.steps[0].after
-        note = f"no longer {chain.suppressed_why or 'silenced'}: the chain starts again"
-        chain.log.append({"at": now, "event": "resumed", "note": note})
-        tx.escalations.save(chain)
-        tx.notices.add(alert.id, alert.episode, chain.rule, now, rule.repeat if rule else None)
+        try:
+            with tx.savepoint():
+                _wake_chain(tx, ruleset, chain, now, silences)
+        except Exception as exc:  # noqa: BLE001 - a failed attempt, as in run()
+            if systemic(exc):
+                raise
+            _failed(tx, chain, now, exc, counts)
     return (
         waiting_key(notices[-1]) if len(notices) == limit else None,
         waiting_key(chains[-1]) if len(chains) == limit else None,
     )
+
+
+def _wake_notice(
+    tx: Tx,
+    ruleset: Ruleset,
+    notice: Notice,
+    now: float,
+    silences: Active,
+    counts: Counter[str],
+    links: Links | None,
+) -> None:
+    alert = tx.alerts.get(notice.alert)
+    rule = ruleset.by_name.get(notice.rule)
+    if alert is None or alert.state != "open" or alert.episode != notice.episode or not rule:
+        tx.notices.woke(notice, now, None)
+        return
+    opened = opener(tx, alert)
+    if suppression(rule, opened, silences, now) is not None:
+        return
+    seen = (
+        opened if links is None else {**opened, "links": links.for_alert(alert.id, alert.episode)}
+    )
+    why, at = notice.suppressed_why or "silenced", notice.suppressed_since or now
+    since = f"was {why} since {_clock(at)}"
+    for d in ruleset.on_call(rule.decisions(rule.render(seen), ruleset.notifiers), now):
+        if d.notifier == ESCALATE_ONLY:
+            continue
+        n = Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{since}")
+        tx.outbox.add(
+            alert.opened_event or "-", n, state="pending", now=now, alert=alert.id,
+            episode=alert.episode,
+        )  # fmt: skip
+    tx.notices.woke(notice, now, rule.repeat)
+    counts["woke"] += 1
+
+
+def _wake_chain(tx: Tx, ruleset: Ruleset, chain: Chain, now: float, silences: Active) -> None:
+    alert = tx.alerts.get(chain.alert)
+    if alert is None or alert.state != "open" or alert.episode != chain.episode:
+        chain.suppressed_since = chain.suppressed_why = None
+        chain.log.append({"at": now, "event": "ended", "note": "resolved while suppressed"})
+        tx.escalations.save(chain)
+        return
+    rule = ruleset.by_name.get(chain.rule)
+    if suppression(rule, opener(tx, alert), silences, now) is not None:
+        return
+    policy = Policy.from_json(chain.policy)
+    chain.step = 0
+    chain.next_at = now + policy.steps[0].after
+    note = f"no longer {chain.suppressed_why or 'silenced'}: the chain starts again"
+    chain.log.append({"at": now, "event": "resumed", "note": note})
+    tx.escalations.save(chain)
+    tx.notices.add(alert.id, alert.episode, chain.rule, now, rule.repeat if rule else None)
 
 
 def _clock(at: float) -> str:
