@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from receiver.dispatch import inhibition
 from receiver.dispatch.alerts import Transition, apply
 from receiver.dispatch.pipeline import UNTITLED, Pipeline
 from receiver.dispatch.silences import active_silences
@@ -198,6 +199,7 @@ class Backtest:
             assert alert is not None
             # The leader's store did this as it saved the alert.
             self.tx.scratch.episode_over(alert)
+        inhibition.track(self.tx, self.ruleset, payload, transition, event.id)
         if decisions or transition.what == "resolve":
             self.pipeline.event(event.id, payload, decisions, transition=transition)
             self._quiet_until = -math.inf

@@ -30,7 +30,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from receiver.dispatch.alerts import opener
-from receiver.dispatch.silences import Active, silencing
+from receiver.dispatch.inhibition import suppression
+from receiver.dispatch.silences import Active
 from receiver.durations import format_duration
 from receiver.links import Links
 from receiver.logs import LogLimiter
@@ -47,6 +48,8 @@ log = logging.getLogger("receiver.lifecycle")
 _limited = LogLimiter(log)  # a notice that cannot be woken is tried again every second
 
 KIND = "escalation"  # the outbox kind of a step's pages
+# States of a notification that waits for what suppressed it to end (wake()).
+SUPPRESSED = ("silenced", "muted", "inhibited")
 RETRY_FAILED = 60  # seconds before a chain that failed is tried again
 # Where wake() goes on from: (suppressed_since, alert) of the notices' and the chains' last.
 Cursors = tuple[Waiting | None, Waiting | None]
@@ -59,6 +62,7 @@ def start(
     now: float,
     *,
     state: str,
+    why: str | None = None,
     release_at: float | None = None,
 ) -> None:
     """Start the rule's chain for the alert's episode (once): its first step after its
@@ -67,7 +71,7 @@ def start(
     suppressed: it waits for the silence to end."""
     policy = rule.escalate
     assert policy is not None
-    suppressed = state in ("silenced", "muted")
+    suppressed = state in SUPPRESSED
     base = release_at if state == "held" and release_at is not None else now
     tx.escalations.start(
         Chain(
@@ -80,25 +84,12 @@ def start(
             None if suppressed else base + policy.steps[0].after,
             now,
             now if suppressed else None,
-            state if suppressed else None,
+            (why or state) if suppressed else None,
             [{"at": now, "event": "started", "note": f"{state}: waits" if suppressed else ""}],
         )
     )
     if not suppressed:
         tx.notices.add(alert.id, alert.episode, rule.name, now, rule.repeat)
-
-
-def suppression(
-    rule: Rule | None, opened: Mapping[str, Any], silences: Active, now: float
-) -> tuple[str, str] | None:
-    """("silenced", why) or ("muted", why) when the alert's opening event would be silenced
-    now, or the rule is outside its active window; None when it may notify."""
-    silence = silencing(silences, opened)
-    if silence is not None:
-        return "silenced", f"silence #{silence.id}: {silence.reason}"
-    if rule is not None and rule.active is not None and not rule.active.contains(now):
-        return "muted", f"muted outside the active window ({rule.active.text})"
-    return None
 
 
 def run(
@@ -182,14 +173,14 @@ def _look(
     opened = opener(tx, alert)
     rule = ruleset.by_name.get(chain.rule)
     index = chain.step - 1 if again or chain.step >= len(policy.steps) else chain.step
-    held = suppression(rule, opened, silences, now)
+    held = suppression(tx, ruleset, rule, opened, silences, now, alert.id)
     if held is not None:
-        state, reason = held
+        state, why, reason = held
         _page(tx, ruleset, chain, policy, index, now, opened, links, state=state, reason=reason)
         chain.log.append({"at": now, "event": "skipped", "step": index + 1, "note": reason})
         chain.next_at = None
         chain.suppressed_since = chain.suppressed_since or now
-        chain.suppressed_why = state
+        chain.suppressed_why = why
         counts[state] += 1
         return
     _page(tx, ruleset, chain, policy, index, now, opened, links, again=again)
@@ -340,7 +331,7 @@ def _wake_notice(
         tx.notices.woke(notice, now, None)
         return
     opened = opener(tx, alert)
-    if suppression(rule, opened, silences, now) is not None:
+    if suppression(tx, ruleset, rule, opened, silences, now, alert.id) is not None:
         return
     seen = (
         opened if links is None else {**opened, "links": links.for_alert(alert.id, alert.episode)}
@@ -367,7 +358,7 @@ def _wake_chain(tx: Tx, ruleset: Ruleset, chain: Chain, now: float, silences: Ac
         tx.escalations.save(chain)
         return
     rule = ruleset.by_name.get(chain.rule)
-    if suppression(rule, opener(tx, alert), silences, now) is not None:
+    if suppression(tx, ruleset, rule, opener(tx, alert), silences, now, alert.id) is not None:
         return
     policy = Policy.from_json(chain.policy)
     chain.step = 0

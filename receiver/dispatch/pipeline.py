@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from receiver.dispatch import digests, escalations, timers
+from receiver.dispatch import digests, escalations, inhibition, timers
 from receiver.dispatch.alerts import Transition, alert_id, apply, event_time, open_seconds, opener
 from receiver.dispatch.silences import active_silences, silencing
 from receiver.links import Links
@@ -74,8 +74,9 @@ class Pipeline:
             if self._replay is not None and not self._replay.respect_lifecycle:
                 self._send_again(event_id, payload, decisions)
             else:
-                if transition is None:
+                if transition is None:  # else the backtest applied it, and tracks sources
                     transition = apply(self.tx, payload, event_id, self.now)
+                    inhibition.track(self.tx, self.ruleset, payload, transition, event_id)
                 if transition.what == "resolve":
                     self._resolve(event_id, payload, transition.alert)
                 for name, group in itertools.groupby(decisions, key=_RULE):
@@ -173,12 +174,15 @@ class Pipeline:
             self.failed[rule.name] = (count + len(decisions), decisions[0].error)
         if alert is None or transition.what not in ("open", "update"):
             return
+        why = reason.split(" (", 1)[0] if state == "inhibited" and reason else state
         if rule.escalate is not None and state not in ("stale", "grouped"):
-            escalations.start(self.tx, rule, alert, self.now, state=state, release_at=next_at)
+            escalations.start(
+                self.tx, rule, alert, self.now, state=state, why=why, release_at=next_at
+            )
         elif state in ("pending", "held") and (rule.resolve or rule.repeat):
             self.tx.notices.add(alert.id, alert.episode, rule.name, self.now, rule.repeat)
-        if state in ("silenced", "muted"):  # notified when that ends, if still open
-            self.tx.notices.suppress(alert.id, alert.episode, rule.name, self.now, state)
+        if state in escalations.SUPPRESSED:  # notified when that ends, if still open
+            self.tx.notices.suppress(alert.id, alert.episode, rule.name, self.now, why)
 
     def _state(
         self,
@@ -195,6 +199,10 @@ class Pipeline:
         silence = self._silenced(payload)
         if silence is not None:
             return "silenced", f"silence #{silence.id}: {silence.reason}", None, None
+        if self.ruleset.inhibit:
+            held = inhibition.inhibiting(self.tx, self.ruleset, payload, alert_id(payload))
+            if held is not None:
+                return "inhibited", inhibition.reason(*held), None, None
         window = rule.active
         if window is not None and not window.contains(self.now):
             if window.defer:

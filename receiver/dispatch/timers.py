@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from receiver.dispatch.alerts import opener
-from receiver.dispatch.silences import Active, silencing
+from receiver.dispatch.inhibition import suppression
+from receiver.dispatch.silences import Active
 from receiver.links import Links
 from receiver.rules import Ruleset, format_duration
 from receiver.store.base import Tx
@@ -52,10 +53,9 @@ def repeats(
         rendered = rule.render(seen)
         open_for = format_duration(max(1.0, now - notice.notified_at))
         state, reason = "pending", None
-        if silencing(silences, opened) is not None:
-            state, reason = "silenced", "silenced"
-        elif rule.active is not None and not rule.active.contains(now):
-            state, reason = "muted", f"muted outside the active window ({rule.active.text})"
+        held = suppression(tx, ruleset, rule, opened, silences, now, alert.id)
+        if held is not None:
+            state, _, reason = held
         for d in ruleset.on_call(rule.decisions(rendered, ruleset.notifiers), now):
             n = Notification(
                 d.rule,

@@ -25,6 +25,7 @@ from receiver.durations import parse_duration
 from receiver.errors import ConfigError
 from receiver.rules import templates
 from receiver.rules.escalations import Policy, check_escalations
+from receiver.rules.inhibit import check_inhibit
 from receiver.rules.match import compile_match, show
 from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, NAME_RE, Notifier, build_notifier
 from receiver.rules.options import LIFECYCLE_KEYS, check_heartbeat, check_options
@@ -32,7 +33,7 @@ from receiver.rules.rule import Rule
 from receiver.rules.ruleset import Ruleset
 from receiver.rules.schedules import PREFIX, check_schedules
 
-TOP_KEYS = ("notifiers", "rules", "heartbeat", "schedules", "escalations")
+TOP_KEYS = ("notifiers", "rules", "heartbeat", "schedules", "escalations", "inhibit")
 RULE_KEYS = (
     "name", "match", "notify", "title", "body", "throttle", "continue", *LIFECYCLE_KEYS, "escalate"
 )  # fmt: skip
@@ -88,6 +89,7 @@ class FileSpec(_Strict):
     heartbeat: Any = None
     schedules: Any = None  # checked by schedules.check_schedules, with its own messages
     escalations: Any = None  # checked by escalations.check_escalations
+    inhibit: Any = None  # checked by inhibit.check_inhibit
 
 
 def load_file(
@@ -160,6 +162,7 @@ def load_text(
         defined = defined + [f"{PREFIX}{n}" for n in raw_schedules if isinstance(n, str)]
 
     policies = check_escalations(raw.get("escalations"), defined, problems)
+    inhibit = check_inhibit(raw.get("inhibit"), problems)
     raw_policies = raw.get("escalations")
     named = (
         [n for n in raw_policies if isinstance(n, str)] if isinstance(raw_policies, dict) else []
@@ -188,6 +191,7 @@ def load_text(
         heartbeat=heartbeat,
         schedules=schedules,
         escalations=policies,
+        inhibit=inhibit,
     )
 
 

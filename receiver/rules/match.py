@@ -31,6 +31,7 @@ from re2 import _re2
 OPERATORS = ("lt", "lte", "gt", "gte", "eq", "between")
 _GLOB_CHARS = frozenset("*?[")
 _MISSING: Any = object()
+MISSING = _MISSING  # what lookup() answers for a field the payload does not have
 _NUMBER = (int, float)
 
 

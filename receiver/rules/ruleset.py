@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from receiver.durations import format_duration
 from receiver.rules.escalations import Policy
+from receiver.rules.inhibit import Inhibition
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import Heartbeat
@@ -42,6 +43,7 @@ class Ruleset:
         heartbeat: Heartbeat | None = None,
         schedules: Mapping[str, Schedule] | None = None,
         escalations: Mapping[str, Policy] | None = None,
+        inhibit: Sequence[Inhibition] = (),
     ) -> None:
         self.notifiers = notifiers
         self.rules = rules
@@ -49,6 +51,7 @@ class Ruleset:
         self.heartbeat = heartbeat
         self.schedules = dict(schedules or {})
         self.escalations = dict(escalations or {})
+        self.inhibit = tuple(inhibit)  # inhibition rules, in file order
         self.digest = digest
         self.source = source
         self._builtin = builtin
@@ -221,6 +224,12 @@ class Ruleset:
             lines.append(f"schedule {describe(schedule)}")
         for policy in self.escalations.values():
             lines.append(f"escalation {policy.describe()}")
+        for inhibition in self.inhibit:
+            source, target = inhibition.shown
+            lines.append(
+                f"inhibit {inhibition.name}: {target} muted while {source} is open,"
+                f" equal {', '.join(inhibition.equal)}"
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -14,6 +14,7 @@ from receiver.store.records import (
     Alert,
     Chain,
     Group,
+    Inhibitor,
     Notice,
     Notification,
     OutboxRow,
@@ -167,6 +168,19 @@ class TxNotices(Protocol):
         """A suppressed notice is no longer waiting (notified now; repeat: its next in)."""
 
 
+class TxInhibitors(Protocol):
+    """The open sources of inhibition rules (tx.inhibitors)."""
+
+    def add(self, found: Inhibitor) -> None:
+        """Note an alert whose opening event matched rule's source (again: the newest)."""
+
+    def remove(self, alert: str) -> None:
+        """The alert resolved: it inhibits nothing any more."""
+
+    def find(self, rule: str, key: str, limit: int = 8) -> list[Inhibitor]:
+        """The sources of rule with these equal values, oldest first (open or not: check)."""
+
+
 class TxEscalations(Protocol):
     """Alert episodes' escalation chains, their steps timers (tx.escalations)."""
 
@@ -293,6 +307,8 @@ class Tx(Protocol):
     def notices(self) -> TxNotices: ...
     @property
     def escalations(self) -> TxEscalations: ...
+    @property
+    def inhibitors(self) -> TxInhibitors: ...
     @property
     def digests(self) -> TxDigests: ...
     @property

@@ -22,7 +22,7 @@ from typing import Any
 
 from receiver.events import _Event as Event
 from receiver.sessions import Fact
-from receiver.store.memory_escalations import MemoryEscalations
+from receiver.store.memory_escalations import MemoryEscalations, MemoryInhibitors
 from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
 from receiver.store.records import (
     Alert,
@@ -359,6 +359,7 @@ class MemoryTx:
         self.alerts = MemoryAlerts(t)
         self.notices = MemoryNotices(t)
         self.escalations = MemoryEscalations(t)
+        self.inhibitors = MemoryInhibitors(t)
         self.digests = MemoryDigests(t)
         self.throttle = MemoryThrottle(t)
         self.silences = MemorySilences(t)

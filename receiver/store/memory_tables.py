@@ -16,6 +16,7 @@ from receiver.store.records import (
     Alert,
     Chain,
     Group,
+    Inhibitor,
     Notice,
     OutboxRow,
     Silence,
@@ -76,6 +77,7 @@ class Tables:
         self.notices: dict[tuple[str, int], dict[str, Notice]] = {}
         self.repeats: list[tuple[float, tuple[str, int, str]]] = []  # may be stale
         self.chains: dict[tuple[str, int, str], Chain] = {}  # (alert, episode, rule)
+        self.inhibitors: dict[tuple[str, str, str], Inhibitor] = {}  # (rule, key, alert)
         self.chain_due: list[tuple[float, tuple[str, int, str]]] = []  # may be stale
         # (alert, episode, rule) -> (notifier, target) of its messages sent (escalations)
         self.paged: dict[tuple[str, int, str], set[tuple[str, int]]] = {}

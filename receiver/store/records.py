@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # held: waiting for a hold, an active window (defer) or a digest window to pass.
-# The last six are suppressed notifications, kept with their reason.
+# The last seven are suppressed notifications, kept with their reason.
 OUTBOX_STATES = (
     "pending",
     "held",
@@ -17,6 +17,7 @@ OUTBOX_STATES = (
     "cancelled",
     "muted",
     "silenced",
+    "inhibited",
     "grouped",
     "stale",
 )
@@ -124,6 +125,19 @@ class Notice:
     # nothing sent yet: when that ends and the alert is still open, it is notified once.
     suppressed_since: float | None = None
     suppressed_why: str | None = None  # "silenced" | "muted"
+
+
+@dataclass(frozen=True)
+class Inhibitor:
+    """An open alert that inhibits: its opening event matched inhibition rule's source, and
+    key holds the values of the rule's equal fields (receiver.rules.inhibit)."""
+
+    rule: str
+    key: str
+    alert: str
+    episode: int
+    event: str
+    since: float
 
 
 # Where a page of waiting (suppressed) chains or notices ends: (suppressed_since, alert,

@@ -13,6 +13,7 @@ from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNo
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
+from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.schema import lock_key
 from receiver.store.records import Alert, StoredEvent
@@ -173,6 +174,7 @@ class PostgresTx:
         self.alerts = PostgresTxAlerts(st, ahead)
         self.notices = SQLTxNotices(st, ahead)
         self.escalations = SQLTxEscalations(st)
+        self.inhibitors = SQLTxInhibitors(st)
         self.digests = PostgresTxDigests(st)
         self.throttle = SQLTxThrottle(st)
         self.silences = SQLTxSilences(st)

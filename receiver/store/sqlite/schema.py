@@ -13,6 +13,7 @@ from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA
+from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
@@ -184,6 +185,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     ACTIONS_SCHEMA.format(id="INTEGER PRIMARY KEY"),
     # 16: escalation chains, and notices silenced until their silence ends.
     ESCALATIONS_SCHEMA.format(real="REAL"),
+    # 17: the open sources of inhibition rules.
+    INHIBITORS_SCHEMA.format(real="REAL"),
 ]
 
 

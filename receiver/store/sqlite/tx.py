@@ -16,6 +16,7 @@ from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNo
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
+from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.records import Alert, StoredEvent
 from receiver.store.routing import SQLTxDigests, SQLTxSilences, SQLTxState, SQLTxThrottle
@@ -127,6 +128,7 @@ class SQLiteTx:
         self.alerts = SQLiteTxAlerts(st, ahead)
         self.notices = SQLTxNotices(st, ahead)
         self.escalations = SQLTxEscalations(st)
+        self.inhibitors = SQLTxInhibitors(st)
         self.digests = SQLTxDigests(st)
         self.throttle = SQLTxThrottle(st)
         self.silences = SQLTxSilences(st)
