@@ -100,7 +100,9 @@ def _check_one(spec: Any, seen: set[str], problems: list[str]) -> Inhibition | N
     source = _side("source", spec.get("source"), problems) if "source" in spec else ()
     target = _side("target", spec.get("target"), problems) if "target" in spec else ()
     equal = _equal(spec.get("equal"), problems) if "equal" in spec else ()
-    if "source" in spec and "target" in spec and source == target:
+    # Compared as sets: a match expression's keys may be written in any order. Two sides
+    # refused (both empty) are not the same events: each has its own message.
+    if source and target and set(source) == set(target):
         problems.append(
             "source and target match the same events: each alert would mute the next one "
             "like it; make target narrower (or source)"
