@@ -28,6 +28,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
             limit=PAGE + 1,
             state=state if state in OUTBOX_STATES else None,
             notifier=notifier,
+            rule=(p.get("rule") or None),  # a storm message's link: what it held back
             before=row_id(before),
         )
     )

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from receiver.dispatch import digests, escalations, inhibition, timers
+from receiver.dispatch import digests, escalations, inhibition, storm, timers
 from receiver.dispatch.alerts import Transition, alert_id, apply, event_time, open_seconds, opener
 from receiver.dispatch.silences import active_silences, silencing
 from receiver.links import Links
@@ -175,7 +175,7 @@ class Pipeline:
         if alert is None or transition.what not in ("open", "update"):
             return
         why = reason.split(" (", 1)[0] if state == "inhibited" and reason else state
-        if rule.escalate is not None and state not in ("stale", "grouped"):
+        if rule.escalate is not None and state not in ("stale", "grouped", "storm"):
             escalations.start(
                 self.tx, rule, alert, self.now, state=state, why=why, release_at=next_at
             )
@@ -217,6 +217,14 @@ class Pipeline:
             rule.name, first.throttle_key or "", self.now, first.throttle_seconds
         ):
             return "throttled", f"throttled: key {first.throttle_key!r}", None, None
+        if rule.storm is not None:
+            rows = [_notification(d) for d in decisions if d.notifier != ESCALATE_ONLY]
+            stormed = storm.held(
+                self.tx, event_id, payload, rule, rows, now=self.now, texts=self.texts,
+                links=self.links,
+            )  # fmt: skip
+            if stormed is not None:
+                return "storm", stormed[0], None, stormed[1]
         if rule.hold and transition.what == "open":
             return "held", f"hold {format_duration(rule.hold)}", self.now + rule.hold, None
         return "pending", None, None, None

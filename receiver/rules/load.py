@@ -81,6 +81,7 @@ class RuleSpec(_Strict):
     group: Any = None
     repeat: Any = None
     active: Any = None
+    storm: Any = None
 
 
 class FileSpec(_Strict):
@@ -144,15 +145,7 @@ def load_text(
     raw_notifiers = raw_notifiers if isinstance(raw_notifiers, dict) else {}
     raw_rules = raw_rules if isinstance(raw_rules, list) else []
 
-    notifiers: dict[str, Notifier] = {}
-    for name, value in raw_notifiers.items():
-        notifier, found = build_notifier(name, value, env, lenient=lenient_env)
-        problems.extend(found)
-        if notifier is not None:
-            notifiers[notifier.name] = notifier
-    builtin = frozenset() if CONSOLE in raw_notifiers else frozenset({CONSOLE})
-    if builtin:
-        notifiers[CONSOLE] = Notifier(CONSOLE, (CONSOLE_URL,))
+    notifiers, builtin = _notifiers(raw_notifiers, env, lenient_env, problems)
     # A notifier with a problem is still defined: rules naming it are not wrong too.
     defined = [str(n) for n in raw_notifiers if isinstance(n, str)] + sorted(builtin)
     schedules = check_schedules(raw.get("schedules"), defined, problems)
@@ -193,6 +186,22 @@ def load_text(
         escalations=policies,
         inhibit=inhibit,
     )
+
+
+def _notifiers(
+    raw: dict[Any, Any], env: Mapping[str, str], lenient: bool, problems: list[str]
+) -> tuple[dict[str, Notifier], frozenset[str]]:
+    """The notifiers, and the built-in ones added (console, unless the file defines it)."""
+    notifiers: dict[str, Notifier] = {}
+    for name, value in raw.items():
+        notifier, found = build_notifier(name, value, env, lenient=lenient)
+        problems.extend(found)
+        if notifier is not None:
+            notifiers[notifier.name] = notifier
+    builtin = frozenset() if CONSOLE in raw else frozenset({CONSOLE})
+    if builtin:
+        notifiers[CONSOLE] = Notifier(CONSOLE, (CONSOLE_URL,))
+    return notifiers, builtin
 
 
 def _check_rule(

@@ -12,7 +12,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from receiver.durations import parse_duration
 from receiver.rules.match import show
 
-LIFECYCLE_KEYS = ("hold", "resolve", "resolved_title", "resolved_body", "group", "repeat", "active")
+LIFECYCLE_KEYS = (
+    "hold", "resolve", "resolved_title", "resolved_body", "group", "repeat", "active", "storm"
+)  # fmt: skip
 # The options that make a rule follow its alert's state, and so the order of the alert's
 # events: a late event (older than the alert's newest) is stale for such a rule and sends
 # nothing. A rule with none of them forwards every matching event, in any order. group,
@@ -21,6 +23,7 @@ ALERT_KEYS = ("hold", "resolve", "repeat", "escalate")
 GROUP_KEYS = ("by", "wait", "max")
 ACTIVE_KEYS = ("days", "hours", "tz", "defer")
 HEARTBEAT_KEYS = ("silent_for", "notify")
+STORM_KEYS = ("max", "per")
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 # Which events open and which close an alert, and its kind: a session's attention, or an
 # intervention (keyed by session and interventionId).
@@ -90,6 +93,15 @@ class ActiveWindow:
 
 
 @dataclass(frozen=True)
+class StormSpec:
+    """A storm guard: past `max` notifications of the rule inside `per` seconds, one storm
+    message a window instead of the rest (receiver.dispatch.storm)."""
+
+    max: int
+    per: float
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Alert when no event at all has arrived for `silent_for` seconds."""
 
@@ -110,6 +122,13 @@ def check_options(raw: dict[str, Any], label: str, problems: list[str]) -> dict[
         found["group"] = _group(raw["group"], f"{label}: group", problems)
     if raw.get("active") is not None:
         found["active"] = _active(raw["active"], f"{label}: active", problems)
+    if raw.get("storm") is not None:
+        found["storm"] = _storm(raw["storm"], f"{label}: storm", problems)
+        if raw.get("group") is not None:
+            problems.append(
+                f"{label}: storm: a rule that groups events into digests sends one message a "
+                "group already; use storm or group"
+            )
     for key in ("resolved_title", "resolved_body"):
         if key in raw and not raw.get("resolve"):
             problems.append(f"{label}: {key}: only used with resolve: true")
@@ -144,6 +163,22 @@ def _duration(value: Any, where: str, problems: list[str]) -> float:
     if seconds <= 0:
         problems.append(f"{where}: expected a duration such as 90s, 15m, 1h30m, got {show(value)}")
     return seconds
+
+
+def _storm(raw: Any, where: str, problems: list[str]) -> StormSpec | None:
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: expected a mapping with keys {', '.join(STORM_KEYS)}")
+        return None
+    _unknown(raw, STORM_KEYS, where, problems)
+    if "max" not in raw or "per" not in raw:
+        problems.append(f'{where}: "max" and "per" are both required, as in {{max: 10, per: 5m}}')
+        return None
+    most = raw["max"]
+    if type(most) is not int or most < 1:
+        problems.append(f"{where}.max: expected a whole number of at least 1, got {show(most)}")
+        most = 1
+    per = _duration(raw["per"], f"{where}.per", problems)
+    return StormSpec(most, per or 1.0)
 
 
 def _group(raw: Any, where: str, problems: list[str]) -> GroupSpec | None:

@@ -13,7 +13,7 @@ from receiver.rules import templates
 from receiver.rules.escalations import Policy
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
-from receiver.rules.options import ALERT_KEYS, ActiveWindow, GroupSpec
+from receiver.rules.options import ALERT_KEYS, ActiveWindow, GroupSpec, StormSpec
 from receiver.rules.sandbox import Budget
 
 RULE_WIDE_KEY = "*"
@@ -76,6 +76,7 @@ class Rule:
     repeat: float | None = None
     active: ActiveWindow | None = None
     escalate: Policy | None = None  # the escalation policy its alerts start (escalations:)
+    storm: StormSpec | None = None  # the storm guard: at most max a window, then one message
 
     @cached_property
     def follows_alert(self) -> bool:

@@ -220,6 +220,14 @@ class TxDigests(Protocol):
         """Store the group's members and its held digest's text (release: send it now)."""
 
 
+class TxStorms(Protocol):
+    """The storm guard's window of each rule (tx.storms)."""
+
+    def count(self, rule: str, now: float, per: float) -> tuple[float, int, int]:
+        """Count one notification: (window start, its count with this one, the window
+        before's count, 0 when that was not the window just before)."""
+
+
 class TxThrottle(Protocol):
     """Throttle windows of (rule, key) (tx.throttle)."""
 
@@ -313,6 +321,8 @@ class Tx(Protocol):
     def digests(self) -> TxDigests: ...
     @property
     def throttle(self) -> TxThrottle: ...
+    @property
+    def storms(self) -> TxStorms: ...
     @property
     def silences(self) -> TxSilences: ...
     @property

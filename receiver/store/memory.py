@@ -132,7 +132,7 @@ class MemoryOutbox:
             heapq.heappush(t.due, (row.next_at, row.id))
         if state == "held" and kind == "event" and alert is not None and episode is not None:
             t.held.setdefault((alert, episode), set()).add(row.id)
-        if state == "held" and kind == "digest" and group_id is not None:
+        if state == "held" and kind in ("digest", "storm") and group_id is not None:
             t.digests.setdefault(group_id, set()).add(row.id)
         return row.id
 
@@ -299,6 +299,20 @@ class MemoryThrottle:
         return False
 
 
+class MemoryStorms:
+    """tx.storms in memory."""
+
+    def __init__(self, t: Tables) -> None:
+        self.t = t
+
+    def count(self, rule: str, now: float, per: float) -> tuple[float, int, int]:
+        start, count, prev = self.t.storms.get(rule, (now, 0, 0))
+        if start + per <= now:
+            start, count, prev = now, 0, count if now < start + 2 * per else 0
+        self.t.storms[rule] = (start, count + 1, prev)
+        return start, count + 1, prev
+
+
 class MemorySilences:
     """tx.silences in memory."""
 
@@ -362,6 +376,7 @@ class MemoryTx:
         self.inhibitors = MemoryInhibitors(t)
         self.digests = MemoryDigests(t)
         self.throttle = MemoryThrottle(t)
+        self.storms = MemoryStorms(t)
         self.silences = MemorySilences(t)
         self.state = MemoryState(t)
         self.scratch = MemoryScratch(t)

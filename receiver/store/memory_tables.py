@@ -82,6 +82,7 @@ class Tables:
         # (alert, episode, rule) -> (notifier, target) of its messages sent (escalations)
         self.paged: dict[tuple[str, int, str], set[tuple[str, int]]] = {}
         self.throttle: dict[tuple[str, str], float] = {}
+        self.storms: dict[str, tuple[float, int, int]] = {}  # rule -> (start, count, prev)
         self.groups: dict[int, tuple[Group, str, float]] = {}  # id -> (group, state, opened)
         self.open_group: dict[tuple[str, str], int] = {}  # (rule, key) -> newest group id
         self.group_ids = itertools.count(1)

@@ -301,6 +301,7 @@ class SQLOutbox:
         wanted = [
             ("state = ?", query.state),
             ("notifier = ?", query.notifier),
+            ("rule = ?", query.rule),
             ("event_id = ?", query.event_id),
             ("alert = ?", query.alert),
             ("id < ?", query.before),

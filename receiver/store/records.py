@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # held: waiting for a hold, an active window (defer) or a digest window to pass.
-# The last seven are suppressed notifications, kept with their reason.
+# The last eight are suppressed notifications, kept with their reason.
 OUTBOX_STATES = (
     "pending",
     "held",
@@ -19,6 +19,7 @@ OUTBOX_STATES = (
     "silenced",
     "inhibited",
     "grouped",
+    "storm",
     "stale",
 )
 
@@ -347,6 +348,7 @@ class OutboxQuery:
     event_id: str | None = None
     before: int | None = None  # the id of the last row shown
     alert: str | None = None  # the notifications about one alert (who was paged when)
+    rule: str | None = None
 
 
 @dataclass(frozen=True)

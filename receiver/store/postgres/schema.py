@@ -15,6 +15,7 @@ from receiver.store.escalations import ESCALATIONS_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
+from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
@@ -170,6 +171,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     ESCALATIONS_SCHEMA.format(real="DOUBLE PRECISION"),
     # 14: the open sources of inhibition rules (SQLite's 17).
     INHIBITORS_SCHEMA.format(real="DOUBLE PRECISION"),
+    # 15: the storm guard's window of each rule that has one (SQLite's 18).
+    STORMS_SCHEMA.format(real="DOUBLE PRECISION"),
 ]
 
 

@@ -17,7 +17,13 @@ from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.schema import lock_key
 from receiver.store.records import Alert, StoredEvent
-from receiver.store.routing import SQLTxDigests, SQLTxSilences, SQLTxState, SQLTxThrottle
+from receiver.store.routing import (
+    SQLTxDigests,
+    SQLTxSilences,
+    SQLTxState,
+    SQLTxStorms,
+    SQLTxThrottle,
+)
 from receiver.store.statements import POSTGRES
 from receiver.store.views import SQLTxSessions
 
@@ -177,6 +183,7 @@ class PostgresTx:
         self.inhibitors = SQLTxInhibitors(st)
         self.digests = PostgresTxDigests(st)
         self.throttle = SQLTxThrottle(st)
+        self.storms = SQLTxStorms(st)
         self.silences = SQLTxSilences(st)
         self.state = SQLTxState(st)
 

@@ -15,6 +15,7 @@ from receiver.store.escalations import ESCALATIONS_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
+from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
@@ -187,6 +188,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     ESCALATIONS_SCHEMA.format(real="REAL"),
     # 17: the open sources of inhibition rules.
     INHIBITORS_SCHEMA.format(real="REAL"),
+    # 18: the storm guard's window of each rule that has one.
+    STORMS_SCHEMA.format(real="REAL"),
 ]
 
 

@@ -19,7 +19,13 @@ from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.records import Alert, StoredEvent
-from receiver.store.routing import SQLTxDigests, SQLTxSilences, SQLTxState, SQLTxThrottle
+from receiver.store.routing import (
+    SQLTxDigests,
+    SQLTxSilences,
+    SQLTxState,
+    SQLTxStorms,
+    SQLTxThrottle,
+)
 from receiver.store.statements import SQLITE
 from receiver.store.views import SQLTxSessions
 
@@ -131,6 +137,7 @@ class SQLiteTx:
         self.inhibitors = SQLTxInhibitors(st)
         self.digests = SQLTxDigests(st)
         self.throttle = SQLTxThrottle(st)
+        self.storms = SQLTxStorms(st)
         self.silences = SQLTxSilences(st)
         self.state = SQLTxState(st)
 
