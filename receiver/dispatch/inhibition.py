@@ -32,6 +32,9 @@ def track(
     if not ruleset.inhibit or alert is None:
         return
     if transition.what == "open":
+        # Rows of an earlier episode that no closing event removed (an operator resolved
+        # it): its new opening event says what this episode inhibits.
+        tx.inhibitors.remove(alert.id)
         for rule in ruleset.inhibit:
             if rule.is_source(payload) and (key := rule.key(payload)) is not None:
                 since = _epoch(alert.opened_ts)
@@ -50,13 +53,30 @@ def inhibiting(
     for rule in ruleset.inhibit:
         if not rule.is_target(payload) or (key := rule.key(payload)) is None:
             continue
+        found = _open_source(tx, rule, key, alert)
+        if found is not None:
+            return rule, found
+    return None
+
+
+def _open_source(tx: Tx, rule: Inhibition, key: str, alert: str | None) -> Inhibitor | None:
+    """The oldest source of rule with this key whose alert is open in its episode. A
+    source whose alert resolved without a closing event (an operator resolved it) or is
+    gone is forgotten as it is met: else a page of those (find's limit) would hide one
+    still open behind them."""
+    while True:
+        forgot = False
         for found in tx.inhibitors.find(rule.name, key):
             if found.alert == alert:
                 continue  # an alert never inhibits itself
             source = tx.alerts.get(found.alert)
-            if source is not None and source.state == "open" and source.episode == found.episode:
-                return rule, found
-    return None
+            if source is None or source.state != "open":
+                tx.inhibitors.remove(found.alert)
+                forgot = True
+            elif source.episode == found.episode:
+                return found
+        if not forgot:
+            return None
 
 
 def suppression(
