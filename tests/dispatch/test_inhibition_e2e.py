@@ -211,6 +211,24 @@ def test_the_source_target_equal_matrix(start: Callable[[], Scene]) -> None:
         scene.server.stop()
 
 
+def test_a_drop_right_behind_its_intervention_is_inhibited(start: Callable[[], Scene]) -> None:
+    """Sent back to back, most likely routed in one batch: the source is noted before the
+    drop is placed. A drop ahead of its intervention is sent."""
+    scene = start()
+    try:
+        scene.send("score.drop", "early", "s0", team="a")
+        scene.send("intervention.fired", "src0", "s0", team="a")
+        scene.send("intervention.fired", "src", "s1", team="a")
+        scene.send("score.drop", "drop", "s1", team="a")
+        scene.routed("early", "src0", "src", "drop")
+        assert scene.rows("drop") == [("inhibited", scene.reason("src"), "event")]
+        scene.delivered("early")
+        time.sleep(SETTLE)
+        assert scene.titles("drop s1") == [] and len(scene.titles("drop s0")) == 1
+    finally:
+        scene.server.stop()
+
+
 def test_an_inhibition_outlives_a_restart(start: Callable[[], Scene]) -> None:
     """kill -9 with the intervention open and the drop inhibited: after the restart the
     drop is still not sent, nor is the next one, and the source is remembered."""
@@ -272,17 +290,19 @@ def test_the_intervention_ending_notifies_a_drop_still_open_once(
     start: Callable[[], Scene],
 ) -> None:
     """s1's drop is still open when its intervention resolves: one message, "was inhibited
-    by ... since"; s2's drop recovered while inhibited: nothing, not even a resolved
-    message (nothing was sent to answer)."""
+    by ... since", and its recovery then sends the resolved message; s2's drop recovered
+    while inhibited: nothing, not even a resolved message (nothing was sent to answer);
+    s3 has two interventions: its drop waits for the second to end too."""
     scene = start()
     try:
-        for session in ("s1", "s2"):
+        for session in ("s1", "s2", "s3"):
             scene.send("intervention.fired", f"src-{session}", session, team="a")
-        scene.routed("src-s1", "src-s2")
-        for session in ("s1", "s2"):
+        scene.send("intervention.fired", "src-s3b", "s3", team="a", intervention="second")
+        scene.routed("src-s1", "src-s2", "src-s3", "src-s3b")
+        for session in ("s1", "s2", "s3"):
             scene.send("score.drop", f"drop-{session}", session, team="a")
-        scene.routed("drop-s1", "drop-s2")
-        for session in ("s1", "s2"):
+        scene.routed("drop-s1", "drop-s2", "drop-s3")
+        for session in ("s1", "s2", "s3"):
             [(state, reason, _)] = scene.rows(f"drop-{session}")
             assert (state, reason) == ("inhibited", scene.reason(f"src-{session}"))
         scene.send("score.recover", "up-s2", "s2", team="a")
@@ -290,16 +310,17 @@ def test_the_intervention_ending_notifies_a_drop_still_open_once(
         assert scene.rows("up-s2") == []  # no resolved message: nothing was sent
 
         time.sleep(SETTLE)  # still inhibited: the timers send nothing meanwhile
-        assert scene.titles("drop s1") == [] and scene.titles("drop s2") == []
-        for session in ("s1", "s2"):
+        assert not any(scene.titles(f"drop {s}") for s in ("s1", "s2", "s3"))
+        for session in ("s1", "s2", "s3"):  # s3's first intervention; its second stays
             scene.send("intervention.resolved", f"end-{session}", session, team="a")
-        scene.routed("end-s1", "end-s2")
+        scene.routed("end-s1", "end-s2", "end-s3")
 
         [woke] = eventually(lambda: scene.titles("drop s1"), "s1's drop to be notified")
         assert WOKE.search(woke["message"]), woke["message"]
         time.sleep(SETTLE)
         assert len(scene.titles("drop s1")) == 1
         assert scene.titles("drop s2") == [] and scene.titles("recovered s2") == []
+        assert scene.titles("drop s3") == []  # still inhibited, by the second
         rows = scene.server.query(
             "SELECT state, kind FROM outbox WHERE alert = ? AND rule = 'drop' ORDER BY id",
             ("session:s1",),
@@ -309,7 +330,19 @@ def test_the_intervention_ending_notifies_a_drop_still_open_once(
             "SELECT count(*) FROM outbox WHERE alert = 'session:s2' AND state != 'inhibited'"
         )
         assert s2_rows == 0
-        assert scene.server.query("SELECT alert FROM inhibitors") == []  # both ended
+        assert scene.server.query("SELECT alert FROM inhibitors") == [("intervention:s3:second",)]
+
+        # What was notified is answered: s1's recovery sends the resolved message.
+        scene.send("score.recover", "up-s1", "s1", team="a")
+        scene.routed("up-s1")
+        scene.delivered("up-s1", kind="resolved")
+        # s3's second intervention ends: now its drop is notified, once.
+        scene.send("intervention.resolved", "end-s3b", "s3", team="a", intervention="second")
+        [woke] = eventually(lambda: scene.titles("drop s3"), "s3's drop to be notified")
+        assert WOKE.search(woke["message"]), woke["message"]
+        time.sleep(SETTLE)
+        assert len(scene.titles("drop s3")) == 1 and len(scene.titles("recovered s1")) == 1
+        assert len(scene.titles("drop s1")) == 1
     finally:
         scene.server.stop()
 
