@@ -44,7 +44,9 @@ from receiver.store.records import Silence, StoredEvent
 
 HOUR = 3600
 # What happened to a notification, from its outbox row's final state: sent, or why not.
-SUPPRESSED = ("throttled", "muted", "silenced", "grouped", "stale", "cancelled")
+SUPPRESSED = (
+    "throttled", "muted", "silenced", "inhibited", "storm", "grouped", "stale", "cancelled"
+)  # fmt: skip
 
 
 @dataclass
@@ -102,6 +104,7 @@ class Result:
     template_failures: int = 0
     # (policy, step) -> notifier -> pages: who each escalation step paged ("(silenced)": skipped)
     steps: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)
+    inhibited: Counter[str] = field(default_factory=Counter)  # by inhibition rule: muted
 
     def tallies(self, rule: str, notifier: str) -> tuple[Tally, Tally]:
         """The rule's and the notifier's tallies (made on first use)."""
@@ -199,7 +202,9 @@ class Backtest:
             assert alert is not None
             # The leader's store did this as it saved the alert.
             self.tx.scratch.episode_over(alert)
-        inhibition.track(self.tx, self.ruleset, payload, transition, event.id)
+        if inhibition.track(self.tx, self.ruleset, payload, transition, event.id):
+            self.pipeline.now = event.received_at
+            self.pipeline.wake()  # what the source inhibited, still open, is notified now
         if decisions or transition.what == "resolve":
             self.pipeline.event(event.id, payload, decisions, transition=transition)
             self._quiet_until = -math.inf
@@ -294,6 +299,8 @@ class Backtest:
                 continue
             if row.kind == "escalation" and state in ("pending", "silenced", "muted"):
                 self._step(row, state)
+            if state == "inhibited" and row.reason:  # "inhibited by NAME (EVENT, ...)"
+                self.result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
             if state in ("pending", "held"):  # sent when deliver_due() gets to it
                 self._waiting.setdefault(row.id, self._episode(row))
                 continue

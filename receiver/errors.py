@@ -24,7 +24,8 @@
     │       ├── SessionNotFoundError      404 session_not_found
     │       ├── InvalidWebhookError       400 invalid_webhook
     │       ├── WebhookNotFoundError      404 webhook_not_found
-    │       └── AlertNotFoundError        404 alert_not_found
+    │       ├── AlertNotFoundError        404 alert_not_found
+    │       └── EventNotFoundError        404 not_found
     ├── StoreError                    the store failed outside a request
     ├── UpstreamError                 the upstream service refused, failed or was not reached
     └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
@@ -166,6 +167,14 @@ class WebhookNotFoundError(ApiError):
 class AlertNotFoundError(ApiError):
     status = 404
     code = "alert_not_found"
+
+
+class EventNotFoundError(ApiError):
+    """GET /v1/events/:id/explain of an id the store does not have (DESIGN.md's generic
+    not_found: there is no event_not_found code)."""
+
+    status = 404
+    code = "not_found"
 
 
 class StoreError(ReceiverError):

@@ -81,3 +81,36 @@ def test_the_report_lists_each_step_and_whom_it_paged(tmp_path: Path) -> None:
         "pages": {"chat": 2},
     }
     assert [e["step"] for e in report["current"]["escalations"]] == [1]  # 1h: not yet
+
+
+INHIBIT = """
+inhibit:
+  - name: covers
+    source: {type: intervention.fired}
+    target: {type: score.drop}
+    equal: [sessionId]
+rules:
+  - name: drop
+    match: {type: score.drop}
+    notify: hook
+    resolve: true
+"""
+
+
+def test_the_backtest_counts_what_each_inhibition_muted_and_wakes_it_at_the_end(
+    tmp_path: Path,
+) -> None:
+    fired = ev("intervention.fired", "i1", 0, "s1", interventionId="iv1")
+    ended = ev("intervention.resolved", "i2", 5, "s1", interventionId="iv1")
+    stream = [
+        fired,
+        ev("score.drop", "e1", 1, "s1"),  # muted until the intervention ends at 5
+        ended,
+        ev("score.drop", "e2", 2, "s2"),  # another session: sent
+        ev("score.recover", "e3", 60, "s1"),
+    ]
+    [r] = replay(tmp_path, INHIBIT, stream, minutes=120)
+    assert r.inhibited == {"covers": 1}
+    assert r.rules["drop"].suppressed == {"inhibited": 1}
+    # s2's drop; s1's "was inhibited" message at 5; then s1's resolved message at 60.
+    assert sent(r, "drop") == 3

@@ -14,12 +14,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from receiver import why
 from receiver.api import limits
 from receiver.api.auth import Access
 from receiver.api.sessions import limit_param
 from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
-from receiver.errors import AlertNotFoundError, InvalidParameterError
+from receiver.errors import AlertNotFoundError, EventNotFoundError, InvalidParameterError
 from receiver.events import iso_epoch
 from receiver.rules.escalations import Policy
 from receiver.store import Store
@@ -128,7 +129,19 @@ class AlertsAPI:
                 Route(f"{base}/{{id}}/{name}", self._acting(name), methods=["POST"])
                 for name in ("ack", "resolve", "snooze")
             ),
+            Route("/v1/events/{id:path}/explain", self.explain, methods=["GET"]),
         ]
+
+    async def explain(self, request: Request) -> Response:
+        """Why a stored event was routed as it was (receiver.why); role writer."""
+        _, headers = await self.access.check(request, "writer")
+        wanted = request.path_params["id"]
+        found = None
+        if "\x00" not in wanted and len(wanted) <= MAX_TEXT:
+            found = await why.explain_event(self.store, wanted, self.rules())
+        if found is None:
+            raise EventNotFoundError(f"no event has the id {wanted[:100]!r}", headers=headers)
+        return JSONResponse(found, headers=headers)
 
     async def list(self, request: Request) -> Response:
         _, headers = await self.access.check(request, "reader")

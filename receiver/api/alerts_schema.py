@@ -112,6 +112,77 @@ SCHEMAS: dict[str, Any] = {
         },
         "additionalProperties": False,
     },  # fmt: skip
+    "EventExplanation": {
+        "type": "object",
+        "required": ["event", "type", "routedAt", "rules", "rulesFile", "rulesAsOf", "duplicates"],
+        "properties": {
+            "event": {"type": "string"},
+            "type": {"type": "string"},
+            "routedAt": {**_TIME, "nullable": True},
+            "rulesFile": {
+                "type": "object",
+                "required": ["digest", "source"],
+                "properties": {"digest": {"type": "string"}, "source": {"type": "string"}},
+                "additionalProperties": False,
+            },
+            "rulesAsOf": {
+                "type": "string",
+                "enum": ["routing", "now"],
+                "description": "routing: the rules file the event was routed with; now: "
+                "routed before routing kept its files, explained with today's",
+            },
+            "duplicates": {
+                "type": "integer",
+                "description": "deliveries of the same id after the first "
+                "(deduplicated: routed once)",
+            },
+            "rules": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["rule", "matched", "reason"],
+                    "properties": {
+                        "rule": {"type": "string"},
+                        "matched": {"type": "boolean"},
+                        "decision": {
+                            "type": "string",
+                            "enum": [
+                                "sent",
+                                "held",
+                                "digest",
+                                "throttled",
+                                "silenced",
+                                "quiet",
+                                "inhibited",
+                                "storm",
+                                "stale",
+                                "deduplicated",
+                            ],
+                        },
+                        "reason": {"type": "string"},
+                        "notifications": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["id", "notifier", "target", "kind", "state", "reason"],
+                                "properties": {
+                                    "id": {"type": "string"},
+                                    "notifier": {"type": "string"},
+                                    "target": {"type": "integer"},
+                                    "kind": {"type": "string"},
+                                    "state": {"type": "string"},
+                                    "reason": {"type": "string", "nullable": True},
+                                },
+                                "additionalProperties": False,
+                            },
+                        },
+                    },
+                    "additionalProperties": False,
+                },
+            },
+        },
+        "additionalProperties": False,
+    },  # fmt: skip
     "Escalation": {
         "type": "object",
         "required": [
@@ -263,4 +334,16 @@ PATHS: dict[str, Any] = {
         }
     },
     **{f"/v1/alerts/{{id}}/{name}": _act(name) for name in ACTIONS},
+    "/v1/events/{id}/explain": {
+        "get": {
+            "summary": "Why a stored event was routed as it was, from what routing recorded"
+            " (role writer)",
+            "parameters": [_ID],
+            "responses": {
+                "200": _answer("OK", "EventExplanation"),
+                **_REFUSED,
+                "404": _answer("not_found: no event has that id", "Error"),
+            },
+        }
+    },
 }

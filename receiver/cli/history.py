@@ -284,6 +284,9 @@ def _backtest_text(diff: bt.Comparison, took: float) -> list[str]:
         for (policy, step), who in sorted(cand.steps.items()):
             paged = ", ".join(f"{name} {n:,}" for name, n in who.most_common())
             lines.append(f"  {policy} step {step}: {sum(who.values()):,} ({paged})")
+    if cand.inhibited:
+        lines += ["", "inhibited by the new rules (notifications muted, by inhibition rule):"]
+        lines += [f"  {name}: {n:,}" for name, n in sorted(cand.inhibited.items())]
     if cand.template_failures:
         lines.append(f"template failures (fallback sent): {cand.template_failures:,}")
     return lines
@@ -312,6 +315,7 @@ def _result_json(result: bt.Result) -> dict[str, Any]:
         "template_failures": result.template_failures,
         "rules": tallies(result.rules),
         "notifiers": tallies(result.notifiers),
+        "inhibited": dict(sorted(result.inhibited.items())),
         "escalations": [
             {"policy": policy, "step": step, "pages": dict(who.most_common())}
             for (policy, step), who in sorted(result.steps.items())

@@ -105,7 +105,16 @@ def init(path: Path) -> None:
     show_default=True,
     help="Database to read silences and alert state from, if it exists.",
 )
-def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -> None:
+@click.option(
+    "--event",
+    "stored_event",
+    metavar="ID",
+    help="Explain a stored event instead: what routing did with it and why, from what it"
+    " recorded (the rules file it used, each notification's state), not today's rules.",
+)
+def explain(
+    rules_path: Path | None, no_env: bool, db: str, stored_event: str | None, **event_args: Any
+) -> None:
     """Show what the rules would do with an event, without sending anything.
 
     Which rules match, which condition failed for the others, the rendered
@@ -122,8 +131,12 @@ def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -
         receiver explain --type score.drop --score 12 --user user_42
         receiver explain --type score.recover --session sess_1
         receiver explain --file event.json
+        receiver explain --event evt_5c0d8f2e9a1b4c7d --db data/receiver.db
     """
     ruleset = load_rules(rules_path, no_env=no_env)
+    if stored_event is not None:
+        _explain_stored(ruleset, stored_event, db)
+        return
     body = build_body(**event_args)
     try:
         event = events.parse(body)
@@ -139,6 +152,15 @@ def explain(rules_path: Path | None, no_env: bool, db: str, **event_args: Any) -
         echo("now:")
         for line in lines:
             echo(f"  {line}")
+
+
+def _explain_stored(ruleset: rules.Ruleset, event_id: str, db: str) -> None:
+    from receiver import why
+
+    found = with_store(db, lambda store: why.explain_event(store, event_id, ruleset))
+    if found is None:
+        raise click.ClickException(f"no event {event_id!r} in {db}")
+    echo_lines(why.lines(found))
 
 
 def _enrichment(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> Any:

@@ -26,11 +26,12 @@ from receiver.store.records import Inhibitor
 
 def track(
     tx: Tx, ruleset: Ruleset, payload: Mapping[str, Any], transition: Transition, event_id: str
-) -> None:
-    """Keep the open sources up to date with what the event did to its alert."""
+) -> bool:
+    """Keep the open sources up to date with what the event did to its alert; whether a
+    source ended (what it inhibited may be notified now: escalations.wake)."""
     alert = transition.alert
     if not ruleset.inhibit or alert is None:
-        return
+        return False
     if transition.what == "open":
         # Rows of an earlier episode that no closing event removed (an operator resolved
         # it): its new opening event says what this episode inhibits.
@@ -42,7 +43,8 @@ def track(
                     Inhibitor(rule.name, key, alert.id, alert.episode, event_id, since)
                 )
     elif transition.what == "resolve":
-        tx.inhibitors.remove(alert.id)
+        return tx.inhibitors.remove(alert.id) > 0
+    return False
 
 
 def inhibiting(
@@ -69,7 +71,7 @@ def _open_source(tx: Tx, rule: Inhibition, key: str, alert: str | None) -> Inhib
         for found in tx.inhibitors.find(rule.name, key):
             if found.alert == alert:
                 continue  # an alert never inhibits itself
-            source = tx.alerts.get(found.alert)
+            source = tx.alerts.peek(found.alert)  # unlocked: locks go in one order
             if source is None or source.state != "open":
                 tx.inhibitors.remove(found.alert)
                 forgot = True

@@ -237,6 +237,8 @@ class Pipeline:
     def resolve(self, alert: Alert, payload: Mapping[str, Any]) -> None:
         """An operator resolved the alert (already saved resolved; receiver.dispatch.actions):
         what its closing event would do, payload standing in for that event."""
+        if self.ruleset.inhibit:  # it inhibits nothing any more (the timers wake its targets)
+            self.tx.inhibitors.remove(alert.id)
         self._resolve(alert.opened_event or "-", payload, alert)
 
     def _resolve(self, event_id: str, payload: Mapping[str, Any], alert: Alert | None) -> None:

@@ -141,6 +141,7 @@ class Router:
         self._woke_at = -math.inf  # when escalations.wake() last looked
         self._wake_after: escalations.Cursors = (None, None)
         self._silences: set[int] = set()  # the silences in force at the last tick
+        self._kept_rules = ""  # the digest of the rules file the store has a copy of
 
     def wake(self) -> None:
         self._wake.set()
@@ -209,6 +210,8 @@ class Router:
         self._count(counts)
         self._failed(failed)
         self.metrics.routed.inc(routed)
+        if routed:
+            self._kept_rules = ruleset.digest
         if self._ahead:
             self._wake.set()  # read ahead, waiting: no need to wait for a wake-up
         return routed
@@ -291,6 +294,8 @@ class Router:
             self._ahead = tx.events.unrouted(self._batch, self._poisoned)
             return 0, Counter(), {}
         self.lag = now - min(e.received_at for e in events)  # read oldest first
+        if ruleset.digest != self._kept_rules:  # GET /v1/events/:id/explain reads it
+            tx.events.keep_rules(ruleset.digest, ruleset.source, ruleset.text, now)
         self._batch = min(MAX_BATCH, self._batch * 2) if self.lag > LAG_LIMIT else BATCH
         try:
             with tx.savepoint():
@@ -319,7 +324,7 @@ class Router:
         payloads = [payload for payload, _ in routes]
         tx.sessions.project(_facts(events, payloads))
         pipeline.counts["subscriber"] += _fan_out(tx, events, payloads, now)
-        tx.events.mark_routed([event.id for event in events], now)
+        tx.events.mark_routed([event.id for event in events], now, ruleset.digest)
         return pipeline
 
     def _route_each(
@@ -335,7 +340,7 @@ class Router:
                     pipeline.event(event.id, payload, decisions, replay=event.replay)
                     tx.sessions.project(_facts([event], [payload]))
                     pipeline.counts["subscriber"] += _fan_out(tx, [event], [payload], now)
-                    tx.events.mark_routed([event.id], now)
+                    tx.events.mark_routed([event.id], now, ruleset.digest)
             except Exception as exc:  # noqa: BLE001
                 if systemic(exc):
                     raise  # the database's fault, not this event's: the loop retries

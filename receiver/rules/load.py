@@ -185,6 +185,7 @@ def load_text(
         schedules=schedules,
         escalations=policies,
         inhibit=inhibit,
+        text=text,
     )
 
 

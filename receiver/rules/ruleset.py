@@ -44,6 +44,7 @@ class Ruleset:
         schedules: Mapping[str, Schedule] | None = None,
         escalations: Mapping[str, Policy] | None = None,
         inhibit: Sequence[Inhibition] = (),
+        text: str = "",
     ) -> None:
         self.notifiers = notifiers
         self.rules = rules
@@ -53,6 +54,7 @@ class Ruleset:
         self.escalations = dict(escalations or {})
         self.inhibit = tuple(inhibit)  # inhibition rules, in file order
         self.digest = digest
+        self.text = text  # the file as loaded (${VAR} unresolved), kept for explain
         self.source = source
         self._builtin = builtin
         # By event type: the rules that can match it, each with its other conditions.

@@ -125,6 +125,14 @@ class SQLTxAlerts:
         """Drop what read_ahead() kept, written or not (after rolling its writes back)."""
         self.ahead.clear()
 
+    def peek(self, alert_id: str) -> Alert | None:
+        """The alert as this transaction sees it (read ahead, else stored), unlocked."""
+        kept = self.ahead.alerts
+        if kept is not None and alert_id in kept:
+            return kept[alert_id]
+        row = self.st.q(f"{SELECT_ALERTS} WHERE id = ?", (alert_id,)).fetchone()
+        return None if row is None else Alert(*row)
+
     def list_open(self, limit: int = 1000) -> list[Alert]:
         rows = self.st.q(
             f"{SELECT_ALERTS} WHERE state = 'open' ORDER BY opened_ts LIMIT ?", (limit,)

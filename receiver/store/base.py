@@ -62,8 +62,12 @@ class TxEvents(Protocol):
         """Events not yet routed, oldest first; with several replicas, ones no other
         replica is routing right now."""
 
-    def mark_routed(self, event_ids: list[str], now: float) -> int:
-        """Mark these events routed; how many were not already."""
+    def mark_routed(self, event_ids: list[str], now: float, rules: str | None = None) -> int:
+        """Mark these events routed, by the rules file of digest rules; how many were not
+        already."""
+
+    def keep_rules(self, digest: str, source: str, text: str, now: float) -> None:
+        """Keep a rules file routed with, once a digest (GET /v1/events/:id/explain)."""
 
     def body(self, event_id: str) -> str | None: ...
     def last_received(self) -> float | None: ...
@@ -130,6 +134,10 @@ class TxAlerts(Protocol):
     """Alerts (tx.alerts); an alert read here is locked until the transaction ends."""
 
     def get(self, alert_id: str) -> Alert | None: ...
+    def peek(self, alert_id: str) -> Alert | None:
+        """get() without taking the alert's lock (PostgreSQL): to read another alert's
+        state (an inhibition's source) without locking out of order."""
+
     def save(self, alert: Alert, now: float) -> None: ...
     def read_ahead(self, alert_ids: Iterable[str]) -> None:
         """Read these alerts ahead; until flush(), get() and save() keep them in memory
@@ -174,8 +182,8 @@ class TxInhibitors(Protocol):
     def add(self, found: Inhibitor) -> None:
         """Note an alert whose opening event matched rule's source (again: the newest)."""
 
-    def remove(self, alert: str) -> None:
-        """The alert resolved: it inhibits nothing any more."""
+    def remove(self, alert: str) -> int:
+        """The alert resolved: it inhibits nothing any more; how many rows it had."""
 
     def find(self, rule: str, key: str, limit: int = 8) -> list[Inhibitor]:
         """The sources of rule with these equal values, oldest first (open or not: check)."""

@@ -33,8 +33,20 @@ ADMIN_SCHEMA = """
     )
 """
 _EVENT_COLUMNS = (
-    "id, type, session_id, user_id, score, event_ts, received_at, routed_at, duplicates"
+    "id, type, session_id, user_id, score, event_ts, received_at, routed_at, duplicates, rules"
 )
+# What routing records for `GET /v1/events/:id/explain`: each event's rules file (its
+# digest, set with routed_at in the batch's one UPDATE), and each rules file routed with,
+# once (SQLite's migration 19, PostgreSQL's 16). {real}: each store's float.
+RULESETS_SCHEMA = """
+    ALTER TABLE events ADD COLUMN rules TEXT;
+    CREATE TABLE rulesets (
+        digest TEXT PRIMARY KEY,
+        source TEXT NOT NULL,
+        text TEXT NOT NULL,
+        seen_at {real} NOT NULL
+    );
+"""
 SELECT_REPLAY = (
     "SELECT id, event_id, requested_at, respect_lifecycle, routed_at FROM replays WHERE id = ?"
 )
@@ -160,6 +172,15 @@ class SQLEvents:
 
         return await self.db.read(select)
 
+    async def rules(self, digest: str) -> tuple[str, str] | None:
+        """(source, text) of the rules file of this digest, as routing kept it."""
+
+        def select(q: Query) -> tuple[str, str] | None:
+            row = q("SELECT source, text FROM rulesets WHERE digest = ?", (digest,)).fetchone()
+            return None if row is None else (str(row[0]), str(row[1]))
+
+        return await self.db.read(select)
+
     async def quarantined(self, *, before: int | None, limit: int) -> list[Quarantined]:
         def select(q: Query) -> list[Quarantined]:
             rows = q(
@@ -182,14 +203,23 @@ class SQLTxEvents:
     def __init__(self, st: Statements) -> None:
         self.st = st
 
-    def mark_routed(self, event_ids: list[str], now: float) -> int:
-        """Mark these events routed; how many were not already."""
+    def mark_routed(self, event_ids: list[str], now: float, rules: str | None = None) -> int:
+        """Mark these events routed (by the rules file of digest rules); how many were not
+        already."""
         where, param = self.st.dialect.in_("id", event_ids)
         return int(
             self.st.q(
-                f"UPDATE events SET routed_at = ? WHERE {where} AND routed_at IS NULL",
-                (now, param),
+                f"UPDATE events SET routed_at = ?, rules = ? WHERE {where} AND routed_at IS NULL",
+                (now, rules, param),
             ).rowcount
+        )
+
+    def keep_rules(self, digest: str, source: str, text: str, now: float) -> None:
+        """Keep a rules file routed with (once a digest), for explaining its events later."""
+        self.st.q(
+            "INSERT INTO rulesets (digest, source, text, seen_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (digest) DO NOTHING",
+            (digest, source, text, now),
         )
 
     def body(self, event_id: str) -> str | None:

@@ -37,8 +37,8 @@ class SQLTxInhibitors:
             (found.rule, found.key, found.alert, found.episode, found.event, found.since),
         )
 
-    def remove(self, alert: str) -> None:
-        self.st.q("DELETE FROM inhibitors WHERE alert = ?", (alert,))
+    def remove(self, alert: str) -> int:
+        return int(self.st.q("DELETE FROM inhibitors WHERE alert = ?", (alert,)).rowcount)
 
     def find(self, rule: str, key: str, limit: int = 8) -> list[Inhibitor]:
         """The sources of rule with these values, oldest first. The caller checks each one's

@@ -52,7 +52,10 @@ class MemoryEvents:
         found = [self.t.events[i] for i in self.t.unrouted if i not in skipped]
         return sorted(found, key=lambda e: e.received_at)[:limit]
 
-    def mark_routed(self, event_ids: list[str], now: float) -> int:
+    def keep_rules(self, digest: str, source: str, text: str, now: float) -> None:
+        return None  # a backtest explains nothing later
+
+    def mark_routed(self, event_ids: list[str], now: float, rules: str | None = None) -> int:
         marked = 0
         for event_id in event_ids:
             if event_id in self.t.unrouted:
@@ -159,6 +162,9 @@ class MemoryAlerts:
         self.t = t
 
     def get(self, alert_id: str) -> Alert | None:
+        return self.t.alerts.get(alert_id)
+
+    def peek(self, alert_id: str) -> Alert | None:
         return self.t.alerts.get(alert_id)
 
     def save(self, alert: Alert, now: float) -> None:

@@ -91,9 +91,11 @@ class MemoryInhibitors:
     def add(self, found: Inhibitor) -> None:
         self.t.inhibitors[(found.rule, found.key, found.alert)] = found
 
-    def remove(self, alert: str) -> None:
-        for key in [k for k in self.t.inhibitors if k[2] == alert]:
+    def remove(self, alert: str) -> int:
+        gone = [k for k in self.t.inhibitors if k[2] == alert]
+        for key in gone:
             del self.t.inhibitors[key]
+        return len(gone)
 
     def find(self, rule: str, key: str, limit: int = 8) -> list[Inhibitor]:
         found = [i for (r, k, _), i in self.t.inhibitors.items() if r == rule and k == key]

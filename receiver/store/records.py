@@ -326,6 +326,7 @@ class EventRow:
     received_at: float
     routed_at: float | None
     duplicates: int  # deliveries of the same id after the first
+    rules: str | None = None  # the digest of the rules file it was routed with
 
 
 @dataclass(frozen=True)

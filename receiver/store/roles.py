@@ -51,6 +51,9 @@ class Events(Protocol):
     async def page(self, query: EventQuery) -> list[EventRow]:
         """Events newest first (received_at, then id), after query.before if given."""
 
+    async def rules(self, digest: str) -> tuple[str, str] | None:
+        """(source, text) of the rules file routing kept under this digest."""
+
     async def get(self, event_id: str) -> tuple[EventRow, str] | None:
         """One event and its raw body."""
 

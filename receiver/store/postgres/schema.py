@@ -12,7 +12,7 @@ from receiver.errors import StoreError
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA
-from receiver.store.events import ADMIN_SCHEMA
+from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
@@ -173,6 +173,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     INHIBITORS_SCHEMA.format(real="DOUBLE PRECISION"),
     # 15: the storm guard's window of each rule that has one (SQLite's 18).
     STORMS_SCHEMA.format(real="DOUBLE PRECISION"),
+    # 16: the rules file each event was routed with (SQLite's 19).
+    RULESETS_SCHEMA.format(real="DOUBLE PRECISION"),
 ]
 
 

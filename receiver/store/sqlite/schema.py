@@ -12,7 +12,7 @@ import sqlite_utils
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA
-from receiver.store.events import ADMIN_SCHEMA
+from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
@@ -190,6 +190,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     INHIBITORS_SCHEMA.format(real="REAL"),
     # 18: the storm guard's window of each rule that has one.
     STORMS_SCHEMA.format(real="REAL"),
+    # 19: the rules file each event was routed with, for explaining it later.
+    RULESETS_SCHEMA.format(real="REAL"),
 ]
 
 
