@@ -11,6 +11,7 @@ from urllib.parse import quote, urlencode
 from starlette.requests import Request
 from starlette.responses import Response
 
+from receiver import why
 from receiver.admin._common import (
     FILTER_WINDOW,
     PAGE,
@@ -103,12 +104,13 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
     deliveries = [
         {"row": r.id, **shown_delivery(r)} for r in rows if r.notifier == WEBHOOK_NOTIFIER
     ]
+    routed = await why.explain_event(admin.store, row.id, admin.rules.current)
     return await admin.view(
         request,
         session,
         "event.html",
         {"row": row, "body": body, "payload": payload, "explanation": explanation,
-         "notifications": notifications, "deliveries": deliveries},
+         "notifications": notifications, "deliveries": deliveries, "why": routed},
     )  # fmt: skip
 
 

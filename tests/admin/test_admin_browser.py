@@ -470,7 +470,13 @@ def test_a_sent_event_is_listed_and_leads_to_its_notification(
     assert tab.page.get_by_role("heading", name=f"Event {event['id']}").is_visible()
     assert f'"userId": "{event["userId"]}"' in tab.page.locator("pre.payload").inner_text()
     assert "page-oncall" in tab.page.locator("pre.explain").inner_text()
-    row = tab.row("page-oncall")
+    # Why: what routing decided, from what it recorded (GET /v1/events/:id/explain's).
+    decided = tab.page.locator("table.why tbody tr").filter(has_text="page-oncall")
+    assert decided.locator("td").nth(1).inner_text() == "sent"
+    skipped = tab.page.locator("table.why tbody tr").filter(has_text="escalate")
+    assert skipped.locator("td").nth(1).inner_text() == "not matched"
+    row = tab.page.locator("table:not(.why) tbody tr").filter(has_text="page-oncall")
+    assert row.count() == 1
     assert row.locator(".state").inner_text() == "delivered"
     [(row_id, _)] = outbox(server, event["id"])
     tab.follow(tab.page.get_by_role("link", name="Notifications"))
