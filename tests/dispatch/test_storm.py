@@ -92,3 +92,42 @@ def test_a_storm_sends_max_singles_and_one_storm_message_a_window(
     got = http_sink.wait_for(15)
     assert [r.json["title"] for r in got[12:]] == ["drop v0", "drop v1", "drop v2"]
     assert states(server)["storm"] == 195
+
+
+def test_two_postgres_replicas_share_the_storm_count(
+    tmp_path: Path, http_sink: HTTPSink, pg_url: str
+) -> None:
+    """30 drops sent to two replicas alternately, in one window of max 10: 10 go out, 20 are
+    held back, in one storm message: the count lives in the store, not in a process."""
+    from tests.harness import Receiver
+
+    text = RULES.format(url=http_sink.json_url())
+    replicas = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        replicas.append(Receiver(tmp_path / name, rules=text, db=pg_url).start())
+    try:
+        for i in range(30):
+            drop = event("score.drop", f"e{i}", i * 0.1, session=f"s{i}")
+            assert replicas[i % 2].send(drop).status_code == 202
+        sql = "SELECT state, count(*) FROM outbox WHERE kind = 'event' GROUP BY state"
+
+        def settled() -> bool:
+            found = dict(dbview.query(pg_url, sql))
+            return found.get("storm") == 20 and sum(found.values()) == 30
+
+        until(settled, "30 routed: 20 held back", timeout=60)
+        http_sink.wait_for(10)
+        storms = dbview.query(pg_url, "SELECT count(*) FROM outbox WHERE kind = 'storm'")
+        assert storms == [(1,)]  # one storm message (one target), sent when the window ends
+        quiet(http_sink, 10)
+        key = replicas[0].make_key("ops", role="writer")
+        decided = []
+        for i in range(30):  # every event is explained as sent or storm
+            found = replicas[i % 2].get(f"/v1/events/e{i}/explain", key).json()
+            [rule] = [r for r in found["rules"] if r["matched"]]
+            decided.append(rule["decision"])
+        assert sorted(decided) == ["sent"] * 10 + ["storm"] * 20
+    finally:
+        for replica in replicas:
+            replica.stop()
