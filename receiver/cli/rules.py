@@ -177,8 +177,11 @@ def _enrichment(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> Any
 def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> list[str]:
     from receiver.dispatch.alerts import alert_id
     from receiver.dispatch.explain import explain_now
+    from receiver.dispatch.inhibition import inhibiting
+    from receiver.dispatch.inhibition import reason as inhibition_reason
 
     now = time.time()
+    inhibited: list[str] = []  # "inhibited by NAME (...)": its notifications are muted now
     silences: list[Any] = []
     alert = None
     notified: list[str] = []
@@ -186,6 +189,8 @@ def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> 
         aid = alert_id(payload)
 
         def read(tx: Any) -> tuple[list[Any], Any, list[str]]:
+            if ruleset.inhibit and (held := inhibiting(tx, ruleset, payload, aid)) is not None:
+                inhibited.append(inhibition_reason(*held))
             alert = tx.alerts.get(aid) if aid else None
             notified: list[str] = []
             if alert is not None and alert.state == "open":
@@ -197,4 +202,5 @@ def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> 
             return tx.silences.active(now), alert, notified
 
         silences, alert, notified = with_store(db, lambda s: s.transact(read))
-    return explain_now(ruleset, payload, now, silences=silences, alert=alert, notified=notified)
+    lines = explain_now(ruleset, payload, now, silences=silences, alert=alert, notified=notified)
+    return lines + inhibited

@@ -3,6 +3,7 @@ notifier URL, and the resolved messages an event closing an alert would send if 
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -180,3 +181,42 @@ def test_explain_shows_each_step_and_who_is_on_call_when_it_would_page() -> None
         {**payload("score.drop"), "score": 10}, at=datetime(2026, 11, 23, 8, 0, tzinfo=UTC)
     )
     assert "+30m step 2 -> schedule:primary (bob then)" in early.format()
+
+
+def test_explain_says_now_that_an_open_source_inhibits_the_event(tmp_path: Path) -> None:
+    import asyncio
+
+    from receiver.store import open_store
+    from receiver.store.records import Alert, Inhibitor
+
+    db = str(tmp_path / "receiver.db")
+    source = Alert("intervention:sess_1:iv1", "open", 1, "2026-11-23T10:00:00.000000Z")
+
+    async def prepare() -> None:
+        store = open_store(db)
+        await store.open()
+        try:
+
+            def work(tx: Any) -> None:
+                tx.alerts.save(source, 1.0)
+                tx.inhibitors.add(
+                    Inhibitor("covers", '["sess_1"]', source.id, 1, "evt_src", 1795428000.0)
+                )
+
+            await store.transact(work)
+        finally:
+            await store.close()
+
+    asyncio.run(prepare())
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(
+        "inhibit:\n  - name: covers\n    source: {type: intervention.fired}\n"
+        "    target: {type: score.drop}\n    equal: [sessionId]\n"
+        "rules:\n  - name: drops\n    match: {type: score.drop}\n    notify: console\n"
+    )
+    args = ["explain", "--rules", str(rules_file), "--db", db, "--type", "score.drop"]
+    done = CliRunner().invoke(cli, [*args, "--session", "sess_1"])
+    assert done.exit_code == 0, done.output
+    assert "  inhibited by covers (evt_src, open since 2026-11-23 10:00:00Z)" in done.output
+    other = CliRunner().invoke(cli, [*args, "--session", "sess_2"])
+    assert other.exit_code == 0 and "inhibited" not in other.output
