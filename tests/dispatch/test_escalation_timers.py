@@ -11,8 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -66,21 +65,6 @@ def base(sink: HTTPSink) -> str:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-@pytest.fixture
-def start(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[[str], InProcessReceiver]]:
-    running: list[InProcessReceiver] = []
-
-    def _start(rules: str) -> InProcessReceiver:
-        server = InProcessReceiver(tmp_path, rules, clock).start()
-        running.append(server)
-        return server
-
-    yield _start
-    for server in running:
-        if server.thread.is_alive():
-            server.stop()
 
 
 def eventually(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:

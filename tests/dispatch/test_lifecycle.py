@@ -2,7 +2,7 @@
 sink receiving notifications, and a clock the tests drive instead of sleeping."""
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -55,21 +55,6 @@ def until(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(T0.timestamp())
-
-
-@pytest.fixture
-def start(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[[str], InProcessReceiver]]:
-    running: list[InProcessReceiver] = []
-
-    def _start(rules: str) -> InProcessReceiver:
-        server = InProcessReceiver(tmp_path, rules, clock).start()
-        running.append(server)
-        return server
-
-    yield _start
-    for server in running:
-        if server.thread.is_alive():
-            server.stop()
 
 
 def rules(sink: HTTPSink, options: str, match: str = "type: score.drop") -> str:
