@@ -158,6 +158,7 @@ def test_serve_refuses_short_retention_with_a_settings_error() -> None:
 
 
 def test_prunes_finished_lifecycle_state_and_keeps_what_is_live(tmp_path: Path) -> None:
+    from receiver.store.records import Chain
     from receiver.store.sqlite.tx import Alert
 
     db, clock = tmp_path / "r.db", Clock(T0)
@@ -170,13 +171,24 @@ def test_prunes_finished_lifecycle_state_and_keeps_what_is_live(tmp_path: Path) 
         tx.digests.new("r", "*", clock.now, clock.now + 30)
         tx.silences.add({"userId": "u"}, "over", clock.now, clock.now + 60)
         tx.silences.add({"userId": "u"}, "long", clock.now, clock.now + 60 * DAY)
+        policy = {"name": "p", "steps": [{"after": 0, "notify": ["x"]}], "repeat": 0}
+        for rule, next_at, since in (
+            ("ran-out", None, None),
+            ("running", clock.now, None),
+            ("waiting", None, clock.now),
+        ):
+            tx.escalations.start(
+                Chain("session:open", 1, rule, policy, 1, 0, next_at, clock.now, since, None)
+            )  # fmt: skip
 
     async def go(store: SQLiteStore) -> Counter[str]:
         await store.transact(old_state)
         clock.now = T0 + 31 * DAY
         return await Pruner(store, retention=30 * DAY, metrics=Metrics(), clock=clock).prune()
 
-    assert run_store(db, clock, go) == Counter(lifecycle=4)
+    assert run_store(db, clock, go) == Counter(lifecycle=5)
+    # A chain that ran out goes; one still running or waiting for a silence stays.
+    assert rows(db, "SELECT rule FROM escalations ORDER BY rule") == ["running", "waiting"]
     assert rows(db, "SELECT id FROM alerts") == ["session:open"]
     assert rows(db, "SELECT alert FROM notices") == ["session:open"]
     assert rows(db, "SELECT count(*) FROM groups") == [0]

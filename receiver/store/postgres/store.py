@@ -379,6 +379,9 @@ class PostgresStore:
                     " AND notified_at < %s LIMIT %s)",
                     "DELETE FROM groups WHERE id IN (SELECT id FROM groups"
                     " WHERE closes_at < %s LIMIT %s)",
+                    "DELETE FROM escalations WHERE (alert, episode, rule) IN (SELECT alert,"
+                    " episode, rule FROM escalations WHERE next_at IS NULL"
+                    " AND suppressed_since IS NULL AND started_at < %s LIMIT %s)",
                     "DELETE FROM silences WHERE id IN (SELECT id FROM silences"
                     " WHERE ends_at < %s LIMIT %s)",
                     "DELETE FROM replays WHERE id IN (SELECT id FROM replays"

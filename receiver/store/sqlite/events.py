@@ -157,6 +157,8 @@ def prune(conn: sqlite3.Connection, before: float, limit: int) -> dict[str, int]
             "DELETE FROM notices WHERE rowid IN (SELECT rowid FROM notices"
             " WHERE next_repeat_at IS NULL AND notified_at < ? LIMIT ?)",
             "DELETE FROM groups WHERE id IN (SELECT id FROM groups WHERE closes_at < ? LIMIT ?)",
+            "DELETE FROM escalations WHERE rowid IN (SELECT rowid FROM escalations"
+            " WHERE next_at IS NULL AND suppressed_since IS NULL AND started_at < ? LIMIT ?)",
             "DELETE FROM silences WHERE id IN (SELECT id FROM silences WHERE ends_at < ? LIMIT ?)",
             "DELETE FROM replays WHERE id IN (SELECT id FROM replays"
             " WHERE requested_at < ? LIMIT ?)",
