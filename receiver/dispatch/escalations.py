@@ -105,15 +105,24 @@ def run(
     fails (a bug, a row that cannot be read) is a failed attempt: logged, counted
     (receiver_notifications_total{outcome="escalation_failed"}) and tried again in
     RETRY_FAILED seconds; the others go on."""
-    for chain in tx.escalations.due(now):
-        try:
-            with tx.savepoint():
-                _look(tx, ruleset, chain, now, silences, counts, links)
-                tx.escalations.save(chain)
-        except Exception as exc:  # noqa: BLE001 - one chain's fault, not the timers'
-            if systemic(exc):
-                raise  # the database's: the timers loop pauses and retries
-            _failed(tx, chain, now, exc, counts)
+    chains = tx.escalations.due(now)
+    if not chains:
+        return
+    # Their alerts read at once, locked in id order on PostgreSQL (the order a routing batch
+    # locks in): one by one in due order could deadlock with a batch holding two of them.
+    tx.alerts.read_ahead(c.alert for c in chains)
+    try:
+        for chain in chains:
+            try:
+                with tx.savepoint():
+                    _look(tx, ruleset, chain, now, silences, counts, links)
+                    tx.escalations.save(chain)
+            except Exception as exc:  # noqa: BLE001 - one chain's fault, not the timers'
+                if systemic(exc):
+                    raise  # the database's: the timers loop pauses and retries
+                _failed(tx, chain, now, exc, counts)
+    finally:
+        tx.alerts.forget()  # nothing here changes an alert: nothing to write back
 
 
 def _failed(tx: Tx, chain: Chain, now: float, exc: Exception, counts: Counter[str]) -> None:
