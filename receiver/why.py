@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from receiver.dispatch.alerts import alert_id
 from receiver.errors import ConfigError
 from receiver.events import iso_epoch, load_stored
 from receiver.rules import Ruleset, load_text
@@ -51,18 +52,25 @@ async def explain_event(store: Store, event_id: str, current: Ruleset) -> dict[s
     for out in reversed(rows):  # oldest first
         by_rule.setdefault(out.rule, []).append(out)
     verdicts = ruleset.explain(payload, at=row.received_at).rules
+    # The escalations this event started (in its routing transaction): a rule that only
+    # escalates started one, or found its alert's already running (deduplicated).
+    aid = alert_id(payload)
+    chains = await store.alerts.chains(aid) if aid is not None else []
+    started = {c.rule for c in chains if c.started_at == row.routed_at}
     return {
         "event": row.id,
         "type": row.type,
         "routedAt": None if row.routed_at is None else iso_epoch(row.routed_at),
-        "rules": [_rule(v, by_rule.get(v.rule, []), ruleset) for v in verdicts],
+        "rules": [_rule(v, by_rule.get(v.rule, []), ruleset, started) for v in verdicts],
         "rulesFile": {"digest": ruleset.digest, "source": ruleset.source},
         "rulesAsOf": as_of,
         "duplicates": row.duplicates,
     }
 
 
-def _rule(verdict: RuleOutcome, rows: Sequence[OutboxRow], ruleset: Ruleset) -> dict[str, Any]:
+def _rule(
+    verdict: RuleOutcome, rows: Sequence[OutboxRow], ruleset: Ruleset, started: set[str]
+) -> dict[str, Any]:
     if verdict.status == "not evaluated":
         reason = f'not evaluated: rule "{verdict.skipped_by}" matched first and does not continue'
         return {"rule": verdict.rule, "matched": False, "reason": reason}
@@ -70,7 +78,7 @@ def _rule(verdict: RuleOutcome, rows: Sequence[OutboxRow], ruleset: Ruleset) -> 
         reason = "; ".join(c.reason for c in verdict.failed)
         return {"rule": verdict.rule, "matched": False, "reason": reason}
     own = [r for r in rows if r.kind == "event"]
-    decision, reason = _decision(own, ruleset, verdict)
+    decision, reason = _decision(own, ruleset, verdict, started)
     return {
         "rule": verdict.rule,
         "matched": True,
@@ -80,12 +88,20 @@ def _rule(verdict: RuleOutcome, rows: Sequence[OutboxRow], ruleset: Ruleset) -> 
     }
 
 
-def _decision(own: Sequence[OutboxRow], ruleset: Ruleset, verdict: RuleOutcome) -> tuple[str, str]:
+def _decision(
+    own: Sequence[OutboxRow], ruleset: Ruleset, verdict: RuleOutcome, started: set[str]
+) -> tuple[str, str]:
     """The decision the rule's own rows record, and its reason."""
     if not own:
         rule = ruleset.by_name.get(verdict.rule)
         if rule is not None and rule.escalate is not None and not rule.notify:
-            return "sent", f"escalation {rule.escalate.name}: its steps page (see the alert)"
+            policy = rule.escalate.name
+            if rule.name in started:
+                return "sent", f"escalation {policy} started: its steps page (see the alert)"
+            return (
+                "deduplicated",
+                f"escalation {policy} was already running for its alert: nothing new started",
+            )
         if verdict.notifiers == (ESCALATE_ONLY,) or not verdict.notifiers:
             return "sent", "no notifier of its own"
         return "stale", "no notification was recorded for it"
