@@ -213,8 +213,9 @@ class Tab:
             target.click()
 
     def row(self, text: str) -> Any:
-        """The table row holding text (exactly one)."""
-        found = self.page.locator("tbody tr").filter(has_text=text)
+        """The table row holding text (exactly one), outside an event page's "Why" table
+        (which names every rule)."""
+        found = self.page.locator("table:not(.why) tbody tr").filter(has_text=text)
         assert found.count() == 1, f"{found.count()} rows hold {text!r}: {self.page.url}"
         return found
 
@@ -475,8 +476,7 @@ def test_a_sent_event_is_listed_and_leads_to_its_notification(
     assert decided.locator("td").nth(1).inner_text() == "sent"
     skipped = tab.page.locator("table.why tbody tr").filter(has_text="escalate")
     assert skipped.locator("td").nth(1).inner_text() == "not matched"
-    row = tab.page.locator("table:not(.why) tbody tr").filter(has_text="page-oncall")
-    assert row.count() == 1
+    row = tab.row("page-oncall")
     assert row.locator(".state").inner_text() == "delivered"
     [(row_id, _)] = outbox(server, event["id"])
     tab.follow(tab.page.get_by_role("link", name="Notifications"))
