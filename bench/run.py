@@ -496,6 +496,7 @@ PARTS = (
     "api",
     "backtest",
     "statements",
+    "recording",
 )
 
 
@@ -707,6 +708,49 @@ def run_workers(
                 f"| {n} | {round_no} | {r.rps:,.0f} | {r.p50_ms:.2f} | {r.p99_ms:.2f} | "
                 f"{errors} | {load} |"
             )
+    return [*lines, ""]
+
+
+def run_recording(
+    args: argparse.Namespace, work: Path, sink: Sink, stream: Path, warmup: Path, pin: bool
+) -> list[str]:
+    """The receiver as shipped against itself with routing's record for explain switched off
+    (bench/no_recording.py), alternately, each round: what the record costs the router."""
+    lines = [
+        "## What recording the routing decisions costs",
+        "",
+        "The receiver as shipped (routing records each batch's rules file for `GET",
+        "/v1/events/:id/explain`) and the same with that record switched off",
+        "(bench/no_recording.py), alternately, flat out.",
+        "",
+        "| run | receiver | stored+routed/s | p99 ms | record's cost | load |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    costs: list[float] = []
+    for round_no in range(1, args.rounds + 1):
+        figures: dict[str, float] = {}
+        for variant in ("not recorded", "recorded"):
+            server = make_server("receiver", work, sink.port)
+            if variant == "not recorded":
+                server.argv = [sys.executable, str(BENCH / "no_recording.py")]
+            print(f"recording {round_no}: {variant} ...", file=sys.stderr, flush=True)
+            r = measure(server, round_no, args, stream, warmup, pin)
+            rate = r.routing.sustained if r.routing is not None else 0.0
+            figures[variant] = rate
+            base = figures.get("not recorded") or 0.0
+            cost = f"{1 - rate / base:+.1%}" if variant == "recorded" and base else "-"
+            if variant == "recorded" and base:
+                costs.append(1 - rate / base)
+            lines.append(
+                f"| {round_no} | {variant} | {rate:,.0f} | {r.p99_ms:.2f} | {cost} | {r.load} |"
+            )
+    if costs:
+        lines += [
+            "",
+            f"The record's cost over the {len(costs)} rounds: {sum(costs) / len(costs):+.1%} on"
+            f" average (each round {', '.join(f'{c:+.1%}' for c in costs)}; + is slower). The"
+            " rounds' spread is this machine's noise as much as the record: the budget is 10%.",
+        ]
     return [*lines, ""]
 
 
@@ -1046,6 +1090,7 @@ def main() -> None:
                 ("statements", lambda: statements.measure(20_000, BENCH / "rules.yaml")),
                 ("api", lambda: api.run_part(args, work, pin)),
                 ("backtest", lambda: backtest.measure()),
+                ("recording", lambda: run_recording(args, work, sink, stream, warmup, pin)),
             ):
                 if part in parts:
                     sections += fn()
