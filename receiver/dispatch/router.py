@@ -43,6 +43,7 @@ from receiver.store import Store, systemic
 from receiver.store.base import StoredEvent, Tx
 from receiver.store.records import subscriber_delivery
 from receiver.supervisor import IDLE, Health
+from receiver.why import shareable
 
 log = logging.getLogger("receiver.router")
 
@@ -295,7 +296,7 @@ class Router:
             return 0, Counter(), {}
         self.lag = now - min(e.received_at for e in events)  # read oldest first
         if ruleset.digest != self._kept_rules:  # GET /v1/events/:id/explain reads it
-            tx.events.keep_rules(ruleset.digest, ruleset.source, ruleset.text, now)
+            tx.events.keep_rules(ruleset.digest, ruleset.source, shareable(ruleset.text), now)
         self._batch = min(MAX_BATCH, self._batch * 2) if self.lag > LAG_LIMIT else BATCH
         try:
             with tx.savepoint():

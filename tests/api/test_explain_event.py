@@ -150,6 +150,10 @@ def test_every_decision_kind_is_explained_from_what_routing_recorded(
         silence = matched(explain(server, key, "e_silenced"))["reason"]
         assert silence == "silence #1: deploy"
 
+        # The rules file is kept without its notifier urls (a token written into one must
+        # not rest in the database); the verdicts above came from that copy.
+        [(kept,)] = server.query("SELECT text FROM rulesets")
+        assert http_sink.json_url() not in kept and "${RECEIVER_REDACTED_URL}" in kept
         first = explain(server, key, "e_sent")
         assert first["duplicates"] == 1 and first["rulesAsOf"] == "routing"
         assert first["rules"][0] == {
