@@ -26,14 +26,15 @@ from receiver.store.sqlite import SQLiteStore
 TABLES: dict[str, tuple[str, ...]] = {
     "events": (
         "id", "type", "session_id", "user_id", "score", "threshold", "event_ts",
-        "received_at", "body", "routed_at", "replay", "duplicates",
+        "received_at", "body", "routed_at", "replay", "duplicates", "rules", "trace",
     ),
+    "rulesets": ("digest", "source", "text", "seen_at"),
     "quarantine": ("id", "received_at", "reason", "client", "event_id", "body"),
     "outbox": (
         "id", "event_id", "rule", "notifier", "target", "title", "body", "state", "reason",
         "attempts", "next_at", "lease_until", "last_error", "created_at", "updated_at", "kind",
         "alert", "episode", "group_id", "replay", "delivery_id", "subscription_id",
-        "last_status",
+        "last_status", "trace",
     ),
     "outbox_attempts": (
         "id", "outbox_id", "number", "at", "status", "duration_ms", "error", "excerpt",
@@ -43,7 +44,16 @@ TABLES: dict[str, tuple[str, ...]] = {
         "id", "state", "episode", "opened_ts", "opened_event", "last_ts", "resolved_ts",
         "updated_at",
     ),
-    "notices": ("alert", "episode", "rule", "notified_at", "next_repeat_at", "repeats"),
+    "notices": (
+        "alert", "episode", "rule", "notified_at", "next_repeat_at", "repeats",
+        "suppressed_since", "suppressed_why",
+    ),
+    "escalations": (
+        "alert", "episode", "rule", "policy", "step", "round", "next_at", "started_at",
+        "suppressed_since", "suppressed_why", "log",
+    ),
+    "inhibitors": ("rule", "key", "alert", "episode", "event", "since"),
+    "storms": ("rule", "start", "count", "prev"),
     "groups": ("id", "rule", "key", "opened_at", "closes_at", "count", "members", "state"),
     "silences": ("id", "matchers", "reason", "created_at", "starts_at", "ends_at", "expired_at"),
     "state": ("name", "value"),
@@ -58,7 +68,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     # Webhook subscribers (their deliveries are outbox rows) and alert acknowledgements.
     "webhooks": (
         "id", "public_id", "url", "events", "threshold", "format", "secret", "status",
-        "created_at", "updated_at", "status_reason",
+        "created_at", "updated_at", "status_reason", "owner",
     ),
     "webhook_sides": ("webhook_id", "session_id", "below", "mark"),
     "acks": ("alert", "episode", "acked_by", "acked_at"),

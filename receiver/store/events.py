@@ -4,7 +4,7 @@ router reads and marks (tx.events, beside each store's own unrouted and last_rec
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from receiver.events import _Event as Event
@@ -47,14 +47,25 @@ RULESETS_SCHEMA = """
         seen_at {real} NOT NULL
     );
 """
+# The W3C trace context of each event's ingest span, so routing and every send continue
+# the sender's trace, later and on any replica (receiver.tracing); and of the routing
+# decision that queued each outbox row, so its send attempts, retries hours later
+# included, are spans of that trace. NULL while tracing is off (SQLite's migration 20,
+# PostgreSQL's 17).
+TRACE_SCHEMA = """
+    ALTER TABLE events ADD COLUMN trace TEXT;
+    ALTER TABLE outbox ADD COLUMN trace TEXT;
+"""
 SELECT_REPLAY = (
     "SELECT id, event_id, requested_at, respect_lifecycle, routed_at FROM replays WHERE id = ?"
 )
 
 
-def event_row(event: Event, raw: bytes, received_at: float) -> tuple[Any, ...]:
+def event_row(
+    event: Event, raw: bytes, received_at: float, trace: str | None = None
+) -> tuple[Any, ...]:
     """An accepted event's values for the events table, in its column order: id, type,
-    session_id, user_id, score, threshold, event_ts, received_at, body."""
+    session_id, user_id, score, threshold, event_ts, received_at, body, trace."""
     return (
         event.id,
         event.type,
@@ -65,6 +76,7 @@ def event_row(event: Event, raw: bytes, received_at: float) -> tuple[Any, ...]:
         iso(event.timestamp),
         received_at,
         raw.decode("utf-8"),
+        trace,
     )
 
 
@@ -87,7 +99,7 @@ class SQLEvents:
         self,
         db: Runner,
         *,
-        accept: Callable[[Event, bytes], Awaitable[Accepted]],
+        accept: Callable[[Event, bytes, str | None], Awaitable[Accepted]],
         quarantine: Callable[..., Awaitable[None]],
         replay: Callable[..., Awaitable[int | None]],
         prune: Callable[..., Awaitable[dict[str, int]]],
@@ -98,10 +110,11 @@ class SQLEvents:
         self._replay = replay
         self._prune = prune
 
-    async def accept(self, event: Event, raw: bytes) -> Accepted:
+    async def accept(self, event: Event, raw: bytes, trace: str | None = None) -> Accepted:
         """Keep event durably: "new"; or, its id already stored, "duplicate" if the stored
-        raw body is the same bytes, "conflict" if not (the stored one is kept)."""
-        return await self._accept(event, raw)
+        raw body is the same bytes, "conflict" if not (the stored one is kept, and so is
+        its trace context: a duplicate's is not)."""
+        return await self._accept(event, raw, trace)
 
     async def quarantine(
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None
@@ -178,6 +191,18 @@ class SQLEvents:
         def select(q: Query) -> tuple[str, str] | None:
             row = q("SELECT source, text FROM rulesets WHERE digest = ?", (digest,)).fetchone()
             return None if row is None else (str(row[0]), str(row[1]))
+
+        return await self.db.read(select)
+
+    async def traces(self, event_ids: Sequence[str]) -> dict[str, str]:
+        """The stored trace context of each of these events that has one."""
+        if not event_ids:
+            return {}
+
+        def select(q: Query) -> dict[str, str]:
+            where, param = self.db.dialect.in_("id", list(event_ids))
+            sql = f"SELECT id, trace FROM events WHERE {where} AND trace IS NOT NULL"
+            return {str(row[0]): str(row[1]) for row in q(sql, (param,))}
 
         return await self.db.read(select)
 

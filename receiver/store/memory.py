@@ -124,7 +124,7 @@ class MemoryOutbox:
         row = Row(
             next(t.row_ids), event_id, n.rule, n.notifier, n.target, n.title, n.body,
             state, reason, now if next_at is None else next_at, now, now, kind, alert,
-            episode, group_id, replay, n.delivery_id, n.subscription_id,
+            episode, group_id, replay, n.delivery_id, n.subscription_id, n.trace,
         )  # fmt: skip
         t.journal.append((row, state))
         t.index_sent(row)
@@ -409,10 +409,10 @@ class MemoryEventsStore:
         self.tx = tx
         self.clock = clock
 
-    async def accept(self, event: Event, raw: bytes) -> str:
+    async def accept(self, event: Event, raw: bytes, trace: str | None = None) -> str:
         now = self.clock() if self.clock is not None else 0.0
         body = raw.decode("utf-8")
-        if self.tx.scratch.put(StoredEvent(event.id, event.type, body, now)):
+        if self.tx.scratch.put(StoredEvent(event.id, event.type, body, now, trace=trace)):
             return "new"
         return "duplicate" if self.tx.events.body(event.id) == body else "conflict"
 

@@ -50,12 +50,14 @@ class Row:
     replay: int | None
     delivery_id: str | None = None
     subscription_id: int | None = None
+    trace: str | None = None
 
     def record(self) -> OutboxRow:
         return OutboxRow(
             self.id, self.event_id, self.rule, self.notifier, self.target, self.title,
             self.body, self.state, 0, self.next_at, self.created_at, self.updated_at,
             self.reason, None, self.kind, self.replay, self.delivery_id, self.subscription_id,
+            None, self.trace,
         )  # fmt: skip
 
 

@@ -15,7 +15,7 @@ from receiver.store.statements import Query, Runner, Statements
 OUTBOX_COLUMNS = (
     "id, event_id, rule, notifier, target, title, body, state, attempts, next_at,"
     " created_at, updated_at, reason, last_error, kind, replay, delivery_id, subscription_id,"
-    " last_status"
+    " last_status, trace"
 )
 # A due row whose alert has an earlier message to the same target still to be sent waits
 # for it. The index below holds only rows still to be sent, so the check is one short range
@@ -61,8 +61,8 @@ class SQLTxOutbox:
         row = self.st.q(
             "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state, reason,"
             " next_at, created_at, updated_at, kind, alert, episode, group_id, replay,"
-            " delivery_id, subscription_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " delivery_id, subscription_id, trace)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 event_id,
                 n.rule,
@@ -82,6 +82,7 @@ class SQLTxOutbox:
                 replay,
                 n.delivery_id,
                 n.subscription_id,
+                n.trace,
             ),
         ).fetchone()
         return int(row[0])
@@ -93,11 +94,11 @@ class SQLTxOutbox:
         in one statement run for each: no ids come back."""
         self.st.many(
             "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state,"
-            " next_at, created_at, updated_at, kind, delivery_id, subscription_id)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " next_at, created_at, updated_at, kind, delivery_id, subscription_id, trace)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (event_id, n.rule, n.notifier, n.target, n.title, n.body, state, now, now, now,
-                 kind, n.delivery_id, n.subscription_id)
+                 kind, n.delivery_id, n.subscription_id, n.trace)
                 for event_id, n in items
             ],
         )  # fmt: skip

@@ -31,6 +31,7 @@ class StoredEvent:
     body: str
     received_at: float
     replay: int | None = None  # the Replay request it is routed for again, if any
+    trace: str | None = None  # its ingest's trace context (receiver.tracing), if traced
 
 
 @dataclass(slots=True)
@@ -50,6 +51,9 @@ class Notification:
     # and the subscription's (Webhook.id); None for the rules' notifications.
     delivery_id: str | None = None
     subscription_id: int | None = None
+    # The trace context of the routing decision that queues it (receiver.tracing): its
+    # send attempts are spans of that trace. None: the event's own, if it has one.
+    trace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class OutboxRow:
     delivery_id: str | None = None  # a subscriber delivery's stable id (Notification's)
     subscription_id: int | None = None  # a subscriber delivery's Webhook.id
     last_status: int | None = None  # the HTTP status of the last attempt, if it had one
+    trace: str | None = None  # Notification.trace
 
     @property
     def label(self) -> str:

@@ -41,9 +41,13 @@ Accepted = Literal["new", "duplicate", "conflict"]
 class Events(Protocol):
     """Ingest's events and quarantine, the operator's replays, retention (store.events)."""
 
-    async def accept(self, event: Event, raw: bytes) -> Accepted:
-        """Keep event durably: "new"; or, its id already stored, "duplicate" if the stored
-        raw body is the same bytes, "conflict" if not (the stored one is kept)."""
+    async def accept(self, event: Event, raw: bytes, trace: str | None = None) -> Accepted:
+        """Keep event durably, with the trace context of its ingest (receiver.tracing):
+        "new"; or, its id already stored, "duplicate" if the stored raw body is the same
+        bytes, "conflict" if not (the stored one is kept, with its own trace context)."""
+
+    async def traces(self, event_ids: Sequence[str]) -> dict[str, str]:
+        """The stored trace context of each of these events that has one."""
 
     async def quarantine(
         self, raw: bytes, *, reason: str, client: str | None, event_id: str | None

@@ -12,7 +12,7 @@ from receiver.errors import StoreError
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA
-from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA
+from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
@@ -175,6 +175,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     STORMS_SCHEMA.format(real="DOUBLE PRECISION"),
     # 16: the rules file each event was routed with (SQLite's 19).
     RULESETS_SCHEMA.format(real="DOUBLE PRECISION"),
+    # 17: the trace context of each event and of each outbox row (SQLite's 20).
+    TRACE_SCHEMA,
 ]
 
 

@@ -200,11 +200,11 @@ class PostgresStore:
 
     # -- ingest: group commit ---------------------------------------------------------------
 
-    async def _accept(self, event: Event, raw: bytes) -> Accepted:
+    async def _accept(self, event: Event, raw: bytes, trace: str | None) -> Accepted:
         if self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
         future: asyncio.Future[Accepted] = self._loop.create_future()
-        params = event_row(event, raw, self.clock())
+        params = event_row(event, raw, self.clock(), trace)
         self._accepts.append((future, params))
         self._wake.set()
         return await future
@@ -397,12 +397,12 @@ def _insert_events(conn: Any, params: list[tuple[Any, ...]]) -> list[Accepted]:
     """One multi-row INSERT of a batch: "new" for each id it stored; an id already stored,
     or seen earlier in the batch, is a "duplicate", or a "conflict" if its raw body differs
     from the stored one (only a batch with duplicates reads bodies back)."""
-    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(params))
+    values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(params))
     stored = {
         row[0]
         for row in conn.execute(
             "INSERT INTO events (id, type, session_id, user_id, score, threshold, event_ts,"
-            f" received_at, body) VALUES {values} ON CONFLICT (id) DO NOTHING RETURNING id",
+            f" received_at, body, trace) VALUES {values} ON CONFLICT (id) DO NOTHING RETURNING id",
             [value for p in params for value in p],
         )
     }

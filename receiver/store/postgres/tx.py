@@ -79,8 +79,9 @@ class PostgresTxEvents(SQLTxEvents):
 
     def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
         rows = self.st.q(
-            "SELECT id, type, body, received_at, replay FROM events WHERE routed_at IS NULL"
-            " AND NOT (id = ANY(?)) ORDER BY received_at LIMIT ? FOR UPDATE SKIP LOCKED",
+            "SELECT id, type, body, received_at, replay, trace FROM events"
+            " WHERE routed_at IS NULL AND NOT (id = ANY(?)) ORDER BY received_at LIMIT ?"
+            " FOR UPDATE SKIP LOCKED",
             (list(skip), limit),
         )
         return [StoredEvent(*row) for row in rows]

@@ -12,14 +12,14 @@ from receiver.store.base import Accepted
 
 _INSERT_EVENT = (
     "INSERT OR IGNORE INTO events (id, type, session_id, user_id, score, threshold,"
-    " event_ts, received_at, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " event_ts, received_at, body, trace) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # A group in few statements: multi-row INSERTs that return the ids they stored, so what
 # they did not store is a duplicate.
 _CHUNKS = (64, 16, 4, 1)  # rows per INSERT; few distinct statements for the statement cache
 _INSERT_ROWS = {
-    n: _INSERT_EVENT.removesuffix("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
-    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * n)
+    n: _INSERT_EVENT.removesuffix("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    + ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * n)
     + " RETURNING id"
     for n in _CHUNKS
 }

@@ -12,7 +12,7 @@ import sqlite_utils
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA
-from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA
+from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
@@ -192,6 +192,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     STORMS_SCHEMA.format(real="REAL"),
     # 19: the rules file each event was routed with, for explaining it later.
     RULESETS_SCHEMA.format(real="REAL"),
+    # 20: the trace context of each event and of each outbox row (receiver.tracing).
+    TRACE_SCHEMA,
 ]
 
 

@@ -327,11 +327,11 @@ class SQLiteStore:
 
     # -- ingest -----------------------------------------------------------------------------
 
-    async def _accept(self, event: Event, raw: bytes) -> Accepted:
+    async def _accept(self, event: Event, raw: bytes, trace: str | None) -> Accepted:
         if self._conn is None or self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
         future: asyncio.Future[Accepted] = self._loop.create_future()
-        params = event_row(event, raw, self.clock())
+        params = event_row(event, raw, self.clock(), trace)
         self._queue(_Accept(future, params))
         return await future
 

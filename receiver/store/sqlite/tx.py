@@ -62,8 +62,8 @@ class SQLiteTxEvents(SQLTxEvents):
     def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
         skip = set(skip)
         rows = self.st.q(
-            "SELECT id, type, body, received_at, replay FROM events WHERE routed_at IS NULL"
-            " ORDER BY received_at LIMIT ?",
+            "SELECT id, type, body, received_at, replay, trace FROM events"
+            " WHERE routed_at IS NULL ORDER BY received_at LIMIT ?",
             (limit + len(skip),),
         )
         return [StoredEvent(*row) for row in rows if row[0] not in skip][:limit]

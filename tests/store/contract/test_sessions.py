@@ -242,7 +242,7 @@ def test_an_upgrade_projects_the_events_routed_before(tmp_path: Any) -> None:
             conn.execute(
                 "INSERT INTO events (id, type, session_id, user_id, score, threshold, event_ts,"
                 " received_at, body, routed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1.0)",
-                event_row(events.validate(payload), raw, 1.0),
+                event_row(events.validate(payload), raw, 1.0)[:9],  # no trace column yet
             )
 
     async def after(store: Store) -> Any:
