@@ -18,6 +18,8 @@ flat-out rate it just measured, for the lag below saturation.
     .venv/bin/python bench/run.py --duration 5 --rounds 1 --events 20000   # a quick look
     .venv/bin/python bench/run.py --parts postgres   # one part (bench/pg.py); RESULTS.md
                                                      # keeps the sections of the others
+    .venv/bin/python bench/run.py --parts streams    # every stream shape (bench/streams.py)
+                                                     # against the ceiling of its round
 
 The stream: --events distinct signed events (default 400000) from the same
 random walk `receiver simulate` uses. The receiver gets a fresh database each
@@ -43,9 +45,8 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,10 @@ import extra  # noqa: E402  (bench/extra.py, beside this file)
 import fanout  # noqa: E402  (bench/fanout.py: webhook subscribers)
 import pg  # noqa: E402  (bench/pg.py: the postgres part)
 import statements  # noqa: E402  (bench/statements.py: SQL statements per event)
+import stream_part  # noqa: E402  (bench/stream_part.py: every stream shape, issue 33)
+import streams  # noqa: E402  (bench/streams.py: the shapes' request files)
 
-from receiver import rules, signature  # noqa: E402
-from receiver.simulator.walk import event_stream, timestamp  # noqa: E402
+from receiver import rules  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef"
 SERVER_CPU = "0"
@@ -81,17 +83,8 @@ def write_stream(path: Path, *, count: int, seed: int, run: str) -> list[dict[st
     of event time. They are dated to end a minute ago: the receiver refuses events dated
     further ahead of its clock than RECEIVER_MAX_CLOCK_SKEW (5 minutes by default).
     """
-    stream = event_stream(seed=seed, sessions=200, threshold=40, run=run)
-    written = list(islice(stream, count))
-    if written:
-        last = datetime.fromisoformat(written[-1]["timestamp"])
-        shift = last - datetime.now(UTC) + timedelta(minutes=1)
-        for event in written:
-            event["timestamp"] = timestamp(datetime.fromisoformat(event["timestamp"]) - shift)
-    with path.open("w") as out:
-        for event in written:
-            body = json.dumps(event, separators=(",", ":")).encode()
-            out.write(f"{signature.sign(SECRET.encode(), body)}\t{body.decode()}\n")
+    written = streams.walk_events(count, seed, run)
+    streams.write(path, written, SECRET)
     return written
 
 
@@ -497,6 +490,7 @@ PARTS = (
     "backtest",
     "statements",
     "recording",
+    "streams",
 )
 
 
@@ -958,6 +952,7 @@ def write_figures(path: Path, results: list[Result], args: argparse.Namespace) -
             }
         )
     ratios = [r["ratio"] for r in rounds]
+    old = json.loads(path.read_text()) if path.exists() else {}
     figures = {
         "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "duration_s": args.duration,
@@ -966,6 +961,8 @@ def write_figures(path: Path, results: list[Result], args: argparse.Namespace) -
         "ratio": round(sum(ratios) / len(ratios), 3) if ratios else None,
         "rounds": rounds,
     }
+    if "streams" in old:  # the streams part's entry (bench/stream_part.py) stays
+        figures["streams"] = old["streams"]
     path.write_text(json.dumps(figures, indent=2) + "\n")
 
 
@@ -1091,6 +1088,19 @@ def main() -> None:
                 ("api", lambda: api.run_part(args, work, pin)),
                 ("backtest", lambda: backtest.measure()),
                 ("recording", lambda: run_recording(args, work, sink, stream, warmup, pin)),
+                (
+                    "streams",
+                    lambda: stream_part.run_part(
+                        args,
+                        work,
+                        sink.port,
+                        pin,
+                        current=(stream, warmup, sent),
+                        secret=SECRET,
+                        make_server=make_server,
+                        measure=measure,
+                    ),
+                ),
             ):
                 if part in parts:
                     sections += fn()
