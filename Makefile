@@ -94,8 +94,9 @@ bench: $(VENV)/.installed-dev
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk webhook)
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
-# A quick throughput run against the last committed bench/figures.json (written by the
-# throughput part of `make bench`); fails on a drop of more than 15% in the ratio to the
+# A quick run of every stream shape (bench/streams.py, about 3 minutes) against the last
+# committed bench/figures.json (its "streams" entry, written by the streams part of
+# `make bench`); fails on a drop of more than 15% in the worst shape's ratio to the
 # ceiling. Not part of `make test`: machines are noisy.
 bench-check: $(VENV)/.installed-dev
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk webhook)

@@ -1,15 +1,17 @@
-"""`make bench-check`: a quick throughput run against the last committed figures.
+"""`make bench-check`: a quick run of every stream shape against the last committed figures.
 
     .venv/bin/python bench/check.py [--tolerance 0.15]
 
-Runs bench/run.py's throughput part briefly (one round, 8 s, the ceiling and the
-receiver only; its RESULTS.md goes to a scratch file) and compares the receiver's
-stored+routed/s as a share of the ceiling measured in the same run with the share in
-bench/figures.json as last committed (`git show HEAD:bench/figures.json`). Exits 1
-when it dropped by more than the tolerance (15%): a ratio, so a slower or busier
-machine moves both sides alike. Not part of `make test`: one machine's noise is
-enough to trip a timed check now and then, and a regression guard that cries wolf is
-switched off.
+Runs bench/run.py's streams part briefly (one round, 8 s a run: the ceiling, the receiver
+on each shape of bench/streams.py, the ceiling again; its RESULTS.md goes to a scratch
+file) and compares the worst shape's stored+routed/s as a share of the ceiling measured in
+the same round with the worst shape's share in bench/figures.json as last committed
+(`git show HEAD:bench/figures.json`, its "streams" entry). Exits 1 when it dropped by more
+than the tolerance (15%): a ratio, so a slower or busier machine moves both sides alike.
+The worst shape of the quick run need not be the committed one: the guard is on the
+floor, whichever stream sets it; each shape's change is printed beside. Not part of
+`make test`: one machine's noise is enough to trip a timed check now and then, and a
+regression guard that cries wolf is switched off.
 """
 
 from __future__ import annotations
@@ -39,24 +41,53 @@ def committed() -> dict[str, Any]:
 def quick(work: Path) -> dict[str, Any]:
     figures = work / "figures.json"
     subprocess.run(
-        [sys.executable, str(BENCH / "run.py"), "--parts", "throughput", "--rounds", "1",
-         "--duration", "8", "--events", "150000", "--targets", "ceiling,receiver",
-         "--paced", "0", "--output", str(work / "RESULTS.md"), "--figures", str(figures)],
+        [sys.executable, str(BENCH / "run.py"), "--parts", "streams", "--rounds", "1",
+         "--duration", "8", "--events", "150000", "--paced", "0",
+         "--output", str(work / "RESULTS.md"), "--figures", str(figures)],
         cwd=ROOT, check=True,
     )  # fmt: skip
     return dict(json.loads(figures.read_text()))
 
 
+def floor(figures: dict[str, Any]) -> tuple[str, float | None]:
+    """The worst shape and its ratio to the ceiling; figures written before the streams
+    part existed have only the throughput part's ratio (the current stream)."""
+    streams = figures.get("streams")
+    if streams is None:
+        return "current (throughput part)", figures.get("ratio")
+    worst = streams.get("worst") or {}
+    return str(worst.get("shape")), worst.get("ratio")
+
+
 def verdict(base: dict[str, Any], now: dict[str, Any], tolerance: float) -> tuple[bool, str]:
-    """Whether now's ratio to the ceiling is within tolerance of base's, and a line saying so."""
-    if not base.get("ratio") or not now.get("ratio"):
-        return False, "no ratio to compare: a run had no receiver and ceiling round"
-    change = now["ratio"] / base["ratio"] - 1
+    """Whether now's worst ratio to the ceiling is within tolerance of base's, and a line
+    saying so."""
+    (base_shape, base_ratio), (now_shape, now_ratio) = floor(base), floor(now)
+    if not base_ratio or not now_ratio:
+        return False, "no ratio to compare: a shape was not all routed, or no ceiling ran"
+    change = now_ratio / base_ratio - 1
+    written = (base.get("streams") or base).get("written", "?")
     line = (
-        f"stored+routed / ceiling: {now['ratio']:.3f} now vs {base['ratio']:.3f} committed"
-        f" ({base['written']}): {change:+.1%} (allowed: -{tolerance:.0%})"
+        f"worst stored+routed / ceiling: {now_ratio:.3f} now ({now_shape}) vs {base_ratio:.3f}"
+        f" committed ({base_shape}, {written}): {change:+.1%} (allowed: -{tolerance:.0%})"
     )
     return change >= -tolerance, line
+
+
+def shapes(base: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """A line a shape of the quick run: its ratio now against the committed one."""
+    committed_shapes = (base.get("streams") or {}).get("shapes", {})
+    lines = []
+    for r in now.get("streams", {}).get("runs", []):
+        was = (committed_shapes.get(r["shape"]) or {}).get("ratio")
+        change = f" ({r['ratio'] / was - 1:+.1%})" if was and r["ratio"] else ""
+        lines.append(
+            f"quick run: {r['shape']}: ceiling {r['ceiling_rps']:,}/s, accepted "
+            f"{r['accepted_rps']:,}/s, stored+routed {r['sustained_rps'] or 0:,}/s, ratio "
+            f"{r['ratio'] or 0:.3f} vs {was or 0:.3f} committed{change}, p99 {r['p99_ms']} ms"
+            f" ({r['load']})"
+        )
+    return lines
 
 
 def main() -> None:
@@ -67,11 +98,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="receiver-bench-check-") as tmp:
         now = quick(Path(tmp))
     ok, line = verdict(base, now, args.tolerance)
-    for r in now["rounds"]:
-        print(
-            f"quick run: ceiling {r['ceiling_rps']:,}/s, receiver accepted {r['accepted_rps']:,}/s,"
-            f" stored+routed {r['sustained_rps']:,}/s, p99 {r['p99_ms']} ms ({r['load']})"
-        )
+    print("\n".join(shapes(base, now)))
     print(("OK: " if ok else "REGRESSION: ") + line)
     if not ok:
         raise SystemExit(1)
