@@ -289,6 +289,7 @@ class Result:
     routing: Routing | None = None  # the receiver only, when everything got routed
     offered: float | None = None  # requests/s wrk was paced to, or None for flat out
     load: str = ""  # the load average as the run started (others share this machine)
+    cpu_us: float | None = None  # the server's CPU µs a stored+routed event (a store only)
 
 
 def wrk(
@@ -347,6 +348,7 @@ def measure(
     after it the figures wait until the router has routed everything the run stored.
     """
     routing = None
+    per_event = None
     load = extra.uptime()
     server.start(pin)
     try:
@@ -414,6 +416,7 @@ def measure(
         routing,
         rate,
         load,
+        per_event,
     )
 
 

@@ -95,46 +95,66 @@ def run_part(
 ) -> list[str]:
     """Every shape, args.rounds times, against the ceiling of its round; the section."""
     files = prepare(args.events, work, secret, current)
-    measured = current[:2]
+    runner = _Runner(args, work, sink_port, pin, make_server, measure)
     rows: list[dict[str, Any]] = []
     for round_no in range(1, args.rounds + 1):
         turn = (round_no - 1) % len(streams.SHAPES)
         order = streams.SHAPES[turn:] + streams.SHAPES[:turn]
-        ceilings = [_ceiling(args, work, sink_port, pin, measured, round_no, make_server, measure)]
-        runs = []
-        for shape in order:
-            stream, warmup, _ = files[shape.name]
-            server = make_server(
-                "receiver", work, sink_port, env_extra={"RECEIVER_RULES": str(shape.rules)}
-            )
-            print(f"streams {round_no}: {shape.name} ...", file=sys.stderr, flush=True)
-            r = measure(server, round_no, args, stream, warmup, pin)
-            print(f"  {_describe(r)}; {'; '.join(r.notes)}", file=sys.stderr, flush=True)
-            runs.append((shape.name, r))
-        ceilings.append(
-            _ceiling(args, work, sink_port, pin, measured, round_no, make_server, measure)
-        )
-        ceiling = sum(ceilings) / len(ceilings)
-        rows += [_row(name, round_no, r, ceilings, ceiling) for name, r in runs]
+        ceilings = [runner.ceiling(round_no, current[0], current[1])]
+        runs = [
+            (shape.name, *runner.shape(round_no, shape, *files[shape.name][:2])) for shape in order
+        ]
+        ceilings.append(runner.ceiling(round_no, current[0], current[1]))
+        rows += [_row(name, round_no, r, paced, ceilings) for name, r, paced in runs]
     summary = summarize(rows)
     write_figures(args.figures, args, rows, summary)
     return section(args, rows, summary, {name: f[2] for name, f in files.items()})
 
 
-def _ceiling(
-    args: argparse.Namespace,
-    work: Path,
-    sink_port: int,
-    pin: bool,
-    current: tuple[Path, Path],
-    round_no: int,
-    make_server: Callable[..., Any],
-    measure: Callable[..., Any],
-) -> float:
-    print(f"streams {round_no}: ceiling ...", file=sys.stderr, flush=True)
-    r = measure(make_server("ceiling", work, sink_port), round_no, args, *current, pin)
-    print(f"  {_describe(r)}", file=sys.stderr, flush=True)
-    return float(r.rps)
+class _Runner:
+    """bench/run.py's make_server and measure with this run's settings."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        work: Path,
+        sink_port: int,
+        pin: bool,
+        make_server: Callable[..., Any],
+        measure: Callable[..., Any],
+    ) -> None:
+        self.args, self.work, self.sink_port, self.pin = args, work, sink_port, pin
+        self.make_server, self.measure = make_server, measure
+
+    def ceiling(self, round_no: int, stream: Path, warmup: Path) -> float:
+        print(f"streams {round_no}: ceiling ...", file=sys.stderr, flush=True)
+        server = self.make_server("ceiling", self.work, self.sink_port)
+        r = self.measure(server, round_no, self.args, stream, warmup, self.pin)
+        print(f"  {_describe(r)}", file=sys.stderr, flush=True)
+        return float(r.rps)
+
+    def shape(self, round_no: int, shape: streams.Shape, stream: Path, warmup: Path) -> Any:
+        """The receiver on shape flat out, then paced (args.paced of the flat-out rate, or
+        args.paced_rate; None when both are 0)."""
+        rate = None
+        results = []
+        for label in ("flat out", "paced"):
+            if label == "paced":
+                rate = self.args.paced_rate or self.args.paced * results[0].rps
+                if not rate:
+                    return results[0], None
+                label = f"paced to {rate:,.0f}/s"
+            server = self.make_server(
+                "receiver",
+                self.work,
+                self.sink_port,
+                env_extra={"RECEIVER_RULES": str(shape.rules)},
+            )
+            print(f"streams {round_no}: {shape.name}, {label} ...", file=sys.stderr, flush=True)
+            r = self.measure(server, round_no, self.args, stream, warmup, self.pin, rate=rate)
+            print(f"  {_describe(r)}; {'; '.join(r.notes)}", file=sys.stderr, flush=True)
+            results.append(r)
+        return results[0], results[1]
 
 
 def _describe(r: Any) -> str:
@@ -144,8 +164,16 @@ def _describe(r: Any) -> str:
     return line
 
 
-def _row(name: str, round_no: int, r: Any, ceilings: list[float], ceiling: float) -> dict[str, Any]:
-    routing = r.routing
+def _round(value: float | None, digits: int = 0) -> Any:
+    if value is None:
+        return None
+    return round(value, digits) if digits else round(value)
+
+
+def _row(name: str, round_no: int, r: Any, paced: Any, ceilings: list[float]) -> dict[str, Any]:
+    """One shape's run of a round (and its paced run, if any) as figures.json keeps it."""
+    ceiling = sum(ceilings) / len(ceilings)
+    routing, late = r.routing, paced.routing if paced is not None else None
     sustained = routing.sustained if routing is not None else None
     return {
         "shape": name,
@@ -153,20 +181,34 @@ def _row(name: str, round_no: int, r: Any, ceilings: list[float], ceiling: float
         "ceiling_rps": round(ceiling),
         "ceiling_runs": [round(c) for c in ceilings],
         "accepted_rps": round(r.rps),
-        "sustained_rps": round(sustained) if sustained is not None else None,
+        "sustained_rps": _round(sustained),
         "ratio": round(sustained / ceiling, 3) if sustained is not None and ceiling else None,
         "p99_ms": round(r.p99_ms, 2),
-        "lag_max_s": round(routing.lag_max, 2) if routing is not None else None,
-        "lag_p99_s": round(routing.lag_p99, 2) if routing is not None else None,
+        "lag_max_s": _round(routing and routing.lag_max, 2),
+        "lag_p99_s": _round(routing and routing.lag_p99, 2),
+        "cpu_us": _round(r.cpu_us),
         "errors": ", ".join(f"{k} {v}" for k, v in r.errors.items()) or "-",
-        "notes": "; ".join(r.notes),
         "load": r.load,
+        "paced": None
+        if paced is None
+        else {
+            "offered_rps": round(paced.offered),
+            "accepted_rps": round(paced.rps),
+            "sustained_rps": _round(late and late.sustained),
+            "p99_ms": round(paced.p99_ms, 2),
+            "lag_max_s": _round(late and late.lag_max, 2),
+            "lag_p99_s": _round(late and late.lag_p99, 2),
+            "load": paced.load,
+        },
+        "notes": "; ".join(r.notes)
+        + (f" | paced: {'; '.join(paced.notes)}" if paced is not None else ""),
     }
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per shape: the mean ratio over the rounds (None if a run was never all routed), the
-    mean stored+routed/s, the worst p99 and lag; and the worst shape by ratio."""
+    mean stored+routed/s and CPU an event, the worst p99 and lag, flat out and paced; and
+    the worst shape by ratio."""
     shapes: dict[str, Any] = {}
     for name in streams.NAMES:
         mine = [row for row in rows if row["shape"] == name]
@@ -174,13 +216,16 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         ratios = [row["ratio"] for row in mine]
         complete = all(ratio is not None for ratio in ratios)
+        paced = [row["paced"] for row in mine if row["paced"] is not None]
+        cpu = [row["cpu_us"] for row in mine if row["cpu_us"] is not None]
         shapes[name] = {
             "ratio": round(sum(ratios) / len(ratios), 3) if complete else None,
-            "sustained_rps": round(sum(row["sustained_rps"] for row in mine) / len(mine))
-            if complete
-            else None,
+            "sustained_rps": _mean([row["sustained_rps"] for row in mine]) if complete else None,
             "p99_ms": max(row["p99_ms"] for row in mine),
             "lag_max_s": max((row["lag_max_s"] or 0.0) for row in mine),
+            "cpu_us": _mean(cpu) if cpu else None,
+            "paced_lag_max_s": max((p["lag_max_s"] or 0.0) for p in paced) if paced else None,
+            "paced_p99_ms": max(p["p99_ms"] for p in paced) if paced else None,
         }
     # A shape whose events were not all routed is the worst there is: ratio 0.
     worst = min(shapes, key=lambda name: shapes[name]["ratio"] or 0.0, default=None)
@@ -188,6 +233,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "shapes": shapes,
         "worst": {"shape": worst, "ratio": shapes[worst]["ratio"] or 0.0} if worst else None,
     }
+
+
+def _mean(values: list[float]) -> int:
+    return round(sum(values) / len(values))
 
 
 def write_figures(
@@ -220,9 +269,22 @@ def section(
     held: dict[str, str],
 ) -> list[str]:
     """The report's "Stream shapes" section."""
+    lines = [*_intro(args, rows), *_summary_table(summary), *_runs_table(rows)]
+    if any(row["paced"] for row in rows):
+        lines += _paced_table(args, rows)
+    lines += ["", "The shapes (bench/streams.py), each stream as written for this run:", ""]
+    for shape in streams.SHAPES:
+        lines.append(f"- {shape.name}: {shape.about}. {held.get(shape.name, '')}.")
+    lines += ["", "Per run:", ""]
+    lines += [f"- {row['shape']} run {row['round']}: {row['notes']}" for row in rows]
+    return [*lines, ""]
+
+
+def _intro(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     loads = [float(row["load"].split()[1]) for row in rows if row["load"]]
-    lines = [
+    loads += [float(row["paced"]["load"].split()[1]) for row in rows if row["paced"]]
+    return [
         "## Stream shapes",
         "",
         f'Run on {when} (`make bench BENCH_ARGS="--parts streams"`), {args.rounds} round(s). '
@@ -234,7 +296,8 @@ def section(
         "stored over the time from its first accept to the routing of its last (the drain "
         "after wrk stops included), as in the throughput part; ratio: that over the mean of "
         "the round's two ceiling runs. p99: wrk's, at full load. Routing lag: routed_at - "
-        "received_at of the run's events."
+        "received_at of the run's events. CPU: the server's CPU time over the events it "
+        "stored and routed, steadier than the rates where other work shares the machine."
         + (
             f" The 1-minute load average was {min(loads):.2f} to {max(loads):.2f} as the runs "
             "started (2 cores; the load column)."
@@ -242,22 +305,32 @@ def section(
             else ""
         ),
         "",
-        "| shape | ratio (mean) | stored+routed/s | p99 ms (worst) | routing lag max s |",
-        "|---|---:|---:|---:|---:|",
+    ]
+
+
+def _summary_table(summary: dict[str, Any]) -> list[str]:
+    lines = [
+        "| shape | ratio (mean) | stored+routed/s | p99 ms (worst) | routing lag max s | "
+        "CPU µs an event | paced: routing lag max s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, s in summary["shapes"].items():
         lines.append(
             f"| {name} | {_fmt(s['ratio'], '.2f')}x | {_fmt(s['sustained_rps'], ',')} | "
-            f"{s['p99_ms']:.2f} | {s['lag_max_s']:.2f} |"
+            f"{s['p99_ms']:.2f} | {s['lag_max_s']:.2f} | {_fmt(s['cpu_us'], ',')} | "
+            f"{_fmt(s['paced_lag_max_s'], '.2f')} |"
         )
     worst = summary["worst"]
     if worst:
         lines += ["", f"Worst shape: **{worst['shape']}**, {worst['ratio']:.2f}x of the ceiling."]
-    lines += [
-        "",
+    return [*lines, ""]
+
+
+def _runs_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = [
         "| shape | round | ceiling/s (before, after) | accepted/s | stored+routed/s | ratio | "
-        "p99 ms | lag max s | lag p99 s | errors | load |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "p99 ms | lag max s | lag p99 s | CPU µs an event | errors | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for row in rows:
         before_after = ", ".join(f"{c:,}" for c in row["ceiling_runs"])
@@ -265,11 +338,34 @@ def section(
             f"| {row['shape']} | {row['round']} | {row['ceiling_rps']:,} ({before_after}) | "
             f"{row['accepted_rps']:,} | {_fmt(row['sustained_rps'], ',')} | "
             f"{_fmt(row['ratio'], '.2f')} | {row['p99_ms']:.2f} | {_fmt(row['lag_max_s'], '.2f')}"
-            f" | {_fmt(row['lag_p99_s'], '.2f')} | {row['errors']} | {row['load']} |"
+            f" | {_fmt(row['lag_p99_s'], '.2f')} | {_fmt(row['cpu_us'], ',')} | {row['errors']} |"
+            f" {row['load']} |"
         )
-    lines += ["", "The shapes (bench/streams.py), each stream as written for this run:", ""]
-    for shape in streams.SHAPES:
-        lines.append(f"- {shape.name}: {shape.about}. {held.get(shape.name, '')}.")
-    lines += ["", "Per run:", ""]
-    lines += [f"- {row['shape']} run {row['round']}: {row['notes']}" for row in rows]
-    return [*lines, ""]
+    return lines
+
+
+def _paced_table(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
+    offered = (
+        f"{args.paced_rate:,.0f}/s (--paced-rate)"
+        if args.paced_rate
+        else f"{args.paced:.0%} of the rate it accepted flat out just before"
+    )
+    lines = [
+        "",
+        f"Paced: each shape again, right after its flat-out run, offered {offered} (wrk's "
+        "delay() hook over the same connections), for the routing lag below saturation.",
+        "",
+        "| shape | round | offered/s | accepted/s | stored+routed/s | p99 ms | lag max s | "
+        "lag p99 s | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for row in rows:
+        p = row["paced"]
+        if p is None:
+            continue
+        lines.append(
+            f"| {row['shape']} | {row['round']} | {p['offered_rps']:,} | {p['accepted_rps']:,} | "
+            f"{_fmt(p['sustained_rps'], ',')} | {p['p99_ms']:.2f} | {_fmt(p['lag_max_s'], '.2f')}"
+            f" | {_fmt(p['lag_p99_s'], '.2f')} | {p['load']} |"
+        )
+    return lines
