@@ -78,6 +78,7 @@ class MemoryEscalations:
     def _put(self, chain: Chain) -> None:
         key = (chain.alert, chain.episode, chain.rule)
         self.t.chains[key] = chain
+        self.t.keyed_rules.add(chain.rule)
         if chain.next_at is not None:
             heapq.heappush(self.t.chain_due, (chain.next_at, key))
 

@@ -83,6 +83,7 @@ class Tables:
         self.chain_due: list[tuple[float, tuple[str, int, str]]] = []  # may be stale
         # (alert, episode, rule) -> (notifier, target) of its messages sent (escalations)
         self.paged: dict[tuple[str, int, str], set[tuple[str, int]]] = {}
+        self.keyed_rules: set[str] = set()  # the rules named in a key of paged or chains
         self.throttle: dict[tuple[str, str], float] = {}
         self.storms: dict[str, tuple[float, int, int]] = {}  # rule -> (start, count, prev)
         self.groups: dict[int, tuple[Group, str, float]] = {}  # id -> (group, state, opened)
@@ -115,6 +116,7 @@ class Tables:
         if row.kind in ("event", "repeat", "escalation"):
             key = (row.alert, row.episode, row.rule)
             self.paged.setdefault(key, set()).add((row.notifier, row.target))
+            self.keyed_rules.add(row.rule)
 
     def episode_over(self, alert: Alert) -> None:
         """The alert has opened a new episode: lean, forget what the lifecycle kept of the
@@ -123,10 +125,10 @@ class Tables:
             ended = (alert.id, alert.episode - 1)
             self.sent.pop(ended, None)
             self.notices.pop(ended, None)
-            for key in [k for k in self.paged if k[:2] == ended]:
-                del self.paged[key]
-            for key in [k for k in self.chains if k[:2] == ended]:
-                del self.chains[key]
+            # By rule, not by a scan of every key (a week keeps a million alerts).
+            for rule in self.keyed_rules:
+                self.paged.pop((*ended, rule), None)
+                self.chains.pop((*ended, rule), None)
 
     def notice(self, key: tuple[str, int, str]) -> Notice | None:
         return self.notices.get((key[0], key[1]), {}).get(key[2])
