@@ -64,6 +64,10 @@ class Tally:
     # notification held past the next episode's would count once less).
     _seen: dict[str, int] = field(default_factory=dict, repr=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled once the period is over (a replay process's result): _seen is done with.
+        return {**self.__dict__, "_seen": {}}
+
     def busiest(self) -> tuple[float, int] | None:
         """The hour with most sends: (its start, how many); None if nothing was sent."""
         if not self.hours:

@@ -15,7 +15,9 @@ from typing import Any
 import click
 
 from receiver import backtest as bt
+from receiver import backtest_parallel as parallel
 from receiver import report as noise
+from receiver import rules
 from receiver.cli._common import (
     db_option,
     echo,
@@ -110,6 +112,12 @@ def with_period(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="Render every title and body too, and count the templates that fail (slower; the"
     " counts are the same without: a failed template still sends its fallback).",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    help="Processes to replay in: the two rules files each in its own (the default where"
+    " this may use two cores or more), or 1 for both in one process (the same report).",
+)
 @no_env_option
 def backtest(
     new_rules: Path,
@@ -120,6 +128,7 @@ def backtest(
     db: str,
     as_json: bool,
     render: bool,
+    jobs: int | None,
     no_env: bool,
 ) -> None:
     """Replay the stored events of a period through NEW_RULES, sending nothing.
@@ -144,26 +153,38 @@ def backtest(
     current = load_rules(against, no_env=no_env)
     notes = env_notes(candidate, no_env=no_env) + env_notes(current, no_env=no_env)
 
-    async def go(store: Store) -> tuple[list[bt.Result], float]:
-        with _Progress(quiet=as_json) as progress:
-            counting = None
-            if progress.shown:  # the bar's length, counted beside the replay (a week: 5 s)
-                counting = asyncio.ensure_future(store.history.count_between(start_at, end_at))
-                counting.add_done_callback(progress.total_from)
-            try:
-                return await bt.run(
-                    store,
-                    [candidate, current],
-                    start=start_at,
-                    end=end_at,
-                    progress=progress.advance,
-                    texts=render,
-                )
-            finally:
-                if counting is not None:
-                    await asyncio.wait([counting])  # not left running as the store closes
+    def replay(rulesets: list[rules.Ruleset], *, shown: bool) -> tuple[list[bt.Result], float]:
+        async def go(store: Store) -> tuple[list[bt.Result], float]:
+            with _Progress(quiet=as_json or not shown) as progress:
+                counting = None
+                if progress.shown:  # the bar's length, counted beside the replay (a week: 5 s)
+                    counting = asyncio.ensure_future(store.history.count_between(start_at, end_at))
+                    counting.add_done_callback(progress.total_from)
+                try:
+                    return await bt.run(
+                        store,
+                        rulesets,
+                        start=start_at,
+                        end=end_at,
+                        progress=progress.advance,
+                        texts=render,
+                    )
+                finally:
+                    if counting is not None:
+                        await asyncio.wait([counting])  # not left running as the store closes
 
-    (cand, cur), took = with_store(db, go)
+        return with_store(db, go)
+
+    if (jobs or parallel.cores()) >= 2:  # the current rules in a process of their own
+        beside = parallel.Forked(lambda: replay([current], shown=False))
+        try:
+            (cand,), took = replay([candidate], shown=True)
+            (cur,), took_beside = beside.result()
+        finally:
+            beside.cancel()  # gone already, unless this process failed first
+        took = max(took, took_beside)
+    else:
+        (cand, cur), took = replay([candidate, current], shown=True)
     diff = bt.compare(cand, cur, shown=SHOWN)
     if as_json:
         click.echo(json.dumps(_backtest_json(diff, took), indent=2))  # JSON escapes
