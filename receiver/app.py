@@ -16,7 +16,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from receiver import __version__, reloader, rules
+from receiver import __version__, reloader, rules, tracing
 from receiver.admin.act import ActPages
 from receiver.admin.views import AdminPages
 from receiver.api import openapi
@@ -141,6 +141,7 @@ class _Parts:
         cls, settings: Settings, ruleset: rules.Ruleset | None, clock: Callable[[], float]
     ) -> _Parts:
         metrics = Metrics()
+        tracing.configure(settings.tracing, metrics)
         builtin = ruleset is None and settings.rules_file is None
         holder = RulesHolder(
             settings.rules, ruleset or reloader.initial_rules(settings), builtin=builtin
@@ -232,6 +233,8 @@ class _Parts:
             if self.upstream is not None:
                 await self.upstream.aclose()
             await self.webhooks.close()
+            if tracing.on:  # the spans still buffered, within what is left of the grace
+                await tracing.stop(max(0.0, deadline - reserve / 2 - time.monotonic()))
             await self.store.close()
             log.info("stopped in %.1fs; store closed", time.monotonic() - started)
 

@@ -11,11 +11,11 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
-from receiver import events, signature
+from receiver import events, signature, tracing
 from receiver.errors import (
     EventFromFutureError,
     EventTooOldError,
@@ -27,6 +27,9 @@ from receiver.errors import (
 from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.store import Store
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = logging.getLogger("receiver.ingest")
 
@@ -70,13 +73,48 @@ class IngestEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
-        event_id: str | None = None
-        try:
-            status, payload = await self._handle(scope, receive)
-        except ClientDisconnected:
+        if tracing.on:
+            span = tracing.start_ingest(scope["headers"])
+            with tracing.current(span):
+                answer = await self._respond(scope, receive, span)
+            tracing.end(
+                span,
+                {tracing.STATUS: answer[0] if answer else 499},
+                error=None if answer is None or answer[0] < 500 else str(answer[0]),
+            )
+        else:
+            answer = await self._respond(scope, receive, None)
+        if answer is None:
             return  # nobody to answer (a body timeout already was)
+        status, payload = answer
+        body = _answer(payload)
+        headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        self.metrics.ingest_seconds.observe(time.perf_counter() - started)
+
+    async def _respond(
+        self, scope: Scope, receive: Receive, span: Span | None
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The answer to one request: its status and body; None if the client went away.
+        span: the request's trace span (receiver.tracing), None while tracing is off."""
+        try:
+            if span is None:
+                event, body = await self._verified(scope, receive)
+                return await self._keep(scope, event, body, None)
+            with tracing.step(span, tracing.VERIFY):
+                event, body = await self._verified(scope, receive)
+            span.set_attributes(
+                {tracing.EVENT_ID: event.id, tracing.EVENT_TYPE: event.type}
+                | ({tracing.SESSION_ID: event.sessionId} if event.sessionId else {})
+            )
+            with tracing.step(span, tracing.STORE):
+                answer = await self._keep(scope, event, body, tracing.carrier(span))
+            span.set_attribute(tracing.RESULT, answer[1]["status"])
+            return answer
+        except ClientDisconnected:
+            return None
         except RequestError as exc:
-            status, payload = exc.status, exc.to_dict()
             event_id = exc.event_id
             self.metrics.rejected[exc.code].inc()
             client = scope.get("client")
@@ -91,13 +129,14 @@ class IngestEndpoint:
                 exc.message,
                 extra={"code": exc.code, "event_id": event_id},
             )
-        body = _answer(payload)
-        headers = [*_JSON_HEADERS, (b"content-length", b"%d" % len(body))]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-        self.metrics.ingest_seconds.observe(time.perf_counter() - started)
+            if span is not None:
+                span.set_attributes({tracing.RESULT: exc.code, tracing.EVENT_ID: event_id})
+            return exc.status, exc.to_dict()
 
-    async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, dict[str, Any]]:
+    async def _verified(self, scope: Scope, receive: Receive) -> tuple[events._Event, bytes]:
+        """The request's event and raw body once its size, signature, JSON, model and
+        timestamp pass; else the RequestError that says why (a signed body that is no
+        event is quarantined first)."""
         if scope["method"] != "POST":
             raise MethodNotAllowedError(f"{scope['method']} is not allowed here; use POST")
         header: str | None = None
@@ -121,20 +160,25 @@ class IngestEndpoint:
                 f"{signature.SIGNATURE_HEADER} must appear once, got {signatures} headers"
             )
         signature.verify(self.secrets, body, header)
-
-        client = scope.get("client")
         try:
             event = events.parse(body)
         except RequestError as exc:
             # Signed but unusable: keep the bytes so nothing the sender signed is lost.
+            client = scope.get("client")
             event_id = _guess_id(body)
             exc.event_id = event_id
             await self._quarantine(body, exc, client[0] if client else None, event_id)
             raise
         if self.max_event_age or self.max_clock_skew:
             self._check_timestamp(event)
+        return event, body
+
+    async def _keep(
+        self, scope: Scope, event: events._Event, body: bytes, trace: str | None
+    ) -> tuple[int, dict[str, Any]]:
+        """Store a verified event (with its trace context): 202 accepted, 200 duplicate."""
         try:
-            result = await self.store.events.accept(event, body)
+            result = await self.store.events.accept(event, body, trace)
         except StorageUnavailableError as exc:
             exc.event_id = event.id
             raise
@@ -146,6 +190,7 @@ class IngestEndpoint:
             # Same id, other bytes: a sender bug or a forged id. The first body stays; the
             # answer is the duplicate's, so a sender's retry loop ends as it would anyway.
             self.metrics.conflict.inc()
+            client = scope.get("client")
             source = client[0] if client else "-"
             self.limited_log.warning(
                 "conflicting duplicates",

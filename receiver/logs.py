@@ -13,6 +13,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from receiver import tracing
+
 # Attributes every LogRecord has; anything else was passed in `extra=` and goes into JSON lines.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -45,7 +47,8 @@ def redact_url(text: str) -> str:
 
 
 class JSONFormatter(logging.Formatter):
-    """JSON lines; any password in a URL is replaced by *** (redact_url), whoever logged it."""
+    """JSON lines; any password in a URL is replaced by *** (redact_url), whoever logged it.
+    With tracing on, a line logged within a span carries its trace_id and span_id."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -55,6 +58,9 @@ class JSONFormatter(logging.Formatter):
             "logger": record.name,
             "msg": redact_url(record.getMessage()),
         }
+        if tracing.on and (ids := tracing.log_ids()) is not None:
+            # The line joins its event's trace (receiver.tracing): the span it was logged in.
+            line["trace_id"], line["span_id"] = ids
         for key, value in vars(record).items():
             if key not in _STANDARD and value is not None:
                 line[key] = redact_url(value) if isinstance(value, str) else value

@@ -50,6 +50,13 @@ class Metrics:
             registry=r,
         )
         self.routed = Counter("receiver_events_routed", "Events routed by the rules.", registry=r)
+        # Tracing (receiver.tracing): spans sent to the collector, or lost when it failed.
+        self.trace_spans = Counter(
+            "receiver_trace_spans",
+            "Trace spans exported to the OTLP endpoint, by outcome: exported, failed.",
+            ["outcome"],
+            registry=r,
+        )
         outbox = Counter(
             "receiver_notifications",
             "Notification outcomes: delivered, retried, dead, fallback; pending, held, resolved,"

@@ -175,6 +175,10 @@ class Settings(BaseSettings):
     # PostgreSQL: a statement run this many times on one connection is prepared there;
     # None ("off") never prepares, for a pooler that does not keep prepared statements.
     db_prepare_threshold: int | None = DB_PREPARE_THRESHOLD
+    # OpenTelemetry traces (receiver.tracing): auto is on when OTEL_EXPORTER_OTLP_ENDPOINT or
+    # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; on exports to the OTLP default
+    # (localhost:4318) without one; off never traces, whatever the OTEL_* variables say.
+    tracing: Literal["auto", "on", "off"] = "auto"
 
     @field_validator(
         "notify_timeout",

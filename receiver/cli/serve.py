@@ -113,6 +113,12 @@ from receiver.settings import SENDER_SCHEDULE, Settings
     help="Subscriptions one API key may make [RECEIVER_WEBHOOKS_PER_KEY, 100].",
 )
 @click.option(
+    "--tracing",
+    type=click.Choice(["auto", "on", "off"]),
+    help="OpenTelemetry traces: auto is on when OTEL_EXPORTER_OTLP_ENDPOINT is set"
+    " [RECEIVER_TRACING, auto].",
+)
+@click.option(
     "--admin",
     type=click.Choice(["on", "off"]),
     help="The admin page at /admin; off removes it [RECEIVER_ADMIN, on].",

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from receiver import tracing
 from receiver.dispatch import digests, escalations, inhibition, storm, timers
 from receiver.dispatch.alerts import Transition, alert_id, apply, event_time, open_seconds, opener
 from receiver.dispatch.silences import active_silences, silencing
@@ -52,6 +53,10 @@ class Pipeline:
         self.failed: dict[str, tuple[int, str]] = {}
         self.silences = active_silences(tx.silences.active(now))
         self._replay: Replay | None = None  # the operator's replay being routed, if any
+        # The event's routing span (receiver.tracing), and the trace context of each rule's
+        # decision about it: the rows it queues carry theirs. Empty while tracing is off.
+        self._span: Any = None
+        self._decided: dict[str, str | None] = {}
 
     def event(
         self,
@@ -61,12 +66,15 @@ class Pipeline:
         *,
         replay: int | None = None,
         transition: Transition | None = None,
+        span: Any = None,
     ) -> None:
         """Route one event; replay names the operator's request when it is routed again
         (`receiver replay`): then it is sent whatever the lifecycle says, unless the
         request asks to respect it, and every row it produces is marked as a replay.
         transition: what the event did to its alert, when apply() has been run already
-        (`receiver backtest` applies each event once for all the rules files it replays)."""
+        (`receiver backtest` applies each event once for all the rules files it replays).
+        span: the event's routing span (receiver.tracing), None while tracing is off."""
+        self._span = span
         self._replay = self.tx.events.replay_request(replay) if replay is not None else None
         # A schedule target names the member on call now, as the row will.
         decisions = self.ruleset.on_call(decisions, self.now)
@@ -86,6 +94,8 @@ class Pipeline:
                 self.tx.events.replay_done(self._replay.id, self.now)
         finally:
             self._replay = None
+            self._span = None
+            self._decided.clear()
 
     def _add(self, event_id: str, n: Notification, **row: Any) -> None:
         """tx.add, marking the row (and its title) as a replay while one is routed."""
@@ -94,7 +104,24 @@ class Pipeline:
             row["replay"] = self._replay.id
             if row.get("reason") is None:
                 row["reason"] = f"replay #{self._replay.id}"
+        if self._span is not None:  # its sends continue the decision's trace
+            n.trace = self._decided.get(n.rule) or tracing.carrier(self._span)
         self.tx.outbox.add(event_id, n, **row)
+
+    def _traced(self, rule: Rule, decisions: list[Decision], state: str, why: str | None) -> None:
+        """A span for a rule's decision about the event being routed (traced only)."""
+        span = tracing.child(
+            self._span,
+            f"rule {rule.name}",
+            {
+                tracing.RULE: rule.name,
+                tracing.DECISION: state,
+                tracing.REASON: why,
+                tracing.NOTIFIER: ",".join(d.notifier for d in decisions),
+            },
+        )
+        self._decided[rule.name] = tracing.carrier(span)
+        tracing.end(span)
 
     def _send_again(
         self, event_id: str, payload: Mapping[str, Any], decisions: Sequence[Decision]
@@ -154,6 +181,8 @@ class Pipeline:
             "episode": alert.episode if alert else None,
         }
         state, reason, next_at, group = self._state(event_id, payload, rule, decisions, transition)
+        if self._span is not None:
+            self._traced(rule, decisions, state, reason)
         for d in decisions:
             if d.notifier == ESCALATE_ONLY:
                 continue  # a rule that only escalates: its chain pages (below)

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from receiver import tracing
 from receiver.dispatch import escalations
 from receiver.dispatch.alerts import EpisodeGuess, alert_id, stored_alerts
 from receiver.dispatch.fanout import fan_out
@@ -318,14 +319,21 @@ class Router:
         """The whole batch at once: each alert read and written once, one routed mark."""
         pipeline = Pipeline(tx, ruleset, now, links=self.links)
         routes = [_decided(ruleset, event, decided) for event in events]
+        spans = _route_spans(events, routes) if tracing.on else {}
         tx.alerts.read_ahead(filter(None, (alert_id(payload) for payload, _ in routes)))
         for event, (payload, decisions) in zip(events, routes, strict=True):
-            pipeline.event(event.id, payload, decisions, replay=event.replay)
+            pipeline.event(
+                event.id, payload, decisions, replay=event.replay, span=spans.get(event.id)
+            )
         tx.alerts.flush()
         payloads = [payload for payload, _ in routes]
         tx.sessions.project(_facts(events, payloads))
-        pipeline.counts["subscriber"] += _fan_out(tx, events, payloads, now)
+        pipeline.counts["subscriber"] += _fan_out(tx, events, payloads, now, spans)
         tx.events.mark_routed([event.id for event in events], now, ruleset.digest)
+        # Ended only now: a batch that fails exports none (each event gets a span of its
+        # own when routed one by one).
+        for span in spans.values():
+            tracing.end(span)
         return pipeline
 
     def _route_each(
@@ -335,17 +343,23 @@ class Router:
         is left unrouted (a bug, not a bad event: it is retried on the next start)."""
         pipeline = Pipeline(tx, ruleset, now, links=self.links)
         for event in events:
+            span = None
             try:
                 with tx.savepoint():
                     payload, decisions = _decided(ruleset, event, decided)
-                    pipeline.event(event.id, payload, decisions, replay=event.replay)
+                    spans = _route_spans([event], [(payload, decisions)]) if tracing.on else {}
+                    span = spans.get(event.id)
+                    pipeline.event(event.id, payload, decisions, replay=event.replay, span=span)
                     tx.sessions.project(_facts([event], [payload]))
-                    pipeline.counts["subscriber"] += _fan_out(tx, [event], [payload], now)
+                    pipeline.counts["subscriber"] += _fan_out(tx, [event], [payload], now, spans)
                     tx.events.mark_routed([event.id], now, ruleset.digest)
+                tracing.end(span)
             except Exception as exc:  # noqa: BLE001
                 if systemic(exc):
                     raise  # the database's fault, not this event's: the loop retries
-                log.exception("routing failed for event %s; left unrouted", event.id)
+                with tracing.current(span):
+                    log.exception("routing failed for event %s; left unrouted", event.id)
+                tracing.end(span, error=f"left unrouted: {type(exc).__name__}")
                 self._poisoned.add(event.id)
         return pipeline
 
@@ -396,11 +410,38 @@ def _facts(events: Sequence[StoredEvent], payloads: Sequence[dict[str, Any]]) ->
     return facts
 
 
+def _route_spans(
+    events: Sequence[StoredEvent], routes: Sequence[tuple[dict[str, Any], list[Decision]]]
+) -> dict[str, Any]:
+    """A routing span for each event (receiver.tracing), a child of its ingest's context
+    kept with it (a new trace for one that has none: imported, or from before tracing)."""
+    spans = {}
+    for event, (payload, decisions) in zip(events, routes, strict=True):
+        session = payload.get("sessionId")
+        spans[event.id] = tracing.start(
+            tracing.ROUTE,
+            event.trace,
+            attributes={
+                tracing.EVENT_ID: event.id,
+                tracing.EVENT_TYPE: event.type,
+                tracing.SESSION_ID: session if isinstance(session, str) else None,
+                "rules.matched": len({d.rule for d in decisions}),
+                "replay": event.replay,
+            },
+        )
+    return spans
+
+
 def _fan_out(
-    tx: Tx, events: Sequence[StoredEvent], payloads: Sequence[dict[str, Any]], now: float
+    tx: Tx,
+    events: Sequence[StoredEvent],
+    payloads: Sequence[dict[str, Any]],
+    now: float,
+    spans: Mapping[str, Any] | None = None,
 ) -> int:
     """Queue the webhook deliveries of routed events (not of a replay: that is for the
-    rules' notifications); how many."""
+    rules' notifications); how many. spans: each event's routing span, which its
+    deliveries' sends continue (receiver.tracing)."""
     items = [(e.id, e.body, p) for e, p in zip(events, payloads, strict=True) if e.replay is None]
     hooks = tx.webhooks.active() if items else []
     if not hooks:
@@ -412,6 +453,9 @@ def _fan_out(
     notes = [
         (d.event_id, subscriber_delivery(d.webhook.id, d.delivery_id, d.body)) for d in deliveries
     ]
+    if spans:
+        for event_id, note in notes:
+            note.trace = tracing.carrier(spans.get(event_id))
     tx.outbox.add_many(notes, state="pending", now=now, kind="webhook")
     tx.webhooks.save_sides(changed)
     return len(deliveries)

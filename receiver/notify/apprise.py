@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from receiver import tracing
 from receiver.notify.backoff import Backoff
 from receiver.notify.channel import Result
 from receiver.notify.targets import DeliveryError, Targets
@@ -53,7 +54,9 @@ class AppriseChannel:
         try:
             url = self._url(row)
             title, body = await self._texts(row)
-            status = await self.targets.send(url, title=title, body=body, label=row.label)
+            status = await self.targets.send(
+                url, title=title, body=body, label=row.label, headers=tracing.current_headers()
+            )
         except DeliveryError as exc:
             return Result.retry(str(exc), status=exc.status)
         return Result.delivered(status=status)

@@ -28,7 +28,7 @@ import logging
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
@@ -219,6 +219,9 @@ def _capped_adapter() -> type:
     class CappedAdapter(requests.adapters.HTTPAdapter):
         def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
             request.headers["Accept-Encoding"] = "identity"
+            # The send's trace context (traceparent), set by its thread (_send): the
+            # target's own tracing sees our span as the parent of its request.
+            request.headers.update(getattr(_answered, "headers", None) or {})
             return super().send(request, *args, **kwargs)
 
         def build_response(self, req: Any, resp: Any) -> Any:
@@ -232,7 +235,8 @@ def _capped_adapter() -> type:
 
 _REDACTOR = _Redactor()
 # The HTTP status of the last answer a send's thread read (CappedAdapter writes it, _send
-# reads it): apprise says only "sent" or "not sent", the attempt log wants the status.
+# reads it): apprise says only "sent" or "not sent", the attempt log wants the status. And
+# the headers each of the send's requests gets besides apprise's own (_send sets them).
 _answered = threading.local()
 _setup_lock = threading.Lock()
 _setup_done = False
@@ -309,11 +313,20 @@ class Targets:
         self._threads: set[threading.Thread] = set()
         self._closed = False
 
-    async def send(self, url: str, *, title: str, body: str, label: str) -> int | None:
+    async def send(
+        self,
+        url: str,
+        *,
+        title: str,
+        body: str,
+        label: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> int | None:
         """Deliver title and body to url; raise DeliveryError on failure or timeout. The
         HTTP status the target answered, when the target is reached over HTTP.
 
-        label is a name safe for logs, e.g. "oncall[0]" (notifier name and index).
+        label is a name safe for logs, e.g. "oncall[0]" (notifier name and index);
+        headers go with each HTTP request of the send (the trace context: traceparent).
         Cancelling the caller abandons the send: the thread finishes (or times out)
         on its own and its outcome is dropped.
         """
@@ -327,7 +340,7 @@ class Targets:
             # send's time: it is done here, off the event loop, before the clock starts.
             await asyncio.to_thread(prepare_apprise)
         secrets = self._register(url)
-        job = self._start(self._send, url, title, body, label, secrets)
+        job = self._start(self._send, url, title, body, label, secrets, headers)
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
             async with asyncio.timeout(self.timeout):
@@ -387,7 +400,7 @@ class Targets:
         return secrets
 
     def _send(
-        self, url: str, title: str, body: str, label: str, secrets: frozenset[str]
+        self, url: str, title: str, body: str, label: str, secrets: frozenset[str], headers: Any
     ) -> int | None:
         """Runs in its own thread: build the plugin, notify, explain any failure; the last
         HTTP status the target answered, if it answered over HTTP."""
@@ -416,6 +429,7 @@ class Targets:
         notifier.add(plugin)
         log.debug("sending %s notification to %s", scheme, label)
         _answered.status = None
+        _answered.headers = headers
         try:
             result = notifier.notify(body=body, title=title, body_format=_body_format(plugin))
         except Exception as exc:

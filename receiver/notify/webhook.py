@@ -36,7 +36,7 @@ import httpcore
 import httpx
 from httpcore._utils import is_socket_readable
 
-from receiver import __version__, signature
+from receiver import __version__, signature, tracing
 from receiver.events import SENDER_RETRIES
 from receiver.notify.backoff import Delays
 from receiver.notify.channel import Result, excerpt
@@ -418,6 +418,9 @@ class WebhookChannel:
             # identity: the excerpt is read raw, and no answer is inflated here
             headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
             headers.update(sign(sub, row.delivery_id or "", body, self.clock()))
+            if tracing.on:  # the subscriber's tracing sees our send as its parent
+                tracing.describe(f"webhook {sub.public_id}", {tracing.SUBSCRIBER: sub.public_id})
+                headers.update(tracing.current_headers())
             async with asyncio.timeout(self.timeout):  # the whole exchange, not each read
                 async with self._http(sub).stream(
                     "POST", sub.url, content=body, headers=headers

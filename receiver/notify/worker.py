@@ -9,7 +9,9 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
+from receiver import tracing
 from receiver.errors import StorageUnavailableError
 from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
@@ -227,8 +229,9 @@ class Worker:
             await self._release(rows)
             return
         self._starved = not rows
+        parents = await self._parents(rows) if tracing.on else {}
         for row in rows:
-            task = asyncio.create_task(self._deliver(row))
+            task = asyncio.create_task(self._deliver(row, parents.get(row.event_id)))
             self._in_flight[task] = row
             self._started[task] = now
             task.add_done_callback(self._done)
@@ -257,10 +260,37 @@ class Worker:
     def _channel(self, row: OutboxRow) -> Channel:
         return next(ch for ch in self.channels if ch.handles(row.notifier))
 
-    async def _deliver(self, row: OutboxRow) -> None:
+    async def _parents(self, rows: Sequence[OutboxRow]) -> dict[str, str]:
+        """The trace context of the events of rows that have none of their own (queued by
+        the timers, or before tracing): their sends are children of the event's ingest."""
+        ids = sorted({row.event_id for row in rows if row.trace is None and row.event_id != "-"})
+        try:
+            return await self.store.events.traces(ids)
+        except StorageUnavailableError:
+            return {}  # those sends start traces of their own
+
+    async def _deliver(self, row: OutboxRow, parent: str | None = None) -> None:
         """Send row through its channel, then the one retry stage: delivered; pending again
-        at the channel's schedule; or dead. Every attempt joins the row's log."""
+        at the channel's schedule; or dead. Every attempt joins the row's log, and, with
+        tracing on, is a span of the trace its row carries (else parent's, its event's)."""
         channel = self._channel(row)
+        span = _attempt_span(channel, row, parent) if tracing.on else None
+        try:
+            with tracing.current(span):
+                result, outcome = await self._attempt(channel, row)
+        except BaseException:
+            # Abandoned at shutdown (cancelled), or a failure to record the outcome.
+            tracing.end(span, {tracing.OUTCOME: "abandoned"}, error="not finished")
+            raise
+        tracing.end(
+            span,
+            {tracing.STATUS: result.status, tracing.OUTCOME: outcome},
+            error=None if outcome == "delivered" else (result.error or "failed"),
+        )
+
+    async def _attempt(self, channel: Channel, row: OutboxRow) -> tuple[Result, str]:
+        """One send of row and its record: how it went, and what became of the row
+        (delivered, retry, dead)."""
         started, at = time.perf_counter(), self.clock()
         try:
             result = await channel.send(row)
@@ -292,7 +322,7 @@ class Worker:
                 row, lambda: self.store.outbox.mark_delivered(row.id, now=now, attempt=attempt)
             )
             log.info("delivered %s", what)
-            return
+            return result, "delivered"
         error = result.error or "failed"
         retry_at = None
         if result.outcome == "retry":
@@ -315,6 +345,7 @@ class Worker:
                 row.id, error=error, now=now, retry_at=retry_at, attempt=attempt
             ),
         )
+        return result, "dead" if retry_at is None else "retry"
 
     async def _record(self, row: OutboxRow, write: Callable[[], Awaitable[None]]) -> None:
         """Record a send's outcome. While the store is unavailable (a database restart, a
@@ -332,6 +363,24 @@ class Worker:
                     log.error("could not record a delivery outcome: %s", exc.message)
                     return
             await asyncio.sleep(RECORD_RETRY)
+
+
+def _attempt_span(channel: Channel, row: OutboxRow, parent: str | None) -> Any:
+    """The span of one send attempt: `notify <notifier>` or `webhook <subscriber>` (the
+    channel names it), a child of the routing decision that queued row."""
+    return tracing.start(
+        f"{channel.name} {row.notifier}",
+        row.trace or parent,
+        client=True,
+        attributes={
+            tracing.EVENT_ID: row.event_id if row.event_id != "-" else None,
+            tracing.RULE: row.rule,
+            tracing.NOTIFIER: row.notifier,
+            tracing.ATTEMPT: row.attempts,
+            tracing.KIND: row.kind,
+            "outbox.id": row.id,
+        },
+    )
 
 
 def share(lanes: dict[tuple[str, int], int], budget: int) -> dict[tuple[str, int], int]:

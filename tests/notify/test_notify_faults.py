@@ -35,7 +35,9 @@ class Targets:
     def __init__(self) -> None:
         self.sent: list[str] = []
 
-    async def send(self, url: str, *, title: str, body: str, label: str) -> None:
+    async def send(
+        self, url: str, *, title: str, body: str, label: str, headers: Any = None
+    ) -> None:
         if url.endswith("/bad"):
             raise UnicodeEncodeError("ascii", "évt", 0, 1, "ordinal not in range(128)")
         self.sent.append(title)

@@ -1,0 +1,380 @@
+"""OpenTelemetry tracing: one trace per event, from the sender's request to every send.
+
+Off unless OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set (spans
+go there as OTLP over HTTP/protobuf), or RECEIVER_TRACING=on (the exporter's default,
+http://localhost:4318); RECEIVER_TRACING=off forces it off. The rest is the OpenTelemetry
+SDK's own environment: OTEL_SERVICE_NAME (default attention-receiver),
+OTEL_RESOURCE_ATTRIBUTES, OTEL_TRACES_SAMPLER (default parentbased_always_on),
+OTEL_EXPORTER_OTLP_HEADERS, OTEL_BSP_*. While off, nothing of the SDK is imported and each
+hook below is one test of `on`.
+
+One event's trace, whatever replica routes and sends it:
+
+    POST /v1/events           ingest (SERVER), a child of the sender's traceparent
+      verify                  signature, JSON, the event model
+      store                   the durable insert (its group commit)
+      route                   routing, later: a child of the ingest span, whose context
+        rule <name>           the event row keeps; one span a notification placed, with
+          notify <notifier>   its decision; one span a send attempt (CLIENT), retries
+        webhook <subscriber>  hours later and after restarts included, under the decision
+                              that queued them (its context is kept on the outbox row)
+
+A retry is a span of the same trace, not a new trace linked to it: the tree then shows
+every attempt under the decision that caused it, and a search by the event's trace id
+finds all of them. (A backend that closes a trace after an idle time shows a late retry as
+a later part of the same trace id.) Repeats, escalation steps and digests, queued by the
+timers, are children of the ingest span of the event their row names.
+
+The context travels as a carrier string: a W3C traceparent, and "\\n" + the tracestate
+when there is one (a tracestate never holds a newline).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.trace import Span, Tracer
+
+    from receiver.metrics import Metrics
+
+log = logging.getLogger("receiver.tracing")
+
+SERVICE_NAME = "attention-receiver"
+ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+# Span names and the attributes an operator filters on, fixed (dashboards and queries
+# name them).
+INGEST = "POST /v1/events"
+VERIFY = "verify"
+STORE = "store"
+ROUTE = "route"
+EVENT_ID = "event.id"
+EVENT_TYPE = "event.type"
+SESSION_ID = "session.id"
+RULE = "rule.name"
+NOTIFIER = "notifier"
+SUBSCRIBER = "subscriber"
+ATTEMPT = "attempt"
+STATUS = "http.response.status_code"
+DECISION = "decision"  # what routing did: pending (sent), held, silenced, inhibited, ...
+REASON = "decision.reason"
+RESULT = "result"  # ingest: accepted, duplicate, conflict, or the error code
+OUTCOME = "outcome"  # a send: delivered, retry, dead
+KIND = "notification.kind"  # event, resolved, repeat, escalation, digest, ...
+
+on = False  # whether spans are made (configure() decides)
+_provider: TracerProvider | None = None
+_tracer: Tracer | None = None
+
+
+def wanted(mode: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether RECEIVER_TRACING=mode (auto, on, off) and the environment turn tracing on.
+
+    >>> wanted("auto", {}), wanted("auto", {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
+    (False, True)
+    >>> wanted("off", {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/v1/traces"})
+    False
+    """
+    if mode == "off":
+        return False
+    return mode == "on" or any(environ.get(name, "").strip() for name in ENDPOINT_VARIABLES)
+
+
+def configure(mode: str, metrics: Metrics | None = None) -> bool:
+    """Turn tracing on or off for this process (each `--workers` process does its own);
+    whether it is on. A provider configured before is shut down first."""
+    global on, _provider, _tracer
+    shutdown(0.0)
+    if not wanted(mode):
+        return False
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    attributes = {}
+    given = os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    if not os.environ.get("OTEL_SERVICE_NAME") and "service.name=" not in given:
+        attributes["service.name"] = SERVICE_NAME
+    from receiver import __version__
+
+    attributes["service.version"] = __version__
+    # The sampler is the SDK's, from OTEL_TRACES_SAMPLER (parentbased_always_on unset).
+    # shutdown_on_exit off: stop() ends it within the grace; at exit, an unreachable
+    # collector must not hold the process.
+    _provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
+    _provider.add_span_processor(BatchSpanProcessor(_counted(OTLPSpanExporter(), metrics)))
+    _tracer = _provider.get_tracer("receiver")
+    on = True
+    log.info(
+        "tracing on: spans to %s (sampler %s)",
+        _endpoint(),
+        os.environ.get("OTEL_TRACES_SAMPLER", "parentbased_always_on"),
+    )
+    return True
+
+
+def shutdown(timeout: float) -> None:
+    """Export what is buffered, waiting at most timeout seconds, and stop; tracing is off
+    afterwards. Runs in a thread at shutdown: an unreachable collector must not hold up
+    the exit past the grace (spans not sent by then are lost, and counted)."""
+    global on, _provider, _tracer
+    provider, _provider, _tracer, on = _provider, None, None, False
+    if provider is None:
+        return
+    if timeout > 0:
+        provider.force_flush(int(timeout * 1000))
+    provider.shutdown()
+
+
+async def stop(timeout: float) -> None:
+    """shutdown(timeout) in a daemon thread, waited for at most timeout (and a little): a
+    collector that hangs must not hold the process past its grace, nor at its exit."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def run() -> None:
+        try:
+            shutdown(timeout)
+        except Exception:  # noqa: BLE001 - spans lost at exit are logged, never fatal
+            log.exception("stopping the trace exporter failed")
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(_settle, done)
+
+    threading.Thread(target=run, name="tracing-stop", daemon=True).start()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout + 0.1):
+            await done
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+def _endpoint() -> str:
+    traces = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return _strip_credentials(traces)
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
+    return _strip_credentials(base.rstrip("/") + "/v1/traces")
+
+
+def _strip_credentials(url: str) -> str:
+    """url without a user part or query (a collector's token may ride in either)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
+
+
+def _counted(exporter: SpanExporter, metrics: Metrics | None) -> SpanExporter:
+    """exporter, counting the spans each export sends or loses
+    (receiver_trace_spans_total{outcome}); a failing collector is logged by the SDK."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class Counted(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            try:
+                result = exporter.export(spans)
+            except Exception:  # noqa: BLE001 - an exporter's bug loses spans, not the process
+                log.exception("exporting %d spans failed", len(spans))
+                result = SpanExportResult.FAILURE
+            if metrics is not None:
+                outcome = "exported" if result is SpanExportResult.SUCCESS else "failed"
+                metrics.trace_spans.labels(outcome).inc(len(spans))
+            return result
+
+        def shutdown(self) -> None:
+            exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return exporter.force_flush(timeout_millis)
+
+    return Counted()
+
+
+# -- contexts ---------------------------------------------------------------------------------
+
+
+def carrier(span: Span | None) -> str | None:
+    """The context a span's children continue from, as kept in the store: its traceparent,
+    and "\\n" + its tracestate when it has one. None for no span."""
+    if span is None:
+        return None
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    parent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+    state = ctx.trace_state.to_header() if ctx.trace_state else ""
+    return f"{parent}\n{state}" if state else parent
+
+
+def outbound(span: Span | None) -> dict[str, str]:
+    """The headers that make span the parent of the request they go out with: traceparent,
+    and tracestate when there is one; none while tracing is off."""
+    kept = carrier(span)
+    if kept is None:
+        return {}
+    parent, _, state = kept.partition("\n")
+    return {"traceparent": parent, "tracestate": state} if state else {"traceparent": parent}
+
+
+def current_headers() -> dict[str, str]:
+    """outbound() of the current span: what an outgoing request carries (none while off)."""
+    if not on:
+        return {}
+    from opentelemetry.trace import get_current_span
+
+    return outbound(get_current_span())
+
+
+def describe(name: str, attributes: Mapping[str, Any]) -> None:
+    """Rename the current span and add attributes (a channel naming what it sends to)."""
+    if not on:
+        return
+    from opentelemetry.trace import get_current_span
+
+    span = get_current_span()
+    span.update_name(name)
+    span.set_attributes(_clean(attributes))
+
+
+def _context(kept: str | None) -> Any:
+    """The OpenTelemetry context to start a child of a kept carrier in; None (a new trace)
+    for none, or for one that is not a valid traceparent."""
+    if not kept:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parent, _, state = kept.partition("\n")
+    headers = {"traceparent": parent, "tracestate": state} if state else {"traceparent": parent}
+    return TraceContextTextMapPropagator().extract(headers)
+
+
+def _incoming(headers: Iterable[tuple[bytes, bytes]]) -> Any:
+    """The context of a request's traceparent (and tracestate); None without a valid one
+    (an invalid one is ignored, never refused: W3C Trace Context)."""
+    parent: str | None = None
+    states: list[str] = []
+    for name, value in headers:
+        if name == b"traceparent":
+            parent = value.decode("latin-1")
+        elif name == b"tracestate":
+            states.append(value.decode("latin-1"))
+    if parent is None:
+        return None
+    kept = parent.strip() + ("\n" + ",".join(states) if states else "")
+    return _context(kept)
+
+
+# -- spans --------------------------------------------------------------------------------------
+
+
+def start(
+    name: str,
+    parent: str | None = None,
+    *,
+    client: bool = False,
+    attributes: Mapping[str, Any] | None = None,
+) -> Span | None:
+    """A span named name, a child of the kept carrier parent (a new trace without one);
+    None while tracing is off. End it with end()."""
+    if not on or _tracer is None:
+        return None
+    from opentelemetry.trace import SpanKind
+
+    kind = SpanKind.CLIENT if client else SpanKind.INTERNAL
+    return _tracer.start_span(name, _context(parent), kind, attributes=_clean(attributes))
+
+
+def start_ingest(headers: Iterable[tuple[bytes, bytes]]) -> Span | None:
+    """The ingest span of one request (SERVER), continuing its traceparent if valid."""
+    if not on or _tracer is None:
+        return None
+    from opentelemetry.trace import SpanKind
+
+    return _tracer.start_span(
+        INGEST,
+        _incoming(headers),
+        SpanKind.SERVER,
+        attributes={"http.request.method": "POST", "url.path": "/v1/events"},
+    )
+
+
+def child(parent: Span | None, name: str, attributes: Mapping[str, Any] | None = None) -> Any:
+    """A span under parent (a live span), None without one."""
+    if parent is None or _tracer is None:
+        return None
+    from opentelemetry.trace import set_span_in_context
+
+    return _tracer.start_span(name, set_span_in_context(parent), attributes=_clean(attributes))
+
+
+def end(
+    span: Span | None, attributes: Mapping[str, Any] | None = None, error: str | None = None
+) -> None:
+    """Set attributes (None values left out), mark an error, and end span (None: nothing)."""
+    if span is None:
+        return
+    if attributes:
+        span.set_attributes(_clean(attributes))
+    if error is not None:
+        from opentelemetry.trace import Status, StatusCode
+
+        span.set_status(Status(StatusCode.ERROR, error))
+    span.end()
+
+
+@contextlib.contextmanager
+def step(parent: Span | None, name: str) -> Iterator[Span | None]:
+    """A child span of parent for the block; an exception marks it failed (with the
+    error's code, when it has one) and goes on."""
+    span = child(parent, name)
+    try:
+        yield span
+    except BaseException as exc:
+        end(span, error=str(getattr(exc, "code", None) or type(exc).__name__))
+        raise
+    end(span)
+
+
+@contextlib.contextmanager
+def current(span: Span | None) -> Iterator[None]:
+    """Make span the current one meanwhile (log lines then carry its ids)."""
+    if span is None:
+        yield
+        return
+    from opentelemetry.trace import use_span
+
+    with use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+        yield
+
+
+def log_ids() -> tuple[str, str] | None:
+    """(trace_id, span_id) of the current span, in hex, for log lines; None when there is
+    none (or tracing is off)."""
+    if not on:
+        return None
+    from opentelemetry.trace import get_current_span
+
+    ctx = get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+
+
+def _clean(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (attributes or {}).items() if v is not None}

@@ -1,0 +1,258 @@
+"""One event's trace, end to end: the real server under uvicorn, a real HTTP sink (a JSON
+chat notifier), a webhook subscriber on it, and a small OTLP/HTTP collector (tests/otlp.py)
+decoding every span exported. The sender's traceparent is continued through ingest,
+routing and each send; every outbound request carries our span as its parent; JSON log
+lines join the trace; a retry after a restart is a span of the same trace; with tracing
+off nothing is exported and no header is added."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from receiver.events import sample
+from tests.harness import Receiver
+from tests.otlp import OTLPSink, Span, tree
+from tests.servers import HTTPSink
+
+pytestmark = pytest.mark.e2e
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+SENDER_SPAN = "00f067aa0ba902b7"
+UNSAMPLED = "0af7651916cd43dd8448eb211c80319c"
+
+RULES = """
+notifiers:
+  chat: "{chat}"
+rules:
+  - name: drops
+    match: {{type: score.drop}}
+    notify: [chat]
+    title: "drop {{{{ sessionId }}}}"
+    body: "score {{{{ score }}}}"
+"""
+
+
+def traced_env(otlp: OTLPSink, **more: str) -> dict[str, str]:
+    return {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.url,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",  # export within 0.1 s (the default waits 5 s)
+        "OTEL_SERVICE_NAME": "receiver-under-test",
+        "RECEIVER_LOG_FORMAT": "json",
+        "RECEIVER_WEBHOOK_ALLOW_HTTP": "true",
+        "RECEIVER_WEBHOOK_ALLOW_PRIVATE": "true",
+        **more,
+    }
+
+
+def send(server: Receiver, event: dict[str, Any], traceparent: str | None = None) -> None:
+    body = json.dumps(event).encode()
+    from receiver import signature
+
+    headers = {signature.SIGNATURE_HEADER: signature.sign(server.secret.encode(), body)}
+    if traceparent is not None:
+        headers |= {"traceparent": traceparent, "tracestate": "sender=abc"}
+    assert server.post(body, headers).status_code == 202
+
+
+def subscribe(server: Receiver, sink: HTTPSink) -> str:
+    done = server.cli("webhooks", "add", "--url", f"{sink.url}/sub", "--json")
+    assert done.returncode == 0, done.stderr
+    return str(json.loads(done.stdout)["id"])
+
+
+def one(spans: list[Span], name: str) -> Span:
+    found = [s for s in spans if s.name == name]
+    assert len(found) == 1, (name, [s.name for s in spans])
+    return found[0]
+
+
+def trace_of(header: str) -> tuple[str, str, str]:
+    """(trace id, parent span id, flags) of a traceparent header."""
+    version, trace_id, parent, flags = header.split("-")
+    assert version == "00"
+    return trace_id, parent, flags
+
+
+def test_one_event_is_one_trace_from_the_sender_to_each_send(
+    tmp_path: Path, http_sink: HTTPSink, receiver_db: str | None
+) -> None:
+    with OTLPSink() as otlp:
+        server = Receiver(
+            tmp_path,
+            rules=RULES.format(chat=http_sink.json_url()),
+            env=traced_env(otlp),
+            db=receiver_db,
+        ).start()
+        hook = subscribe(server, http_sink)
+        event = sample("score.drop", id="evt_traced", sessionId="s-42", score=12)
+        send(server, event, f"00-{TRACE}-{SENDER_SPAN}-01")
+        # The chat message and the subscriber's delivery, each with our traceparent.
+        requests = http_sink.wait_for(2)
+        chat = next(r for r in requests if r.path == "/notify")
+        delivery = next(r for r in requests if r.path == "/sub")
+        spans = otlp.wait_for(
+            lambda spans: {"notify chat", f"webhook {hook}"} <= {s.name for s in spans},
+            "the send spans",
+        )
+        server.stop()
+        spans = otlp.spans  # with what the stop flushed
+
+    mine = [s for s in spans if s.trace_id == TRACE]
+    ingest, route = one(mine, "POST /v1/events"), one(mine, "route")
+    verify, store, rule = one(mine, "verify"), one(mine, "store"), one(mine, "rule drops")
+    notify, webhook = one(mine, "notify chat"), one(mine, f"webhook {hook}")
+    # The tree: the sender's span -> ingest -> verify, store, route -> decision -> sends.
+    assert ingest.parent_id == SENDER_SPAN and ingest.kind == "server"
+    assert ingest.trace_state == "sender=abc"  # the sender's tracestate goes on
+    assert {verify.parent_id, store.parent_id, route.parent_id} == {ingest.span_id}
+    assert rule.parent_id == route.span_id and webhook.parent_id == route.span_id
+    assert notify.parent_id == rule.span_id
+    assert ingest.service == "receiver-under-test"
+    # What an operator filters on.
+    assert (ingest.attributes | route.attributes).items() >= {
+        "event.id": "evt_traced",
+        "event.type": "score.drop",
+        "session.id": "s-42",
+        "http.response.status_code": 202,
+        "result": "accepted",
+    }.items()
+    assert (
+        rule.attributes.items()
+        >= {"rule.name": "drops", "decision": "pending", "notifier": "chat"}.items()
+    )
+    assert (
+        notify.kind == "client"
+        and notify.attributes.items()
+        >= {
+            "event.id": "evt_traced",
+            "rule.name": "drops",
+            "notifier": "chat",
+            "attempt": 1,
+            "http.response.status_code": 200,
+            "outcome": "delivered",
+        }.items()
+    )
+    assert (
+        webhook.attributes.items()
+        >= {"subscriber": hook, "attempt": 1, "outcome": "delivered"}.items()
+    )
+    # Each outbound request's parent is the span of its send: the target's tracing
+    # continues ours.
+    assert trace_of(chat.headers["traceparent"]) == (TRACE, notify.span_id, "01")
+    assert trace_of(delivery.headers["traceparent"]) == (TRACE, webhook.span_id, "01")
+    assert delivery.headers["tracestate"] == "sender=abc"
+    shape = [line.split(" [")[0] for line in tree(spans, TRACE).splitlines()]
+    assert shape == [
+        "POST /v1/events",
+        "  verify",
+        "  store",
+        "  route",
+        "    rule drops",
+        "      notify chat",
+        f"    webhook {hook}",
+    ]
+
+
+def test_log_lines_of_an_event_carry_its_trace_and_span(
+    tmp_path: Path, http_sink: HTTPSink
+) -> None:
+    with OTLPSink() as otlp:
+        server = Receiver(
+            tmp_path, rules=RULES.format(chat=http_sink.json_url()), env=traced_env(otlp)
+        ).start()
+        send(server, sample("score.drop", id="evt_logged"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        http_sink.wait_for(1)
+        otlp.wait_for(lambda spans: any(s.name == "notify chat" for s in spans), "the send")
+        server.stop()
+        spans = otlp.spans
+    lines = [json.loads(line) for line in server.logs().splitlines() if line.startswith("{")]
+    by_span = {s.span_id: s.name for s in spans if s.trace_id == TRACE}
+    accepted = next(line for line in lines if line["msg"].startswith("accepted"))
+    delivered = next(line for line in lines if line["msg"].startswith("delivered"))
+    assert accepted["trace_id"] == delivered["trace_id"] == TRACE
+    assert by_span[accepted["span_id"]] == "POST /v1/events"
+    assert by_span[delivered["span_id"]] == "notify chat"
+    # A line that belongs to no event carries none.
+    start = next(line for line in lines if line["msg"].startswith("receiving on"))
+    assert "trace_id" not in start
+
+
+def test_a_retry_hours_later_after_a_restart_is_in_the_same_trace(
+    tmp_path: Path, http_sink: HTTPSink
+) -> None:
+    rules = RULES.format(chat=http_sink.json_url())
+    with OTLPSink() as otlp:
+        env = traced_env(otlp, RECEIVER_RETRY_INITIAL="1h")
+        server = Receiver(tmp_path, rules=rules, env=env).start()
+        http_sink.fail_with(503)
+        send(server, sample("score.drop", id="evt_retried"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        otlp.wait_for(lambda spans: any(s.name == "notify chat" for s in spans), "attempt 1")
+        server.stop()
+        # An hour on: the retry is due (moved in the stopped server's store), the chat is up.
+        with sqlite3.connect(server.db) as conn:
+            conn.execute("UPDATE outbox SET next_at = 0 WHERE event_id = 'evt_retried'")
+        http_sink.ok()
+        server.start()
+        otlp.wait_for(lambda spans: sum(s.name == "notify chat" for s in spans) == 2, "attempt 2")
+        server.stop()
+        spans = otlp.spans
+    first, second = sorted(
+        (s for s in spans if s.name == "notify chat"), key=lambda s: s.attributes["attempt"]
+    )
+    rule = one(spans, "rule drops")
+    assert first.trace_id == second.trace_id == TRACE
+    assert first.parent_id == second.parent_id == rule.span_id  # under the same decision
+    assert (first.attributes["attempt"], second.attributes["attempt"]) == (1, 2)
+    assert first.attributes["http.response.status_code"] == 503 and first.error
+    assert first.attributes["outcome"] == "retry"
+    assert second.attributes["outcome"] == "delivered" and second.error is None
+    assert trace_of(http_sink.requests[-1].headers["traceparent"])[:2] == (TRACE, second.span_id)
+
+
+def test_an_unsampled_trace_exports_nothing_but_still_goes_out(
+    tmp_path: Path, http_sink: HTTPSink
+) -> None:
+    """The sender decided not to sample (flags 00): no span of that trace is recorded, and
+    the requests we send still carry its trace id, unsampled (W3C Trace Context)."""
+    with OTLPSink() as otlp:
+        server = Receiver(
+            tmp_path, rules=RULES.format(chat=http_sink.json_url()), env=traced_env(otlp)
+        ).start()
+        send(server, sample("score.drop", id="evt_quiet"), f"00-{UNSAMPLED}-{SENDER_SPAN}-00")
+        send(server, sample("score.drop", id="evt_loud"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        requests = http_sink.wait_for(2)
+        otlp.wait_for(lambda spans: any(s.name == "notify chat" for s in spans), "the send")
+        server.stop()
+        spans = otlp.spans
+    assert {s.trace_id for s in spans} == {TRACE}
+    flags = {
+        trace_of(r.headers["traceparent"])[0]: trace_of(r.headers["traceparent"])[2]
+        for r in requests
+    }
+    assert flags == {UNSAMPLED: "00", TRACE: "01"}
+
+
+def test_with_tracing_off_nothing_is_exported_and_no_header_is_added(
+    tmp_path: Path, http_sink: HTTPSink
+) -> None:
+    with OTLPSink() as otlp:
+        # The collector's address is set, and RECEIVER_TRACING=off wins over it.
+        env = traced_env(otlp, RECEIVER_TRACING="off")
+        server = Receiver(tmp_path, rules=RULES.format(chat=http_sink.json_url()), env=env)
+        server.start()
+        hook = subscribe(server, http_sink)
+        send(server, sample("score.drop", id="evt_plain"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        requests = http_sink.wait_for(2)
+        server.stop()  # a traced server exports what it holds when it stops
+        assert otlp.exports == 0 and otlp.spans == []
+    assert hook and all("traceparent" not in r.headers for r in requests)
+    assert all("tracestate" not in r.headers for r in requests)
+    assert server.query("SELECT trace FROM events") == [(None,)]
+    assert server.query("SELECT DISTINCT trace FROM outbox") == [(None,)]
+    lines = [json.loads(line) for line in server.logs().splitlines() if line.startswith("{")]
+    assert lines and not any("trace_id" in line for line in lines)
