@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -303,9 +304,27 @@ def _intro(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
             "started (2 cores; the load column)."
             if loads
             else ""
-        ),
+        )
+        + f" {code()}",
         "",
     ]
+
+
+def code() -> str:
+    """Which code ran: the commit, and the receiver's files that differed from it."""
+    root = Path(__file__).resolve().parent.parent
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+    ).stdout.strip()
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--", "receiver"], cwd=root, capture_output=True, text=True
+    ).stdout.split("\n")
+    files = [line[3:] for line in changed if line.strip()]
+    if not head:
+        return "Code: not a git checkout."
+    if not files:
+        return f"Code: commit {head}, the receiver as committed."
+    return f"Code: commit {head}, with uncommitted changes to {', '.join(files)}."
 
 
 def _summary_table(summary: dict[str, Any]) -> list[str]:
