@@ -95,6 +95,7 @@ def run_part(
     measure: Callable[..., Any],
 ) -> list[str]:
     """Every shape, args.rounds times, against the ceiling of its round; the section."""
+    ran = code()  # as the runs start: the working tree is shared and may change meanwhile
     files = prepare(args.events, work, secret, current)
     runner = _Runner(args, work, sink_port, pin, make_server, measure)
     rows: list[dict[str, Any]] = []
@@ -109,7 +110,8 @@ def run_part(
         rows += [_row(name, round_no, r, paced, ceilings) for name, r, paced in runs]
     summary = summarize(rows)
     write_figures(args.figures, args, rows, summary)
-    return section(args, rows, summary, {name: f[2] for name, f in files.items()})
+    held = {name: f[2] for name, f in files.items()}
+    return section(args, rows, summary, held, ran)
 
 
 class _Runner:
@@ -268,9 +270,10 @@ def section(
     rows: list[dict[str, Any]],
     summary: dict[str, Any],
     held: dict[str, str],
+    ran: str = "",
 ) -> list[str]:
     """The report's "Stream shapes" section."""
-    lines = [*_intro(args, rows), *_summary_table(summary), *_runs_table(rows)]
+    lines = [*_intro(args, rows, ran), *_summary_table(summary), *_runs_table(rows)]
     if any(row["paced"] for row in rows):
         lines += _paced_table(args, rows)
     lines += ["", "The shapes (bench/streams.py), each stream as written for this run:", ""]
@@ -281,7 +284,7 @@ def section(
     return [*lines, ""]
 
 
-def _intro(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
+def _intro(args: argparse.Namespace, rows: list[dict[str, Any]], ran: str) -> list[str]:
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     loads = [float(row["load"].split()[1]) for row in rows if row["load"]]
     loads += [float(row["paced"]["load"].split()[1]) for row in rows if row["paced"]]
@@ -305,7 +308,7 @@ def _intro(args: argparse.Namespace, rows: list[dict[str, Any]]) -> list[str]:
             if loads
             else ""
         )
-        + f" {code()}",
+        + (f" {ran}" if ran else ""),
         "",
     ]
 

@@ -3,10 +3,14 @@ claims, and the simulator shape the very events `receiver simulate`'s engine sen
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
+import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +87,44 @@ def _counts(deliveries: list[dict[str, object]]) -> list[tuple[dict[str, object]
     counted = Counter(id(event) for event in deliveries)
     unique = {id(event): event for event in deliveries}
     return [(unique[key], n) for key, n in counted.items()]
+
+
+def _stream_part() -> Any:
+    """bench/stream_part.py, which imports its siblings as bench/run.py does (top level)."""
+    sys.path.insert(0, str(streams.BENCH))
+    try:
+        return importlib.import_module("stream_part")
+    finally:
+        sys.path.remove(str(streams.BENCH))
+
+
+def _row(shape: str, ratio: float | None) -> dict[str, Any]:
+    return {
+        "shape": shape,
+        "round": 1,
+        "ceiling_rps": 10_000,
+        "ceiling_runs": [9_000, 11_000],
+        "accepted_rps": 4_000,
+        "sustained_rps": None if ratio is None else round(ratio * 10_000),
+        "ratio": ratio,
+        "p99_ms": 12.0,
+        "lag_max_s": None if ratio is None else 0.4,
+        "lag_p99_s": None if ratio is None else 0.3,
+        "cpu_us": 200.0,
+        "errors": "-",
+        "load": "load 1.00 1.00 1.00",
+        "paced": None,
+        "notes": "",
+    }
+
+
+def test_the_worst_shape_is_the_lowest_ratio_and_one_never_routed_is_worse() -> None:
+    part = _stream_part()
+    rows = [_row("current", 0.40), _row("many", 0.25), _row("simulator", 0.31)]
+    summary = part.summarize(rows)
+    assert summary["worst"] == {"shape": "many", "ratio": 0.25}
+    args = argparse.Namespace(rounds=1, duration=15, warmup=3, connections=32, paced=0.0)
+    text = "\n".join(part.section(args, rows, summary, {}, "Code: commit abc."))
+    assert "Worst shape: **many**, 0.25x" in text and "Code: commit abc." in text
+    summary = part.summarize([*rows, _row("backfill", None)])
+    assert summary["worst"] == {"shape": "backfill", "ratio": 0.0}
