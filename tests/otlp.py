@@ -155,10 +155,11 @@ _SHOWN = ("event.id", "rule.name", "decision", "notifier", "subscriber", "attemp
 
 def tree(spans: Sequence[Span], trace_id: str, *, timed: bool = True) -> str:
     """The spans of trace_id as an indented tree, children in start order, each with its
-    kind, the attributes an operator filters on, and its error if it failed:
+    kind, when it started (from the trace's first span) and how long it took, the
+    attributes an operator filters on, and its error if it failed:
 
-        POST /v1/events [server] event.id=evt_1 http.response.status_code=202
-          verify [internal]
+        POST /v1/events [server] at +0.0 ms, took 13.2 ms event.id=evt_1 ...
+          verify [internal] at +0.1 ms, took 5.3 ms
           ...
     """
     mine = [s for s in spans if s.trace_id == trace_id]
@@ -168,11 +169,12 @@ def tree(spans: Sequence[Span], trace_id: str, *, timed: bool = True) -> str:
         parent = s.parent_id if s.parent_id in ids else ""
         children.setdefault(parent, []).append(s)
     lines: list[str] = []
+    t0 = min((s.start_ns for s in mine), default=0)
 
     def walk(parent: str, depth: int) -> None:
         for s in children.get(parent, []):
             shown = [f"{k}={s.attributes[k]}" for k in _keys(s)]
-            took = [f"{s.ms:.1f} ms"] if timed else []
+            took = [f"at +{(s.start_ns - t0) / 1e6:.1f} ms, took {s.ms:.1f} ms"] if timed else []
             error = [f"ERROR {s.error}"] if s.error else []
             parts = [s.name, f"[{s.kind}]", *took, *shown, *error]
             lines.append("  " * depth + " ".join(parts))

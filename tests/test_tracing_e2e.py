@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,7 @@ def test_one_event_is_one_trace_from_the_sender_to_each_send(
     assert trace_of(chat.headers["traceparent"]) == (TRACE, notify.span_id, "01")
     assert trace_of(delivery.headers["traceparent"]) == (TRACE, webhook.span_id, "01")
     assert delivery.headers["tracestate"] == "sender=abc"
+    print(tree(spans, TRACE))  # README's Tracing section shows this (pytest -s)
     shape = [line.split(" [")[0] for line in tree(spans, TRACE).splitlines()]
     assert shape == [
         "POST /v1/events",
@@ -256,3 +258,83 @@ def test_with_tracing_off_nothing_is_exported_and_no_header_is_added(
     assert server.query("SELECT DISTINCT trace FROM outbox") == [(None,)]
     lines = [json.loads(line) for line in server.logs().splitlines() if line.startswith("{")]
     assert lines and not any("trace_id" in line for line in lines)
+
+
+ESCALATING = """
+notifiers:
+  chat: "{chat}"
+escalations:
+  page:
+    steps:
+      - notify: [chat]
+rules:
+  - name: deep
+    match: {{type: score.drop}}
+    escalate: page
+"""
+
+
+def test_a_step_the_timers_queue_is_a_child_of_its_events_ingest(
+    tmp_path: Path, http_sink: HTTPSink
+) -> None:
+    """An escalation's page is queued by the chain, not by a rule's decision: its send is
+    still in the event's trace, under the ingest span the event row keeps."""
+    with OTLPSink() as otlp:
+        server = Receiver(
+            tmp_path, rules=ESCALATING.format(chat=http_sink.json_url()), env=traced_env(otlp)
+        ).start()
+        send(server, sample("score.drop", id="evt_paged"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        [page] = http_sink.wait_for(1)
+        otlp.wait_for(lambda spans: any(s.name == "notify chat" for s in spans), "the page")
+        server.stop()
+        spans = otlp.spans
+    ingest, notify = one(spans, "POST /v1/events"), one(spans, "notify chat")
+    assert notify.trace_id == TRACE and notify.parent_id == ingest.span_id
+    assert notify.attributes["notification.kind"] == "escalation"
+    assert one(spans, "rule deep").attributes["decision"] == "pending"
+    assert trace_of(page.headers["traceparent"])[:2] == (TRACE, notify.span_id)
+
+
+class Hanging:
+    """A collector that takes each connection and never answers."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_collector_that_hangs_costs_no_notification_and_no_time_past_the_grace(
+    tmp_path: Path, http_sink: HTTPSink
+) -> None:
+    """Tracing is telemetry: a collector that never answers loses spans (counted), never
+    a notification, and the stop still ends within the grace."""
+    collector = Hanging()
+    try:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url,
+            "OTEL_EXPORTER_OTLP_TIMEOUT": "1",  # each export gives up after a second
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }
+        server = Receiver(tmp_path, rules=RULES.format(chat=http_sink.json_url()), env=env)
+        server.start()
+        send(server, sample("score.drop", id="evt_lost"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        [chat] = http_sink.wait_for(1)
+        assert trace_of(chat.headers["traceparent"])[0] == TRACE
+
+        def failed() -> float:
+            return server.metric("receiver_trace_spans_total", 'outcome="failed"')
+
+        deadline = time.monotonic() + 60
+        while failed() == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert failed() > 0
+        assert server.stop() == 0  # the harness kills, and fails, a stop that outlasts the grace
+    finally:
+        collector.close()
