@@ -147,6 +147,7 @@ class Backtest:
         self.pipeline.texts = texts
         self._boundaries = self._copy_silences(silences)
         self._last_event = start  # the heartbeat's "last arrival" before the first event
+        self._firing = False  # the heartbeat fired, and no event has arrived since
         self._openers: dict[str, str] = {}  # alert -> the event that opened its episode
         # Rows not sent yet (pending, held) -> the alert episode of the event that made them.
         self._waiting: dict[int, tuple[str, int] | None] = {}
@@ -216,8 +217,8 @@ class Backtest:
         self._collect()
         if self.ruleset.heartbeat is not None:
             self._last_event = event.received_at
-            self.pipeline.heartbeat(event.received_at, arrived=True)
-            self._collect()
+            if self._firing:  # an arrival does nothing to a heartbeat that is not firing
+                self._beat(arrived=True)
 
     def kept(self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition) -> None:
         """The leader, once every rules file has placed the event: it is routed, and its
@@ -267,17 +268,24 @@ class Backtest:
                 self.pipeline.repeats()
             if (at := self.tx.scratch.next_chain()) is not None and at <= now:
                 self.pipeline.escalations()
-            if (at := self._silent_at()) is not None and at <= now:
-                self.pipeline.heartbeat(self._last_event, arrived=False)
             self._current = None
+            if (at := self._silent_at()) is not None and at <= now:
+                self._beat(arrived=False)
             self._collect()
 
     def _silent_at(self) -> float | None:
         """When the heartbeat would fire, if it has not yet."""
         beat = self.ruleset.heartbeat
-        if beat is None or (self.tx.state.get("heartbeat") or {}).get("firing"):
+        if beat is None or self._firing:
             return None
         return self._last_event + beat.silent_for
+
+    def _beat(self, *, arrived: bool) -> None:
+        """The heartbeat after an arrival or a silence; whether it is firing now (kept here,
+        not read from the store's JSON for every event)."""
+        self.pipeline.heartbeat(self._last_event, arrived=arrived)
+        self._firing = bool((self.tx.state.get("heartbeat") or {}).get("firing"))
+        self._collect()
 
     def finish(self) -> Result:
         """Run the timers to the end of the period; what is still held is counted so."""

@@ -78,7 +78,7 @@ class MemoryEscalations:
     def _put(self, chain: Chain) -> None:
         key = (chain.alert, chain.episode, chain.rule)
         self.t.chains[key] = chain
-        self.t.keyed_rules.add(chain.rule)
+        self.t.keyed.setdefault(key[:2], set()).add(chain.rule)
         if chain.next_at is not None:
             heapq.heappush(self.t.chain_due, (chain.next_at, key))
 

@@ -83,7 +83,7 @@ class Tables:
         self.chain_due: list[tuple[float, tuple[str, int, str]]] = []  # may be stale
         # (alert, episode, rule) -> (notifier, target) of its messages sent (escalations)
         self.paged: dict[tuple[str, int, str], set[tuple[str, int]]] = {}
-        self.keyed_rules: set[str] = set()  # the rules named in a key of paged or chains
+        self.keyed: dict[tuple[str, int], set[str]] = {}  # episode -> rules in paged, chains
         self.throttle: dict[tuple[str, str], float] = {}
         self.storms: dict[str, tuple[float, int, int]] = {}  # rule -> (start, count, prev)
         self.groups: dict[int, tuple[Group, str, float]] = {}  # id -> (group, state, opened)
@@ -116,7 +116,7 @@ class Tables:
         if row.kind in ("event", "repeat", "escalation"):
             key = (row.alert, row.episode, row.rule)
             self.paged.setdefault(key, set()).add((row.notifier, row.target))
-            self.keyed_rules.add(row.rule)
+            self.keyed.setdefault(key[:2], set()).add(row.rule)
 
     def episode_over(self, alert: Alert) -> None:
         """The alert has opened a new episode: lean, forget what the lifecycle kept of the
@@ -125,8 +125,8 @@ class Tables:
             ended = (alert.id, alert.episode - 1)
             self.sent.pop(ended, None)
             self.notices.pop(ended, None)
-            # By rule, not by a scan of every key (a week keeps a million alerts).
-            for rule in self.keyed_rules:
+            # By the episode's rules, not by a scan of every key (a week has millions).
+            for rule in self.keyed.pop(ended, ()):
                 self.paged.pop((*ended, rule), None)
                 self.chains.pop((*ended, rule), None)
 
