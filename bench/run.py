@@ -63,6 +63,7 @@ import fanout  # noqa: E402  (bench/fanout.py: webhook subscribers)
 import pg  # noqa: E402  (bench/pg.py: the postgres part)
 import statements  # noqa: E402  (bench/statements.py: SQL statements per event)
 import stream_part  # noqa: E402  (bench/stream_part.py: every stream shape, issue 33)
+import tracing_part  # noqa: E402  (bench/tracing_part.py: what tracing costs, issue 32)
 import streams  # noqa: E402  (bench/streams.py: the shapes' request files)
 
 from receiver import rules  # noqa: E402
@@ -494,6 +495,7 @@ PARTS = (
     "statements",
     "recording",
     "streams",
+    "tracing",
 )
 
 
@@ -1102,6 +1104,12 @@ def main() -> None:
                         secret=SECRET,
                         make_server=make_server,
                         measure=measure,
+                    ),
+                ),
+                (
+                    "tracing",
+                    lambda: tracing_part.run(
+                        args, work, sink.port, stream, warmup, pin, make_server, measure
                     ),
                 ),
             ):

@@ -99,9 +99,9 @@ class IngestEndpoint:
         """The answer to one request: its status and body; None if the client went away.
         span: the request's trace span (receiver.tracing), None while tracing is off."""
         try:
-            if span is None:
+            if span is None or not span.is_recording():  # off, or a trace not sampled
                 event, body = await self._verified(scope, receive)
-                return await self._keep(scope, event, body, None)
+                return await self._keep(scope, event, body, tracing.carrier(span))
             with tracing.step(span, tracing.VERIFY):
                 event, body = await self._verified(scope, receive)
             span.set_attributes(

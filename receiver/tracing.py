@@ -74,6 +74,7 @@ KIND = "notification.kind"  # event, resolved, repeat, escalation, digest, ...
 on = False  # whether spans are made (configure() decides)
 _provider: TracerProvider | None = None
 _tracer: Tracer | None = None
+_api: Any = None  # opentelemetry.trace, once loaded (_load)
 
 
 def wanted(mode: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -209,9 +210,22 @@ def _counted(exporter: SpanExporter, metrics: Metrics | None) -> SpanExporter:
 # -- contexts ---------------------------------------------------------------------------------
 
 
+def _load() -> Any:
+    """opentelemetry.trace (the API), imported once: the hooks below run for every event
+    while tracing is on, and an import statement a call adds up."""
+    global _api
+    if _api is None:
+        import opentelemetry.trace as api
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        api.w3c = TraceContextTextMapPropagator()  # type: ignore[attr-defined]
+        _api = api
+    return _api
+
+
 def carrier(span: Span | None) -> str | None:
     """The context a span's children continue from, as kept in the store: its traceparent,
-    and "\\n" + its tracestate when it has one. None for no span."""
+    and "\n" + its tracestate when it has one. None for no span."""
     if span is None:
         return None
     ctx = span.get_span_context()
@@ -220,6 +234,18 @@ def carrier(span: Span | None) -> str | None:
     parent = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
     state = ctx.trace_state.to_header() if ctx.trace_state else ""
     return f"{parent}\n{state}" if state else parent
+
+
+def sampled(kept: str) -> bool:
+    """Whether a kept carrier's trace is sampled (its flags' last bit).
+
+    >>> sampled("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), sampled("x")
+    (True, False)
+    """
+    try:
+        return int(kept[53:55], 16) & 1 == 1
+    except ValueError:
+        return False
 
 
 def outbound(span: Span | None) -> dict[str, str]:
@@ -236,48 +262,64 @@ def current_headers() -> dict[str, str]:
     """outbound() of the current span: what an outgoing request carries (none while off)."""
     if not on:
         return {}
-    from opentelemetry.trace import get_current_span
-
-    return outbound(get_current_span())
+    return outbound(_load().get_current_span())
 
 
 def describe(name: str, attributes: Mapping[str, Any]) -> None:
     """Rename the current span and add attributes (a channel naming what it sends to)."""
     if not on:
         return
-    from opentelemetry.trace import get_current_span
+    span = _load().get_current_span()
+    if span.is_recording():
+        span.update_name(name)
+        span.set_attributes(_clean(attributes))
 
-    span = get_current_span()
-    span.update_name(name)
-    span.set_attributes(_clean(attributes))
+
+def _remote(kept: str | None) -> Any:
+    """The span of a kept carrier (not recording: it lives elsewhere), to start children
+    under or to propagate as it is; None for none, or for one that is no valid traceparent.
+    Kept carriers are ours (made by carrier()), so they are read by position."""
+    if not kept or len(kept) < 55 or kept[:3] != "00-":
+        return None
+    api = _load()
+    parent, _, state = kept.partition("\n")
+    try:
+        trace_id, span_id = int(parent[3:35], 16), int(parent[36:52], 16)
+        flags = api.TraceFlags(int(parent[53:55], 16))
+    except ValueError:
+        return None
+    ctx = api.SpanContext(
+        trace_id,
+        span_id,
+        is_remote=True,
+        trace_flags=flags,
+        trace_state=api.TraceState.from_header([state]) if state else None,
+    )
+    return api.NonRecordingSpan(ctx) if ctx.is_valid else None
 
 
 def _context(kept: str | None) -> Any:
     """The OpenTelemetry context to start a child of a kept carrier in; None (a new trace)
     for none, or for one that is not a valid traceparent."""
-    if not kept:
-        return None
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    parent, _, state = kept.partition("\n")
-    headers = {"traceparent": parent, "tracestate": state} if state else {"traceparent": parent}
-    return TraceContextTextMapPropagator().extract(headers)
+    span = _remote(kept)
+    return None if span is None else _load().set_span_in_context(span)
 
 
 def _incoming(headers: Iterable[tuple[bytes, bytes]]) -> Any:
     """The context of a request's traceparent (and tracestate); None without a valid one
-    (an invalid one is ignored, never refused: W3C Trace Context)."""
-    parent: str | None = None
-    states: list[str] = []
+    (an invalid one is ignored, never refused: W3C Trace Context, whose rules the SDK's
+    propagator applies)."""
+    carried: dict[str, str] = {}
     for name, value in headers:
         if name == b"traceparent":
-            parent = value.decode("latin-1")
+            carried["traceparent"] = value.decode("latin-1")
         elif name == b"tracestate":
-            states.append(value.decode("latin-1"))
-    if parent is None:
+            before = carried.get("tracestate")
+            state = value.decode("latin-1")
+            carried["tracestate"] = f"{before},{state}" if before else state
+    if "traceparent" not in carried:
         return None
-    kept = parent.strip() + ("\n" + ",".join(states) if states else "")
-    return _context(kept)
+    return _load().w3c.extract(carried)
 
 
 # -- spans --------------------------------------------------------------------------------------
@@ -291,12 +333,20 @@ def start(
     attributes: Mapping[str, Any] | None = None,
 ) -> Span | None:
     """A span named name, a child of the kept carrier parent (a new trace without one);
-    None while tracing is off. End it with end()."""
+    None while tracing is off. End it with end().
+
+    A parent whose trace is not sampled gets no new span: its own (not recording) is
+    returned, so its children, and the requests sent in it, carry the trace unsampled at
+    the cost of no span (what a parent-based sampler would decide, without the SDK's
+    work for each of the nine events in ten a 10% sampler drops)."""
     if not on or _tracer is None:
         return None
-    from opentelemetry.trace import SpanKind
-
-    kind = SpanKind.CLIENT if client else SpanKind.INTERNAL
+    if parent is not None and not sampled(parent):
+        remote: Span | None = _remote(parent)
+        if remote is not None:
+            return remote
+    api = _load()
+    kind = api.SpanKind.CLIENT if client else api.SpanKind.INTERNAL
     return _tracer.start_span(name, _context(parent), kind, attributes=_clean(attributes))
 
 
@@ -304,23 +354,21 @@ def start_ingest(headers: Iterable[tuple[bytes, bytes]]) -> Span | None:
     """The ingest span of one request (SERVER), continuing its traceparent if valid."""
     if not on or _tracer is None:
         return None
-    from opentelemetry.trace import SpanKind
-
     return _tracer.start_span(
         INGEST,
         _incoming(headers),
-        SpanKind.SERVER,
+        _load().SpanKind.SERVER,
         attributes={"http.request.method": "POST", "url.path": "/v1/events"},
     )
 
 
 def child(parent: Span | None, name: str, attributes: Mapping[str, Any] | None = None) -> Any:
-    """A span under parent (a live span), None without one."""
-    if parent is None or _tracer is None:
+    """A span under parent (a live span); None without one, or under one not recording
+    (an unsampled trace: its children would not be either)."""
+    if parent is None or _tracer is None or not parent.is_recording():
         return None
-    from opentelemetry.trace import set_span_in_context
-
-    return _tracer.start_span(name, set_span_in_context(parent), attributes=_clean(attributes))
+    context = _load().set_span_in_context(parent)
+    return _tracer.start_span(name, context, attributes=_clean(attributes))
 
 
 def end(
@@ -331,10 +379,9 @@ def end(
         return
     if attributes:
         span.set_attributes(_clean(attributes))
-    if error is not None:
-        from opentelemetry.trace import Status, StatusCode
-
-        span.set_status(Status(StatusCode.ERROR, error))
+    if error is not None and span.is_recording():
+        api = _load()
+        span.set_status(api.Status(api.StatusCode.ERROR, error))
     span.end()
 
 
@@ -357,9 +404,9 @@ def current(span: Span | None) -> Iterator[None]:
     if span is None:
         yield
         return
-    from opentelemetry.trace import use_span
-
-    with use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+    with _load().use_span(
+        span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+    ):
         yield
 
 
@@ -368,9 +415,7 @@ def log_ids() -> tuple[str, str] | None:
     none (or tracing is off)."""
     if not on:
         return None
-    from opentelemetry.trace import get_current_span
-
-    ctx = get_current_span().get_span_context()
+    ctx = _load().get_current_span().get_span_context()
     if not ctx.is_valid:
         return None
     return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"

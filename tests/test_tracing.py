@@ -63,3 +63,29 @@ def test_the_kept_carrier_and_outbound_headers_continue_a_span() -> None:
     assert tracing.carrier(bad) is not None  # a trace of its own
     assert not tracing.carrier(bad).startswith("00-4bf92f")  # type: ignore[union-attr]
     assert get_current_span(set_span_in_context(span)) is span
+
+
+def test_an_unsampled_parent_costs_no_span_and_still_propagates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nine events in ten under a 10% sampler: routing and sends make no span of their
+    own, and what goes out carries the unsampled trace as it came."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    assert tracing.configure("auto")
+    try:
+        quiet = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00\nvendor=a"
+        span = tracing.start(tracing.ROUTE, quiet)
+        assert span is not None and not span.is_recording()
+        assert tracing.carrier(span) == quiet and tracing.child(span, "rule r") is None
+        assert tracing.outbound(span) == {
+            "traceparent": quiet.split("\n")[0],
+            "tracestate": "vendor=a",
+        }
+        loud = tracing.start(tracing.ROUTE, quiet.replace("-00\n", "-01\n"))
+        assert loud is not None and loud.is_recording()  # not ended: nothing to export
+        assert tracing.carrier(loud) != quiet.replace("-00\n", "-01\n")
+        assert tracing.sampled(tracing.carrier(loud) or "") and not tracing.sampled(quiet)
+        assert tracing.start(tracing.ROUTE, "00-garbage").is_recording()  # type: ignore[union-attr]
+    finally:
+        tracing.shutdown(0)
+    assert not tracing.on
