@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from receiver import __version__
+from receiver import __version__, tracing
 from receiver.errors import UpstreamError
 from receiver.store import Store
 from receiver.store.records import PLANS
@@ -181,8 +181,13 @@ class UpstreamClient:
             await self._draw()
             try:
                 self.requests += 1
+                # Within a send (enrichment), the upstream sees it as the parent.
                 response = await self._http.request(
-                    method, self.base_url + path, params=params, json=json
+                    method,
+                    self.base_url + path,
+                    params=params,
+                    json=json,
+                    headers=tracing.current_headers(),
                 )
             except httpx.TimeoutException as exc:
                 raise UpstreamError(
