@@ -130,7 +130,9 @@ class IngestEndpoint:
                 extra={"code": exc.code, "event_id": event_id},
             )
             if span is not None:
-                span.set_attributes({tracing.RESULT: exc.code, tracing.EVENT_ID: event_id})
+                span.set_attribute(tracing.RESULT, exc.code)
+                if event_id is not None:
+                    span.set_attribute(tracing.EVENT_ID, event_id)
             return exc.status, exc.to_dict()
 
     async def _verified(self, scope: Scope, receive: Receive) -> tuple[events._Event, bytes]:

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.e2e
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SENDER_SPAN = "00f067aa0ba902b7"
 UNSAMPLED = "0af7651916cd43dd8448eb211c80319c"
+OTHER = "5b8aa5a2d2c872e8321cf37308d69df2"
 
 RULES = """
 notifiers:
@@ -168,10 +169,31 @@ def test_log_lines_of_an_event_carry_its_trace_and_span(
             tmp_path, rules=RULES.format(chat=http_sink.json_url()), env=traced_env(otlp)
         ).start()
         send(server, sample("score.drop", id="evt_logged"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        forged = json.dumps(sample("score.drop", id="evt_forged")).encode()
+        refused = server.post(
+            forged,
+            {
+                "X-Service-Signature": "sha256=" + "0" * 64,
+                "traceparent": f"00-{OTHER}-{SENDER_SPAN}-01",
+            },
+        )
+        assert refused.status_code == 401
         http_sink.wait_for(1)
-        otlp.wait_for(lambda spans: any(s.name == "notify chat" for s in spans), "the send")
+        otlp.wait_for(
+            lambda spans: (
+                {"notify chat", "verify"} <= {s.name for s in spans if s.trace_id in (TRACE, OTHER)}
+                and any(s.trace_id == OTHER and s.name == "POST /v1/events" for s in spans)
+            ),
+            "the send and the refusal",
+        )
         server.stop()
         spans = otlp.spans
+    # A refusal is a span too, failed at its step, with the code an operator searches for.
+    refusal = [s for s in spans if s.trace_id == OTHER]
+    assert one(refusal, "POST /v1/events").attributes["result"] == "invalid_signature"
+    assert one(refusal, "POST /v1/events").attributes["http.response.status_code"] == 401
+    assert one(refusal, "verify").error == "invalid_signature"
+    assert not [s for s in refusal if s.name in ("store", "route")]
     lines = [json.loads(line) for line in server.logs().splitlines() if line.startswith("{")]
     by_span = {s.span_id: s.name for s in spans if s.trace_id == TRACE}
     accepted = next(line for line in lines if line["msg"].startswith("accepted"))
