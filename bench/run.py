@@ -63,8 +63,8 @@ import fanout  # noqa: E402  (bench/fanout.py: webhook subscribers)
 import pg  # noqa: E402  (bench/pg.py: the postgres part)
 import statements  # noqa: E402  (bench/statements.py: SQL statements per event)
 import stream_part  # noqa: E402  (bench/stream_part.py: every stream shape, issue 33)
-import tracing_part  # noqa: E402  (bench/tracing_part.py: what tracing costs, issue 32)
 import streams  # noqa: E402  (bench/streams.py: the shapes' request files)
+import tracing_part  # noqa: E402  (bench/tracing_part.py: what tracing costs, issue 32)
 
 from receiver import rules  # noqa: E402
 
