@@ -19,8 +19,10 @@ forking thread lives on in the child.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -29,6 +31,7 @@ from typing import Any, Generic, TypeVar
 from receiver.errors import ReceiverError
 
 T = TypeVar("T")
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent ends
 
 
 class ReplayProcessError(ReceiverError):
@@ -49,7 +52,7 @@ class Forked(Generic[T]):
     def __init__(self, fn: Callable[[], T]) -> None:
         context = multiprocessing.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
-        self._process = context.Process(target=_child, args=(fn, send), daemon=True)
+        self._process = context.Process(target=_child, args=(fn, send, os.getpid()), daemon=True)
         self._process.start()
         send.close()  # the child's end: EOF here once the child is gone
 
@@ -79,7 +82,8 @@ class Forked(Generic[T]):
         self._receive.close()
 
 
-def _child(fn: Callable[[], Any], send: Connection) -> None:
+def _child(fn: Callable[[], Any], send: Connection, parent: int) -> None:
+    _end_with(parent)
     try:
         outcome: tuple[str, Any] = ("returned", fn())
     except Exception as exc:  # raised in the parent as its own (a missing database, ...)
@@ -91,3 +95,15 @@ def _child(fn: Callable[[], Any], send: Connection) -> None:
     except Exception:  # an error that does not pickle arrives as its traceback's text
         send.send(("failed", traceback.format_exc()))
     send.close()
+
+
+def _end_with(parent: int) -> None:
+    """Be terminated when the parent ends, however it ends (Linux): a parent killed with
+    SIGTERM or SIGKILL runs no exit handler, and its child would replay on for minutes."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the child ends when it sends its result
+        return
+    if os.getppid() != parent:  # the parent ended before the line above
+        os._exit(1)

@@ -8,6 +8,9 @@ import asyncio
 import json
 import os
 import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -184,3 +187,33 @@ def test_the_process_beside_hands_back_its_result_or_its_error() -> None:
         parallel.Forked(refuse).result()
     with pytest.raises(parallel.ReplayProcessError, match=r"died \(exit code 3\)"):
         parallel.Forked(lambda: os._exit(3)).result()
+
+
+def test_the_process_beside_ends_with_the_one_that_forked_it(tmp_path: Path) -> None:
+    # A parent killed outright runs no exit handler: its child must not replay on alone.
+    code = (
+        "import os, sys, time\n"
+        "from receiver import backtest_parallel as parallel\n"
+        "beside = parallel.Forked(lambda: time.sleep(60))\n"
+        "print(beside._process.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True
+    ) as parent:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        parent.kill()
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid runs (a zombie, ended but not yet reaped by init, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
