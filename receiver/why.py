@@ -67,6 +67,7 @@ async def explain_event(store: Store, event_id: str, current: Ruleset) -> dict[s
         "rulesFile": {"digest": ruleset.digest, "source": ruleset.source},
         "rulesAsOf": as_of,
         "duplicates": row.duplicates,
+        "traceId": row.trace_id,
     }
 
 
@@ -170,6 +171,8 @@ def lines(found: Mapping[str, Any]) -> list[str]:
     ]
     if found["duplicates"]:
         head.append(f"deduplicated: {found['duplicates']} more deliveries of it, routed once")
+    if found.get("traceId"):
+        head.append(f"trace {found['traceId']}")
     for number, rule in enumerate(found["rules"], start=1):
         if not rule["matched"]:
             head.append(f"{number}. {rule['rule']}: not matched: {rule['reason']}")

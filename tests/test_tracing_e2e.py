@@ -101,6 +101,11 @@ def test_one_event_is_one_trace_from_the_sender_to_each_send(
             lambda spans: {"notify chat", f"webhook {hook}"} <= {s.name for s in spans},
             "the send spans",
         )
+        # The id to search for, from the event's explanation (API and CLI).
+        key = server.make_key("ops", role="writer")
+        explained = server.get("/v1/events/evt_traced/explain", key).json()
+        assert explained["traceId"] == TRACE
+        assert f"trace {TRACE}" in server.cli("explain", "--event", "evt_traced").stdout
         server.stop()
         spans = otlp.spans  # with what the stop flushed
 

@@ -114,11 +114,25 @@ SCHEMAS: dict[str, Any] = {
     },  # fmt: skip
     "EventExplanation": {
         "type": "object",
-        "required": ["event", "type", "routedAt", "rules", "rulesFile", "rulesAsOf", "duplicates"],
+        "required": [
+            "event",
+            "type",
+            "routedAt",
+            "rules",
+            "rulesFile",
+            "rulesAsOf",
+            "duplicates",
+            "traceId",
+        ],
         "properties": {
             "event": {"type": "string"},
             "type": {"type": "string"},
             "routedAt": {**_TIME, "nullable": True},
+            "traceId": {
+                "type": "string",
+                "nullable": True,
+                "description": "The event's OpenTelemetry trace id (hex), if it was traced",
+            },
             "rulesFile": {
                 "type": "object",
                 "required": ["digest", "source"],

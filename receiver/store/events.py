@@ -33,7 +33,8 @@ ADMIN_SCHEMA = """
     )
 """
 _EVENT_COLUMNS = (
-    "id, type, session_id, user_id, score, event_ts, received_at, routed_at, duplicates, rules"
+    "id, type, session_id, user_id, score, event_ts, received_at, routed_at, duplicates, rules,"
+    " trace"
 )
 # What routing records for `GET /v1/events/:id/explain`: each event's rules file (its
 # digest, set with routed_at in the batch's one UPDATE), and each rules file routed with,

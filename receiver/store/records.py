@@ -332,6 +332,12 @@ class EventRow:
     routed_at: float | None
     duplicates: int  # deliveries of the same id after the first
     rules: str | None = None  # the digest of the rules file it was routed with
+    trace: str | None = None  # its ingest's trace context (receiver.tracing), if traced
+
+    @property
+    def trace_id(self) -> str | None:
+        """The id of its trace, as tracing backends search for it (hex), if traced."""
+        return self.trace[3:35] if self.trace else None
 
 
 @dataclass(frozen=True)

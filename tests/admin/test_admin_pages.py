@@ -464,3 +464,26 @@ def test_the_admin_form_and_the_cli_read_silence_matchers_alike(
         "userId": 42, "cohort": "42", "page": "/checkout*", "signals": True, "sessionId": "~^s_"
     }  # fmt: skip
     assert from_form == asyncio.run(read(db)) == expected
+
+
+def test_a_traced_event_shows_its_trace_id(tmp_path: Path, http_sink: HTTPSink) -> None:
+    """The id an operator pastes into their tracing backend, from the event's page; an
+    event stored without tracing shows no such line."""
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+    async def main() -> tuple[str, str]:
+        async with running(tmp_path, hook=http_sink.json_url("/hook")) as admin:
+            for event_id, kept in (
+                ("evt_traced", f"00-{trace}-00f067aa0ba902b7-01"),
+                ("evt_plain", None),
+            ):
+                payload = events.sample("score.drop", id=event_id)
+                raw = json.dumps(payload).encode()
+                assert await admin.store.events.accept(events.validate(payload), raw, kept) == "new"
+            return await admin.page("/admin/events/evt_traced"), await admin.page(
+                "/admin/events/evt_plain"
+            )
+
+    traced, plain = asyncio.run(main())
+    assert f'<dt>trace</dt><dd><code class="trace">{trace}</code></dd>' in traced
+    assert "<dt>trace</dt>" not in plain
