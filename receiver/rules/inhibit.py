@@ -51,8 +51,24 @@ class Inhibition:
             value = lookup(payload, field)
             if value is MISSING or value is None:
                 return None
-            values.append(value)
+            values.append(_canonical(value))
         return json.dumps(values, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _canonical(value: Any) -> Any:
+    """value with each whole float as an int, as matching compares them (1.0 equals 1),
+    inside lists and objects too; a bool stays a bool.
+
+    >>> _canonical({"a": [1.0, 2.5, True]})
+    {'a': [1, 2.5, True]}
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
 
 
 def check_inhibit(raw: Any, problems: list[str]) -> list[Inhibition]:

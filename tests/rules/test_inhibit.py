@@ -365,3 +365,13 @@ def test_check_reports_a_bad_inhibition(tmp_path: Path) -> None:
     assert result.exit_code == 1, result.output
     assert 'inhibit "covers": equal: "sessionId" is listed twice' in result.output
     assert 'inhibit "covers": source: matches no event that opens an alert' in result.output
+
+
+def test_numbers_equal_as_matching_sees_them_give_equal_keys() -> None:
+    """1 and 1.0 are the same value to a match; so to equal (a sender may write either)."""
+    covers = rule("level", "meta")
+    assert covers.key({"level": 1, "meta": {"n": [2]}}) == covers.key(
+        {"level": 1.0, "meta": {"n": [2.0]}}
+    )
+    assert covers.key({"level": 1, "meta": 0}) != covers.key({"level": 1.5, "meta": 0})
+    assert covers.key({"level": True, "meta": 0}) != covers.key({"level": 1, "meta": 0})
