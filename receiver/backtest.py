@@ -421,10 +421,10 @@ async def replay_period(
                 progress(len(events))
     finally:
         # Routing a page failed (or was interrupted): the next page's read is not waited
-        # for, so it is cancelled rather than left to fail unseen.
+        # for, so it is cancelled, and its outcome read either way (never left unseen).
         if not reading.done():
             reading.cancel()
-            await asyncio.gather(reading, return_exceptions=True)
+        await asyncio.gather(reading, return_exceptions=True)
     return time.perf_counter() - started
 
 

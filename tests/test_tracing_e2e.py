@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from receiver import signature
 from receiver.events import sample
 from tests.harness import Receiver
 from tests.otlp import OTLPSink, Span, tree
@@ -53,8 +54,6 @@ def traced_env(otlp: OTLPSink, **more: str) -> dict[str, str]:
 
 def send(server: Receiver, event: dict[str, Any], traceparent: str | None = None) -> None:
     body = json.dumps(event).encode()
-    from receiver import signature
-
     headers = {signature.SIGNATURE_HEADER: signature.sign(server.secret.encode(), body)}
     if traceparent is not None:
         headers |= {"traceparent": traceparent, "tracestate": "sender=abc"}
