@@ -179,6 +179,9 @@ class Settings(BaseSettings):
     # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set; on exports to the OTLP default
     # (localhost:4318) without one; off never traces, whatever the OTEL_* variables say.
     tracing: Literal["auto", "on", "off"] = "auto"
+    # Processes serving the one listening socket (receiver.cli._workers): 1 serves in this
+    # process; more start that many workers on the same store, restarted if they die.
+    workers: int = Field(default=1, ge=1, le=64)
 
     @field_validator(
         "notify_timeout",
@@ -334,6 +337,26 @@ class Settings(BaseSettings):
                 " guess it and sign deliveries; set RECEIVER_SECRETS to the signing secret"
                 f" the service gave you (at least {MIN_SECRET_LENGTH} characters, not an"
                 f" example){hint}"
+            )
+
+    def check_workers(self) -> None:
+        """Raise ConfigError if these settings cannot run as several worker processes."""
+        if self.workers == 1:
+            return
+        db = self.db.strip().removeprefix("sqlite:///")
+        if db == ":memory:" or db.startswith("file::memory:") or "mode=memory" in db:
+            raise ConfigError(
+                f"RECEIVER_WORKERS (--workers) {self.workers} needs a database file or a"
+                f" postgresql:// URL; RECEIVER_DB {self.db!r} is in memory: each worker"
+                " would have a database of its own"
+            )
+        if self.admin == "on":
+            raise ConfigError(
+                f"RECEIVER_WORKERS (--workers) {self.workers} needs RECEIVER_ADMIN (--admin)"
+                " off: the admin page's bulk retries report their progress, and its header"
+                " its receiving rate, from the one worker that serves the request; run the"
+                " admin page in a receiver of its own on the same database (see Several"
+                " worker processes in docs/operations.md)"
             )
 
 

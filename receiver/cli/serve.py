@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from receiver.cli._common import (
     with_store,
 )
+from receiver.cli._server import server_config
 from receiver.errors import ConfigError
 from receiver.settings import SENDER_SCHEDULE, Settings
 
@@ -152,6 +153,12 @@ from receiver.settings import SENDER_SCHEDULE, Settings
     help="A background loop failing this long makes /healthz answer 503"
     " [RECEIVER_UNHEALTHY_AFTER, 60s].",
 )
+@click.option(
+    "--workers",
+    type=int,
+    help="Processes serving the port, each the whole receiver on the one database; a"
+    " worker that dies is restarted. Needs --admin off [RECEIVER_WORKERS, 1].",
+)
 def serve(rules_path: Path | None, **flags: Any) -> None:
     """Serve POST /v1/events, /healthz, /readyz and /metrics.
 
@@ -163,6 +170,11 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
 
     Without RECEIVER_RULES and without ./rules.yaml, the built-in rules send
     every event to the console; `receiver init` writes them to a file to edit.
+
+    With --workers N (RECEIVER_WORKERS), the port is bound once and N worker
+    processes serve it, each the whole receiver on the same database (a file, or
+    PostgreSQL); the admin page must be off. See "Several worker processes" in
+    docs/operations.md for what is shared and what is per process.
 
     Example:
 
@@ -180,6 +192,7 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
         raise click.ClickException("invalid settings: " + "; ".join(problems)) from None
     try:
         settings.check_exposure()  # before anything binds
+        settings.check_workers()
     except ConfigError as exc:
         raise _RefusedError(str(exc)) from exc
     logs.configure(settings.log_format, settings.log_level)
@@ -196,6 +209,11 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
         prepare_threshold=settings.db_prepare_threshold,
     )
     sockets = _listen(settings.host, settings.port)
+    if settings.workers > 1:
+        from receiver.cli._workers import Workers
+
+        given = {k: v for k, v in flags.items() if v is not None}
+        raise SystemExit(Workers(given, settings, sockets).run())
     from receiver.http import Server
 
     def stopping(since: float) -> None:
@@ -251,29 +269,3 @@ class _RefusedError(click.ClickException):
     """Settings that must not run (exit 2, like a usage error): "Error: ..." on stderr."""
 
     exit_code = 2
-
-
-def server_config(app: Any, settings: Settings) -> Any:
-    """The uvicorn settings `receiver serve` runs with (the bench's ceiling uses them too)."""
-    import uvicorn
-
-    from receiver.http import guarded_protocol
-
-    metrics = getattr(getattr(app, "state", None), "metrics", None)
-    return uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        # Requests in flight get half the shutdown grace; sends in flight what is left.
-        # (Typed int, but uvicorn only hands it to asyncio.wait_for: a float is fine.)
-        timeout_graceful_shutdown=settings.shutdown_grace / 2,  # type: ignore[arg-type]
-        server_header=False,
-        limit_concurrency=settings.limit_concurrency or None,
-        http=guarded_protocol(
-            header_timeout=settings.header_timeout,
-            body_timeout=settings.body_timeout,
-            on_refused=(lambda code: metrics.rejected[code].inc()) if metrics else None,
-        ),
-    )

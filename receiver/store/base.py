@@ -341,7 +341,8 @@ class Tx(Protocol):
 
     def try_lock(self, name: str) -> bool:
         """Whether this transaction holds the named timer for this turn (with several
-        replicas, one at a time runs it); always True with one process."""
+        replicas or worker processes, one at a time runs it; SQLite's write transaction holds
+        the whole file, so there it is always True)."""
 
 
 class ScratchTx(Tx, Protocol):

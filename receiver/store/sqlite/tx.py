@@ -57,7 +57,9 @@ class SQLiteStatements:
 
 
 class SQLiteTxEvents(SQLTxEvents):
-    """tx.events on SQLite: one process routes, so no event needs locking."""
+    """tx.events on SQLite: a routing transaction holds the file's write lock, so no other
+    (in this process or another: worker processes) reads the same batch meanwhile, and no
+    event needs locking."""
 
     def unrouted(self, limit: int, skip: Iterable[str] = ()) -> list[StoredEvent]:
         skip = set(skip)
@@ -154,4 +156,9 @@ class SQLiteTx:
         self.conn.execute(f"RELEASE {name}")
 
     def try_lock(self, name: str) -> bool:
-        return True  # one process holds the database's write lock for the transaction
+        # Every transact() is a write transaction (BEGIN IMMEDIATE): it holds the file's
+        # write lock until it ends, and no other connection, of this process or another
+        # (`receiver serve --workers N`), can begin one meanwhile. So this one holds every
+        # named lock; the next holder begins after its commit and sees what it did
+        # (tests/store/contract/test_shared_database.py).
+        return True
