@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from receiver import __version__
+from receiver.cli._server import server_config
 from receiver.cli.alerts import alerts, silence
 from receiver.cli.db import db
 from receiver.cli.history import backtest, report
@@ -15,7 +16,7 @@ from receiver.cli.oncall import oncall
 from receiver.cli.outbox import deliveries, replay, retry
 from receiver.cli.rules import check, explain, init
 from receiver.cli.send import send, sign
-from receiver.cli.serve import serve, server_config
+from receiver.cli.serve import serve
 from receiver.cli.simulate import simulate
 from receiver.cli.upstream import upstream
 from receiver.cli.webhooks import webhooks

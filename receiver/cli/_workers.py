@@ -51,6 +51,7 @@ class _Worker:
         self.slot = slot
         self.process = process
         self.started = started  # a multiprocessing Event, set once it serves
+        self.serving = False  # whether the parent has seen it set
         self.since = time.monotonic()
 
 
@@ -131,8 +132,10 @@ class Workers:
             elif self.stopping_since is None:
                 log.info("%s: stopping the workers", signal.Signals(sig).name)
                 self.stopping_since = time.monotonic()
-        if any(w.started.is_set() for w in self.workers):
-            self.failed_starts = 0
+        for worker in self.workers:
+            if not worker.serving and worker.started.is_set():
+                worker.serving = True  # a start that worked: the failures in a row end
+                self.failed_starts = 0
         for sentinel in ready:
             if sentinel in sentinels and self.stopping_since is None:
                 self._replace(sentinels[sentinel])
