@@ -262,3 +262,31 @@ def test_a_reload_that_succeeds_after_a_refused_one_says_it_recovered(
     assert "rules reload refused" in caplog.text
     assert f"rules reload recovered: {path} is valid again, 1 rules in force" in caplog.text
     assert holder.status()["last_reload"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        pytest.param(
+            ["--workers", "2"],
+            "RECEIVER_WORKERS (--workers) 2 needs RECEIVER_ADMIN (--admin) off",
+            id="admin-on",
+        ),
+        pytest.param(
+            ["--workers", "2", "--admin", "off", "--db", ":memory:"],
+            "RECEIVER_WORKERS (--workers) 2 needs a database file or a postgresql:// URL;"
+            " RECEIVER_DB ':memory:' is in memory",
+            id="memory",
+        ),
+    ],
+)
+def test_workers_refuse_what_cannot_be_shared_between_processes(args: list[str], said: str) -> None:
+    served = CliRunner().invoke(cli, ["serve", *args], env={"RECEIVER_ADMIN": None})
+    assert served.exit_code == 2
+    assert served.output.startswith(f"Error: {said}")
+
+
+def test_workers_are_one_or_more() -> None:
+    served = CliRunner().invoke(cli, ["serve", "--workers", "0"])
+    assert served.exit_code == 1
+    assert "RECEIVER_WORKERS (--workers): must be greater than or equal to 1" in served.output
