@@ -39,7 +39,7 @@ from receiver.dispatch.pipeline import UNTITLED, Pipeline
 from receiver.dispatch.silences import active_silences
 from receiver.events import load_stored
 from receiver.rules import Decision, Ruleset
-from receiver.store import ScratchRow, Store, scratch
+from receiver.store import ScratchRow, Store, replay, scratch
 from receiver.store.records import Silence, StoredEvent
 
 HOUR = 3600
@@ -185,7 +185,9 @@ class Backtest:
 
     def route(self, event: StoredEvent, payload: Mapping[str, Any] | None = None) -> None:
         """Route one event at the time it arrived, after the timers due by then."""
-        route_all([self], event, load_stored(event.body) if payload is None else payload)
+        if payload is None:
+            payload = load_stored(event.body)
+        route_all([self], event.id, event.received_at, event.body, payload)
 
     def follow(self, leader: Backtest) -> None:
         """Replay the leader's events beside it (route_all): its store keeps the events
@@ -194,7 +196,9 @@ class Backtest:
         self.result.people = leader.result.people
         self._leader = leader
 
-    def place(self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition) -> None:
+    def place(
+        self, event_id: str, received_at: float, payload: Mapping[str, Any], transition: Transition
+    ) -> None:
         """The event's notifications by this rules file, its alert already moved on. An
         event no rule matches does nothing here unless it resolves an alert (which cancels
         held rows and sends resolved messages)."""
@@ -207,40 +211,33 @@ class Backtest:
             assert alert is not None
             # The leader's store did this as it saved the alert.
             self.tx.scratch.episode_over(alert)
-        if inhibition.track(self.tx, self.ruleset, payload, transition, event.id):
-            self.pipeline.now = event.received_at
+        if inhibition.track(self.tx, self.ruleset, payload, transition, event_id):
+            self.pipeline.now = received_at
             self.pipeline.wake()  # what the source inhibited, still open, is notified now
         if decisions or transition.what == "resolve":
-            self.pipeline.event(event.id, payload, decisions, transition=transition)
+            self.pipeline.event(event_id, payload, decisions, transition=transition)
             self._quiet_until = -math.inf
         self._current = None if alert is None else (alert.id, alert.episode)
         self._collect()
         if self.ruleset.heartbeat is not None:
-            self._last_event = event.received_at
+            self._last_event = received_at
             if self._firing:  # an arrival does nothing to a heartbeat that is not firing
                 self._beat(arrived=True)
 
-    def kept(self, event: StoredEvent, payload: Mapping[str, Any], transition: Transition) -> None:
-        """The leader, once every rules file has placed the event: it is routed, and its
-        body is kept only while it opened its alert's episode (repeats and resolved messages
-        quote the opener)."""
-        self.tx.events.mark_routed([event.id], event.received_at)
+    def kept(self, event_id: str, payload: Mapping[str, Any], transition: Transition) -> None:
+        """The leader, once every rules file has placed the event: an episode's opener is
+        kept (route_all) until the alert's next episode opens."""
         alert = transition.alert
-        if (
-            alert is not None
-            and alert.opened_event == event.id
-            and self._openers.get(alert.id) != event.id
-        ):
-            self.result.alerts_opened += 1
-            previous = self._openers.get(alert.id)
-            self._openers[alert.id] = event.id
-            if previous is not None:
-                self.tx.scratch.forget_event(previous)
-            user = payload.get("userId")
-            session = payload.get("sessionId")
-            self.result.people[alert.id] = (session, user if isinstance(user, str) else None)
-        else:
-            self.tx.scratch.forget_event(event.id)  # no alert episode needs its body
+        if transition.what != "open" or alert is None or self._openers.get(alert.id) == event_id:
+            return
+        self.result.alerts_opened += 1
+        previous = self._openers.get(alert.id)
+        self._openers[alert.id] = event_id
+        if previous is not None:
+            self.tx.scratch.forget_event(previous)
+        user = payload.get("userId")
+        session = payload.get("sessionId")
+        self.result.people[alert.id] = (session, user if isinstance(user, str) else None)
 
     def timers(self, until: float) -> None:
         """Run what falls due up to until, each at its own time: held rows and digests are
@@ -374,27 +371,35 @@ def decide(
 
 
 def route_all(
-    backtests: Sequence[Backtest], event: StoredEvent, payload: Mapping[str, Any]
+    backtests: Sequence[Backtest],
+    event_id: str,
+    received_at: float,
+    body: str | bytes,
+    payload: Mapping[str, Any],
 ) -> None:
     """Route one event through every backtest of a period at the time it arrived: first
     each one's timers due by then, then the event applied to its alert once (by the first,
     the leader, whose store the others follow), then each rules file's notifications."""
-    now = event.received_at
     for backtest in backtests:
-        backtest.timers(now)
-        backtest.advance(now)
+        backtest.timers(received_at)
+        backtest.advance(received_at)
         backtest.result.events += 1
     leader = backtests[0]
-    leader.tx.scratch.put(event)
-    transition = apply(leader.tx, payload, event.id, now)
+    transition = apply(leader.tx, payload, event_id, received_at)
+    if transition.what == "open":
+        # Only an episode's opening event is ever read back (tx.events.body: repeats,
+        # resolved messages and escalations quote the opener), so only it is kept.
+        text = body if isinstance(body, str) else body.decode()
+        leader.tx.scratch.put(StoredEvent(event_id, str(payload.get("type")), text, received_at))
+        leader.tx.events.mark_routed([event_id], received_at)
     for backtest in backtests:
-        backtest.place(event, payload, transition)
-    leader.kept(event, payload, transition)
+        backtest.place(event_id, received_at, payload, transition)
+    leader.kept(event_id, payload, transition)
 
 
 # -- the period, read from the real store ------------------------------------------------------
 
-PAGE = 5000  # events read at a time
+PAGE = 20_000  # events read at a time
 
 
 async def replay_period(
@@ -408,17 +413,18 @@ async def replay_period(
     next page read while this one is routed; the seconds it took."""
     started = time.perf_counter()
     start, end = backtests[0].result.start, backtests[0].result.end
-    reading = asyncio.ensure_future(store.history.between(start, end, after=None, limit=page))
+    reading = asyncio.ensure_future(replay.page(store, start, end, after=None, limit=page))
+    decode = load_stored
     try:
-        while events := await reading:
-            last = events[-1]
+        while rows := await reading:
+            last_id, last_at, _ = rows[-1]
             reading = asyncio.ensure_future(
-                store.history.between(start, end, after=(last.received_at, last.id), limit=page)
+                replay.page(store, start, end, after=(last_at, last_id), limit=page)
             )
-            for event in events:
-                route_all(backtests, event, load_stored(event.body))
+            for event_id, received_at, body in rows:
+                route_all(backtests, event_id, received_at, body, decode(body))
             if progress is not None:
-                progress(len(events))
+                progress(len(rows))
     finally:
         # Routing a page failed (or was interrupted): the next page's read is not waited
         # for, so it is cancelled, and its outcome read either way (never left unseen).
