@@ -20,6 +20,7 @@ flat-out rate it just measured, for the lag below saturation.
                                                      # keeps the sections of the others
     .venv/bin/python bench/run.py --parts streams    # every stream shape (bench/streams.py)
                                                      # against the ceiling of its round
+    .venv/bin/python bench/run.py --parts scaling    # serve --workers 1 and 2, shared-type
 
 The stream: --events distinct signed events (default 400000) from the same
 random walk `receiver simulate` uses. The receiver gets a fresh database each
@@ -61,6 +62,7 @@ import backtest  # noqa: E402  (bench/backtest.py: `receiver backtest` over a we
 import extra  # noqa: E402  (bench/extra.py, beside this file)
 import fanout  # noqa: E402  (bench/fanout.py: webhook subscribers)
 import pg  # noqa: E402  (bench/pg.py: the postgres part)
+import scaling_part  # noqa: E402  (bench/scaling_part.py: serve --workers 1 vs 2, issue 33)
 import statements  # noqa: E402  (bench/statements.py: SQL statements per event)
 import stream_part  # noqa: E402  (bench/stream_part.py: every stream shape, issue 33)
 import streams  # noqa: E402  (bench/streams.py: the shapes' request files)
@@ -496,6 +498,7 @@ PARTS = (
     "recording",
     "streams",
     "tracing",
+    "scaling",
 )
 
 
@@ -1110,6 +1113,19 @@ def main() -> None:
                     "tracing",
                     lambda: tracing_part.run(
                         args, work, sink.port, stream, warmup, pin, make_server, measure
+                    ),
+                ),
+                (
+                    "scaling",
+                    lambda: scaling_part.run_part(
+                        args,
+                        work,
+                        sink.port,
+                        pin,
+                        current=(stream, warmup),
+                        secret=SECRET,
+                        make_server=make_server,
+                        measure=measure,
                     ),
                 ),
             ):
