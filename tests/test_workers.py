@@ -1,9 +1,9 @@
 """`receiver serve --workers 2` on one SQLite file, end to end: the real server, a real HTTP
 sink catching the notifications. Every accepted event is stored once (a duplicate is one
 whichever worker takes it), routed once and notified once; the timers (escalation steps,
-the heartbeat) fire once; each worker answers /readyz and its own /metrics; a worker that
-dies is replaced; SIGTERM stops them all within the grace; workers that cannot start stop
-the server with status 1.
+the heartbeat) fire once; each worker answers /readyz and its own /metrics; SIGHUP reaches
+every worker; a worker that dies is replaced; SIGTERM stops them all within the grace;
+workers that cannot start stop the server with status 1.
 
 "Once" is read from the store at a point where nothing more can happen: every outbox row
 delivered (a send comes only from a row), every escalation chain run out."""
@@ -205,12 +205,17 @@ def test_escalation_steps_and_the_heartbeat_fire_once_with_two_workers(
         server.stop()
 
 
-def test_a_worker_that_dies_is_replaced_and_sigterm_stops_all_within_the_grace(
+def test_sighup_reaches_every_worker_one_that_dies_is_replaced_sigterm_stops_all(
     tmp_path: Path,
 ) -> None:
     server = start(tmp_path, "rules:\n  - name: all\n    notify: [console]\n")
     first = workers_of(server)
     assert len(first) == 2
+    reloads = 'receiver_rules_reloads_total{result="ok"}'
+    assert per_worker(server, reloads) and server.proc is not None  # both serve
+    os.kill(server.proc.pid, signal.SIGHUP)  # forwarded: each worker reloads its rules
+    eventually(lambda: min(per_worker(server, reloads).values()) >= 1, "both to reload")
+    assert workers_of(server) == first  # and none died of it
     os.kill(first[0], signal.SIGKILL)
     eventually(lambda: "was killed by SIGKILL" in server.logs(), "the death logged")
     now = eventually(

@@ -70,7 +70,6 @@ class Workers:
         self.failed_starts = 0  # in a row, with no worker starting in between
         self.stopping_since: float | None = None
         self.gave_up = False
-        self.codes: dict[int, int | None] = {}  # exit status of each worker gone, by pid
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)
         self._signals: list[int] = []
@@ -145,7 +144,6 @@ class Workers:
         when workers keep failing to start."""
         process = dead.process
         process.join()
-        self.codes[process.pid] = process.exitcode
         how = _exit_text(process.exitcode)
         ran = time.monotonic() - dead.since
         if not dead.started.is_set():
@@ -190,9 +188,10 @@ class Workers:
                              worker.slot, worker.process.pid)  # fmt: skip
                 worker.process.kill()
                 worker.process.join()
-            self.codes[worker.process.pid] = worker.process.exitcode
         took = time.monotonic() - self.stopping_since
-        clean = all(w.process.exitcode == 0 for w in self.workers)
+        # A worker still starting dies of the SIGTERM itself (its handlers are not in place
+        # yet): it had taken nothing, so that is a clean stop too.
+        clean = all(w.process.exitcode in (0, -signal.SIGTERM) for w in self.workers)
         log.info("all workers stopped in %.1fs", took)
         return 1 if self.gave_up or not clean else 0
 
@@ -218,6 +217,9 @@ def serve_worker(
     from receiver.cli._server import server_config
     from receiver.errors import ConfigError
 
+    # SIGHUP (the parent forwards it: reload the rules) must not end a worker still
+    # starting; the app's lifespan puts its own handler in place of this.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     settings = Settings(**flags)
     logs.configure(settings.log_format, settings.log_level)
     try:
