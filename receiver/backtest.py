@@ -25,106 +25,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import heapq
 import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from receiver.backtest_result import HOUR, Comparison, Paged, Result, Tally, compare
 from receiver.dispatch import inhibition
 from receiver.dispatch.alerts import Transition, apply
 from receiver.dispatch.pipeline import UNTITLED, Pipeline
 from receiver.dispatch.silences import active_silences
 from receiver.events import load_stored
 from receiver.rules import Decision, Ruleset
-from receiver.store import ScratchRow, Store, replay, scratch
+from receiver.store import MemoryTx, ScratchRow, Store, replay
 from receiver.store.records import Silence, StoredEvent
 
-HOUR = 3600
-# What happened to a notification, from its outbox row's final state: sent, or why not.
-SUPPRESSED = (
-    "throttled", "muted", "silenced", "inhibited", "storm", "grouped", "stale", "cancelled"
-)  # fmt: skip
-
-
-@dataclass
-class Tally:
-    """One rule's or one notifier's notifications: sent, suppressed by reason, still held
-    at the end, the sends of each hour (epoch hour start -> count), and how many alert
-    episodes it notified about."""
-
-    sent: int = 0
-    suppressed: Counter[str] = field(default_factory=Counter)
-    held: int = 0  # still held (hold, digest or active window) when the period ended
-    hours: Counter[float] = field(default_factory=Counter)
-    alerts: int = 0
-    # Each alert's newest episode counted: episodes of an alert are notified in order (a
-    # notification held past the next episode's would count once less).
-    _seen: dict[str, int] = field(default_factory=dict, repr=False)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Pickled once the period is over (a replay process's result): _seen is done with.
-        return {**self.__dict__, "_seen": {}}
-
-    def busiest(self) -> tuple[float, int] | None:
-        """The hour with most sends: (its start, how many); None if nothing was sent."""
-        if not self.hours:
-            return None
-        return min(self.hours.items(), key=lambda kv: (-kv[1], kv[0]))
-
-    def notified(self, alert: str, episode: int) -> None:
-        if self._seen.get(alert, 0) < episode:
-            self._seen[alert] = episode
-            self.alerts += 1
-
-
-@dataclass(frozen=True)
-class Paged:
-    """An alert episode someone was notified about: when first, and whose it was."""
-
-    alert: str
-    episode: int
-    at: float
-    session: str | None
-    user: str | None
-
-
-@dataclass
-class Result:
-    """What one rules file did over the period. paged: each alert episode notified about
-    -> when first; people: each alert -> (session, user) of the event that last opened it."""
-
-    source: str
-    start: float
-    end: float
-    events: int = 0
-    alerts_opened: int = 0
-    rules: dict[str, Tally] = field(default_factory=dict)
-    notifiers: dict[str, Tally] = field(default_factory=dict)
-    paged: dict[tuple[str, int], float] = field(default_factory=dict)
-    people: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
-    template_failures: int = 0
-    # (policy, step) -> notifier -> pages: who each escalation step paged ("(silenced)": skipped)
-    steps: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)
-    inhibited: Counter[str] = field(default_factory=Counter)  # by inhibition rule: muted
-
-    def tallies(self, rule: str, notifier: str) -> tuple[Tally, Tally]:
-        """The rule's and the notifier's tallies (made on first use)."""
-        if rule not in self.rules:
-            self.rules[rule] = Tally()
-        if notifier not in self.notifiers:
-            self.notifiers[notifier] = Tally()
-        return self.rules[rule], self.notifiers[notifier]
-
-    @property
-    def sent(self) -> int:
-        return sum(t.sent for t in self.rules.values())
-
-    def page(self, key: tuple[str, int]) -> Paged:
-        session, user = self.people.get(key[0], (None, None))
-        return Paged(key[0], key[1], self.paged[key], session, user)
+__all__ = [
+    "Backtest", "Comparison", "Paged", "Result", "Tally", "compare", "decide", "route_all", "run",
+]  # fmt: skip
 
 
 class Backtest:
@@ -140,7 +59,7 @@ class Backtest:
         texts: bool = False,
     ) -> None:
         self.ruleset = ruleset
-        self.tx = scratch()
+        self.tx = MemoryTx(lean=True)  # receiver.store.scratch(), its timers' heaps seen
         self.result = Result(ruleset.source, start, end)
         self.pipeline = Pipeline(self.tx, ruleset, start)
         self.texts = texts
@@ -207,9 +126,8 @@ class Backtest:
         else:
             decisions = decide(self.ruleset, payload, self._untitled)
         alert = transition.alert
-        if self._leader is not None and transition.what == "open":
+        if transition.what == "open":
             assert alert is not None
-            # The leader's store did this as it saved the alert.
             self.tx.scratch.episode_over(alert)
         if inhibition.track(self.tx, self.ruleset, payload, transition, event_id):
             self.pipeline.now = received_at
@@ -243,6 +161,17 @@ class Backtest:
         """Run what falls due up to until, each at its own time: held rows and digests are
         sent (the notify worker's part), repeats fire, the heartbeat goes off."""
         if until < self._quiet_until:
+            return
+        # The earliest time a timer may fall due, cheaply (stale heap entries included):
+        # most events after the pipeline wrote rows find nothing due yet.
+        silent = self._silent_at()
+        soonest = min(
+            self.tx.scratch.earliest(),
+            self._boundaries[-1] if self._boundaries else math.inf,
+            math.inf if silent is None else silent,
+        )
+        if until < soonest:
+            self._quiet_until = soonest
             return
         while True:
             now = None
@@ -467,34 +396,3 @@ def fewer_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
-
-
-@dataclass
-class Comparison:
-    """A candidate's result beside the current rules': the alert episodes one notified
-    about and the other did not (how many; the first `shown`, earliest first)."""
-
-    candidate: Result
-    current: Result
-    missed: list[Paged]
-    added: list[Paged]
-    missed_count: int
-    added_count: int
-
-
-def compare(candidate: Result, current: Result, *, shown: int = 20) -> Comparison:
-    missed = current.paged.keys() - candidate.paged.keys()
-    added = candidate.paged.keys() - current.paged.keys()
-
-    def first(result: Result, keys: set[tuple[str, int]]) -> list[Paged]:
-        earliest = heapq.nsmallest(shown, keys, key=lambda k: (result.paged[k], k))
-        return [result.page(k) for k in earliest]
-
-    return Comparison(
-        candidate,
-        current,
-        first(current, missed),
-        first(candidate, added),
-        len(missed),
-        len(added),
-    )

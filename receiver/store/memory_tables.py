@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,7 +196,8 @@ class MemoryScratch:
 
     def episode_over(self, alert: Alert) -> None:
         """The alert has opened a new episode: lean, forget what the lifecycle kept of the
-        one before (nothing asks about it again). tx.alerts.save() does this for the leader."""
+        one before (nothing asks about it again). The backtest says so, for each rules file's
+        store, as the event that opened it is placed."""
         self.tables.episode_over(alert)
 
     def put(self, event: StoredEvent) -> bool:
@@ -221,6 +223,16 @@ class MemoryScratch:
     def next_chain(self) -> float | None:
         """When the next escalation step is due."""
         return self.tables.next_chain()
+
+    def earliest(self) -> float:
+        """No row, repeat or escalation step falls due before this (inf: none waits); the
+        next_*() times are this or later (the heaps' stale entries are counted here)."""
+        t = self.tables
+        return min(
+            t.due[0][0] if t.due else math.inf,
+            t.repeats[0][0] if t.repeats else math.inf,
+            t.chain_due[0][0] if t.chain_due else math.inf,
+        )
 
     def chain(self, alert: str, episode: int, rule: str) -> Chain | None:
         """The escalation of the alert's episode by rule (its log says what it paged)."""
