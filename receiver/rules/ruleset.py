@@ -10,8 +10,8 @@ from typing import Any
 
 from receiver.durations import format_duration
 from receiver.rules.escalations import Policy
+from receiver.rules.index import TypeIndex
 from receiver.rules.inhibit import Inhibition
-from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import Heartbeat
 from receiver.rules.rule import Decision, Rule
@@ -57,8 +57,9 @@ class Ruleset:
         self.text = text  # the file as loaded (${VAR} unresolved), kept for explain
         self.source = source
         self._builtin = builtin
-        # By event type: the rules that can match it, each with its other conditions.
-        self._by_type: dict[str, tuple[tuple[Rule, tuple[Condition, ...]], ...]] = {}
+        # By event type: the rules that can match it, each with its other conditions,
+        # narrowed by the field most of them test for exact strings (receiver.rules.index).
+        self._by_type: dict[str, TypeIndex] = {}
 
     def route(self, payload: Mapping[str, Any]) -> list[Decision]:
         """The notifications payload produces: rules in order, the first match wins
@@ -72,22 +73,23 @@ class Ruleset:
 
     def matching(self, payload: Mapping[str, Any]) -> Iterator[Rule]:
         """The rules payload matches, in file order. Only the rules that can match the
-        event's type are tried (an index built once per type); a payload without a string
-        type meets every rule."""
+        event's type are tried (an index built once per type, which also narrows them by a
+        field most of them test for exact strings); a payload without a string type meets
+        every rule."""
         kind = payload.get("type")
         if type(kind) is not str:
             yield from (rule for rule in self.rules if rule.matches(payload))
             return
-        rules = self._by_type.get(kind)
-        if rules is None:
-            rules = tuple(
+        index = self._by_type.get(kind)
+        if index is None:
+            index = TypeIndex(
                 (rule, rule.conditions_besides_type)
                 for rule in self.rules
                 if rule.may_match_type(kind)
             )
             if len(self._by_type) < MAX_INDEXED_TYPES:  # types are the sender's to make up
-                self._by_type[kind] = rules
-        for rule, conditions in rules:  # the route()'s hot path: no call per rule
+                self._by_type[kind] = index
+        for rule, conditions in index.candidates(payload):  # route()'s hot path
             for condition in conditions:
                 if not condition.holds(payload):
                     break
