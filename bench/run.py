@@ -45,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -293,6 +294,31 @@ class Result:
     offered: float | None = None  # requests/s wrk was paced to, or None for flat out
     load: str = ""  # the load average as the run started (others share this machine)
     cpu_us: float | None = None  # the server's CPU µs a stored+routed event (a store only)
+    # How long the run's store cycles held the event loop, ms (receiver_store_cycle_seconds):
+    # the bucket that holds the 99th percentile, and the one that holds the longest.
+    hold_ms: tuple[float, float] | None = None
+
+
+def cycle_buckets(port: int) -> dict[float, float]:
+    """receiver_store_cycle_seconds's cumulative buckets, {upper bound s: cycles}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    buckets = {}
+    for found in re.finditer(r'receiver_store_cycle_seconds_bucket\{le="([^"]+)"\} (\S+)', text):
+        buckets[float(found[1])] = float(found[2])
+    return buckets
+
+
+def hold_ms(before: dict[float, float], after: dict[float, float]) -> tuple[float, float] | None:
+    """The run's store cycles (after less before): the upper bounds, ms, of the buckets that
+    hold their 99th percentile and their longest; None if the run had no cycle."""
+    counts = sorted((bound, after[bound] - before.get(bound, 0.0)) for bound in after)
+    total = counts[-1][1] if counts else 0.0
+    if total <= 0 or any(n < 0 for _, n in counts):  # none, or another process's figures
+        return None
+    p99 = next(bound for bound, n in counts if n >= 0.99 * total)
+    longest = next(bound for bound, n in counts if n >= total)
+    return p99 * 1000, longest * 1000
 
 
 def wrk(
@@ -352,6 +378,7 @@ def measure(
     """
     routing = None
     per_event = None
+    hold = None
     load = extra.uptime()
     server.start(pin)
     try:
@@ -367,6 +394,7 @@ def measure(
             raise SystemExit(f"{server.name}: the warm-up was not routed within 120s")
         before = _rows(server.db)
         first = _last_rowid(server.db)
+        cycles = cycle_buckets(server.port) if server.name == "receiver" else {}
         assert server.proc is not None
         cpu = extra.cpu_seconds(server.proc.pid)
         got = wrk(
@@ -402,6 +430,8 @@ def measure(
             if took is not None:
                 routing = _routing(server.db, first)
                 cpu = extra.cpu_seconds(server.proc.pid) - cpu
+                if cycles:
+                    hold = hold_ms(cycles, cycle_buckets(server.port))
                 per_event = cpu / max(stored, 1) * 1e6
                 notes.append(f"server CPU {per_event:.0f} µs a stored+routed event")
     finally:
@@ -420,6 +450,7 @@ def measure(
         rate,
         load,
         per_event,
+        hold,
     )
 
 

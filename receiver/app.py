@@ -159,6 +159,7 @@ class _Parts:
         )
         pruner = Pruner(store, retention=settings.retention, metrics=metrics, clock=clock)
         store.on_accepted = router.wake
+        store.on_cycle = metrics.store_cycle_seconds.observe
         ingest = IngestEndpoint(
             store=store,
             secrets=settings.secret_list,

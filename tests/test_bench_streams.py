@@ -128,3 +128,28 @@ def test_the_worst_shape_is_the_lowest_ratio_and_one_never_routed_is_worse() -> 
     assert "Worst shape: **many**, 0.25x" in text and "Code: commit abc." in text
     summary = part.summarize([*rows, _row("backfill", None)])
     assert summary["worst"] == {"shape": "backfill", "ratio": 0.0}
+
+
+def test_the_loop_hold_is_the_runs_cycles_by_bucket() -> None:
+    run = _bench_run()
+    before = {0.001: 10.0, 0.01: 20.0, 0.1: 20.0, float("inf"): 20.0}
+    # The run's own 1,000 cycles: 980 under 1 ms, 15 under 10 ms, 5 under 100 ms.
+    after = {0.001: 990.0, 0.01: 1015.0, 0.1: 1020.0, float("inf"): 1020.0}
+    assert run.hold_ms(before, after) == (10.0, 100.0)
+    assert run.hold_ms(after, after) is None  # no cycle in the run
+    assert run.hold_ms(after, before) is None  # another worker's figures: not comparable
+    part = _stream_part()
+    rows = [
+        {**_row("current", 0.4), "hold_ms": [10.0, 100.0]},
+        {**_row("current", 0.4), "round": 2, "hold_ms": [20.0, 50.0]},
+    ]
+    summary = part.summarize(rows)
+    assert summary["shapes"]["current"]["hold_ms"] == [20.0, 100.0]
+
+
+def _bench_run() -> Any:
+    sys.path.insert(0, str(streams.BENCH))
+    try:
+        return importlib.import_module("run")
+    finally:
+        sys.path.remove(str(streams.BENCH))

@@ -100,6 +100,9 @@ def test_metrics_pass_promtool_and_carry_the_backlog(promtool: str, metrics_text
     assert 'receiver_task_restarts_total{task="router"} 0.0' in metrics_text
     # A subscriber's delivery is not a chat notification.
     assert 'receiver_notifications_total{outcome="delivered"} 1.0' in metrics_text
+    # SQLite's store cycles (the accept's, the routing's...) and how long they held the loop.
+    cycles = re.search(r"^receiver_store_cycle_seconds_count (\S+)$", metrics_text, re.M)
+    assert cycles is not None and float(cycles[1]) >= 2, "no store cycle counted"
 
 
 def test_the_alert_rules_name_only_series_the_receiver_exposes(metrics_text: str) -> None:

@@ -357,6 +357,10 @@ class Store(Protocol):
     store.sessions.get(...)); the router's and lifecycle's writes go through transact."""
 
     on_accepted: OnAccepted | None
+    # Told, after each write cycle, how long its statements held the event loop (seconds):
+    # SQLite runs them there, so this is how long ingest can wait on routing. PostgreSQL's
+    # statements wait on the network, not the loop: it never calls it.
+    on_cycle: Callable[[float], None] | None
     # Why the last write failed, while no write has succeeded since; else None.
     last_write_error: str | None
     # Once open: the schema version it was migrated to (opening migrates, under a lock).

@@ -90,6 +90,7 @@ class PostgresStore:
         self.pool_size = pool_size
         self.connect_timeout = connect_timeout
         self.on_accepted = on_accepted
+        self.on_cycle: Callable[[float], None] | None = None  # SQLite's (Store.on_cycle)
         self.clock = clock
         self.dialect = POSTGRES
         self.sessions = SQLSessions(self)

@@ -105,6 +105,8 @@ class SQLiteStore:
         self.synchronous = synchronous.upper()
         self.busy_timeout = busy_timeout
         self.on_accepted = on_accepted
+        # Told how long each cycle's statements held the event loop (Store.on_cycle).
+        self.on_cycle: Callable[[float], None] | None = None
         self.clock = clock
         self.dialect = SQLITE
         self.sessions = SQLSessions(self)
@@ -229,6 +231,7 @@ class SQLiteStore:
         woke = False
         writes = bool(accepts) or any(c.write for c in calls)
         changes = conn.total_changes
+        held = time.perf_counter()  # the statements hold the event loop from here
         try:
             begin = "BEGIN IMMEDIATE" if writes else "BEGIN"
             try:
@@ -237,6 +240,7 @@ class SQLiteStore:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
                 await loop.run_in_executor(disk, self._begin_waiting, conn, begin)
+                held = time.perf_counter()  # that wait was in the disk thread
             try:
                 inserted = True
                 if accepts:
@@ -244,6 +248,8 @@ class SQLiteStore:
                     woke = any(value == "new" for _, value, _ in results)
                     inserted = results[0][2] is None  # all of them are refused, or none
                 results += [self._call_in(conn, call) for call in calls]
+                if self.on_cycle is not None:
+                    self.on_cycle(time.perf_counter() - held)
                 commit = loop.run_in_executor(disk, conn.execute, "COMMIT")
                 try:
                     await asyncio.shield(commit)
