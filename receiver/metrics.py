@@ -43,22 +43,8 @@ class Metrics:
         )
         # Pre-bound children: a label lookup per request costs more than the increment.
         self.rejected = {reason: rejected.labels(reason) for reason in REJECT_REASONS}
-        self.ingest_seconds = Histogram(
-            "receiver_ingest_seconds",
-            "Time from request start to answer on POST /v1/events.",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
-            registry=r,
-        )
+        self._timings(r)
         self.routed = Counter("receiver_events_routed", "Events routed by the rules.", registry=r)
-        # SQLite: how long each store cycle's statements (the accepts queued meanwhile and a
-        # routing batch, each in one transaction) held the event loop; the longest wait a
-        # delivery can have on routing. The commit's fsync runs in a thread: not counted.
-        self.store_cycle_seconds = Histogram(
-            "receiver_store_cycle_seconds",
-            "How long each store write cycle held the event loop (SQLite; the commit excluded).",
-            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1),
-            registry=r,
-        )
         # Tracing (receiver.tracing): spans sent to the collector, or lost when it failed.
         self.trace_spans = Counter(
             "receiver_trace_spans",
@@ -114,6 +100,23 @@ class Metrics:
         }
         self.backlog = BacklogCollector()
         r.register(self.backlog)
+
+    def _timings(self, r: CollectorRegistry) -> None:
+        self.ingest_seconds = Histogram(
+            "receiver_ingest_seconds",
+            "Time from request start to answer on POST /v1/events.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
+        )
+        # SQLite: how long each store cycle's statements (the accepts queued meanwhile and a
+        # routing batch, each in one transaction) held the event loop; the longest wait a
+        # delivery can have on routing. The commit's fsync runs in a thread: not counted.
+        self.store_cycle_seconds = Histogram(
+            "receiver_store_cycle_seconds",
+            "How long each store write cycle held the event loop (SQLite; the commit excluded).",
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1),
+            registry=r,
+        )
 
     def outcome(self, name: str) -> Counter:
         """The notifications counter for one outcome (created on first use)."""
