@@ -39,7 +39,9 @@ from receiver.dispatch.silences import active_silences
 from receiver.events import load_stored
 from receiver.rules import Decision, Ruleset
 from receiver.store import MemoryTx, ScratchRow, Store, replay
-from receiver.store.records import Silence, StoredEvent
+from receiver.store.records import Alert, Silence, StoredEvent
+
+_UNSEEN: Any = object()  # a row _collect() has not seen waiting
 
 __all__ = [
     "Backtest", "Comparison", "Paged", "Result", "Tally", "compare", "decide", "route_all", "run",
@@ -70,9 +72,10 @@ class Backtest:
         self._openers: dict[str, str] = {}  # alert -> the event that opened its episode
         # Rows not sent yet (pending, held) -> the alert episode of the event that made them.
         self._waiting: dict[int, tuple[str, int] | None] = {}
-        self._current: tuple[str, int] | None = None  # the alert episode of the event routed
+        self._current: Alert | None = None  # the alert of the event routed
         self._leader: Backtest | None = None  # whose store keeps the events and alerts
         self._untitled: dict[str, list[Decision]] = {}  # decide()'s, by rule
+        self._tallies: dict[tuple[str, str], tuple[Tally, Tally]] = {}  # result.tallies()
         # No timer falls due before this (timers() found so): until the pipeline adds or
         # changes rows, the events before it need no look at the timers.
         self._quiet_until = -math.inf
@@ -102,6 +105,16 @@ class Backtest:
 
     # -- events and timers ------------------------------------------------------------------
 
+    def arrive(self, now: float) -> None:
+        """An event arrives at now: the timers due by then run, the clock moves to it."""
+        if now >= self._quiet_until:
+            self.timers(now)
+        if self._boundaries and self._boundaries[-1] <= now:
+            self.advance(now)
+        else:
+            self.pipeline.now = now
+        self.result.events += 1
+
     def route(self, event: StoredEvent, payload: Mapping[str, Any] | None = None) -> None:
         """Route one event at the time it arrived, after the timers due by then."""
         if payload is None:
@@ -125,18 +138,21 @@ class Backtest:
             decisions = self.ruleset.route(payload)
         else:
             decisions = decide(self.ruleset, payload, self._untitled)
-        alert = transition.alert
-        if transition.what == "open":
+        alert, what = transition.alert, transition.what
+        if what == "open":
             assert alert is not None
             self.tx.scratch.episode_over(alert)
-        if inhibition.track(self.tx, self.ruleset, payload, transition, event_id):
+        if self.ruleset.inhibit and inhibition.track(
+            self.tx, self.ruleset, payload, transition, event_id
+        ):
             self.pipeline.now = received_at
             self.pipeline.wake()  # what the source inhibited, still open, is notified now
-        if decisions or transition.what == "resolve":
+        if decisions or what == "resolve":
             self.pipeline.event(event_id, payload, decisions, transition=transition)
             self._quiet_until = -math.inf
-        self._current = None if alert is None else (alert.id, alert.episode)
-        self._collect()
+        self._current = alert
+        if self.tx.tables.journal:
+            self._collect()
         if self.ruleset.heartbeat is not None:
             self._last_event = received_at
             if self._firing:  # an arrival does nothing to a heartbeat that is not firing
@@ -144,9 +160,10 @@ class Backtest:
 
     def kept(self, event_id: str, payload: Mapping[str, Any], transition: Transition) -> None:
         """The leader, once every rules file has placed the event: an episode's opener is
-        kept (route_all) until the alert's next episode opens."""
+        kept (route_all) until the alert's next episode opens. Only for an event that opened
+        its alert's episode."""
         alert = transition.alert
-        if transition.what != "open" or alert is None or self._openers.get(alert.id) == event_id:
+        if alert is None or self._openers.get(alert.id) == event_id:
             return
         self.result.alerts_opened += 1
         previous = self._openers.get(alert.id)
@@ -230,33 +247,43 @@ class Backtest:
     def _collect(self) -> None:
         """Count the outbox rows written or changed since the last look."""
         changes = self.tx.scratch.changes()
-        if changes:
-            self._quiet_until = -math.inf
+        if not changes:
+            return
+        self._quiet_until = -math.inf
+        result, waiting, tallies = self.result, self._waiting, self._tallies
         for row, state in changes:
-            if row.kind == "webhook":
+            kind = row.kind
+            if kind == "webhook":
                 continue
-            if row.kind == "escalation" and state in ("pending", "silenced", "muted"):
+            if kind == "escalation" and state in ("pending", "silenced", "muted"):
                 self._step(row, state)
             if state == "inhibited" and row.reason:  # "inhibited by NAME (EVENT, ...)"
-                self.result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
-            if state in ("pending", "held"):  # sent when deliver_due() gets to it
-                self._waiting.setdefault(row.id, self._episode(row))
+                result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
+            if state == "pending" or state == "held":  # sent when deliver_due() gets to it
+                if row.id not in waiting:
+                    waiting[row.id] = self._episode(row)
                 continue
-            where = self._waiting.pop(row.id) if row.id in self._waiting else self._episode(row)
-            notified = where is not None and (
-                state == "grouped"  # the alert is in the digest that goes out
-                or (state == "delivered" and row.kind not in ("digest", "heartbeat", "resolved"))
-            )
-            for tally in self.result.tallies(row.rule, row.notifier):
-                if state == "delivered":
+            where = waiting.pop(row.id, _UNSEEN)
+            if where is _UNSEEN:
+                where = self._episode(row)
+            pair = tallies.get((row.rule, row.notifier))
+            if pair is None:
+                pair = tallies[(row.rule, row.notifier)] = result.tallies(row.rule, row.notifier)
+            if state == "delivered":
+                notified = kind not in ("digest", "heartbeat", "resolved")
+                hour = row.updated_at - row.updated_at % HOUR
+                for tally in pair:
                     tally.sent += 1
-                    tally.hours[row.updated_at - row.updated_at % HOUR] += 1
-                else:
+                    tally.hours[hour] += 1
+            else:
+                notified = state == "grouped"  # the alert is in the digest that goes out
+                for tally in pair:
                     tally.suppressed[state] += 1
-                if notified and where is not None:
+            if notified and where is not None:
+                for tally in pair:
                     tally.notified(*where)
-            if notified and where is not None and where not in self.result.paged:
-                self.result.paged[where] = row.updated_at
+                if where not in result.paged:
+                    result.paged[where] = row.updated_at
 
     def _step(self, row: ScratchRow, state: str) -> None:
         """Count an escalation page (or a skipped one) under its policy and step."""
@@ -270,7 +297,8 @@ class Backtest:
     def _episode(self, row: ScratchRow) -> tuple[str, int] | None:
         if row.alert is not None and row.episode is not None:
             return (row.alert, row.episode)
-        return self._current
+        current = self._current
+        return None if current is None else (current.id, current.episode)
 
 
 def decide(
@@ -310,9 +338,7 @@ def route_all(
     each one's timers due by then, then the event applied to its alert once (by the first,
     the leader, whose store the others follow), then each rules file's notifications."""
     for backtest in backtests:
-        backtest.timers(received_at)
-        backtest.advance(received_at)
-        backtest.result.events += 1
+        backtest.arrive(received_at)
     leader = backtests[0]
     transition = apply(leader.tx, payload, event_id, received_at)
     if transition.what == "open":
@@ -323,7 +349,8 @@ def route_all(
         leader.tx.events.mark_routed([event_id], received_at)
     for backtest in backtests:
         backtest.place(event_id, received_at, payload, transition)
-    leader.kept(event_id, payload, transition)
+    if transition.what == "open":
+        leader.kept(event_id, payload, transition)
 
 
 # -- the period, read from the real store ------------------------------------------------------

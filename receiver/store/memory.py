@@ -25,6 +25,7 @@ from receiver.sessions import Fact
 from receiver.store.memory_escalations import MemoryEscalations, MemoryInhibitors
 from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
 from receiver.store.records import (
+    SENT_STATES,
     Alert,
     Group,
     Notice,
@@ -127,7 +128,8 @@ class MemoryOutbox:
             episode, group_id, replay, n.delivery_id, n.subscription_id, n.trace,
         )  # fmt: skip
         t.journal.append((row, state))
-        t.index_sent(row)
+        if alert is not None and state in SENT_STATES:
+            t.index_sent(row)
         if state not in OPEN_STATES and t.lean:
             return row.id
         t.rows[row.id] = row
