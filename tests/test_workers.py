@@ -3,7 +3,8 @@ sink catching the notifications. Every accepted event is stored once (a duplicat
 whichever worker takes it), routed once and notified once; the timers (escalation steps,
 the heartbeat) fire once; each worker answers /readyz and its own /metrics; SIGHUP reaches
 every worker; a worker that dies is replaced; SIGTERM stops them all within the grace;
-workers that cannot start stop the server with status 1.
+workers that cannot start stop the server with status 1. The first test runs on PostgreSQL
+too, where the workers are replicas on one host.
 
 "Once" is read from the store at a point where nothing more can happen: every outbox row
 delivered (a send comes only from a row), every escalation chain run out."""
@@ -82,11 +83,9 @@ def per_worker(server: Receiver, metric: str) -> dict[float, float]:
     return seen
 
 
-def start(tmp_path: Path, rules: str, **env: str) -> Receiver:
-    server = Receiver(
-        tmp_path, rules=rules, env={**WORKERS, "RECEIVER_SHUTDOWN_GRACE": f"{GRACE:g}", **env}
-    )
-    return server.start()
+def start(tmp_path: Path, rules: str, db: str | None = None) -> Receiver:
+    env = {**WORKERS, "RECEIVER_SHUTDOWN_GRACE": f"{GRACE:g}"}
+    return Receiver(tmp_path, rules=rules, env=env, db=db).start()
 
 
 def notify_rules(sink: HTTPSink) -> str:
@@ -98,9 +97,10 @@ def notify_rules(sink: HTTPSink) -> str:
 
 
 def test_each_event_is_stored_routed_and_notified_once_across_two_workers(
-    tmp_path: Path, http_sink: HTTPSink
+    tmp_path: Path, http_sink: HTTPSink, receiver_db: str | None
 ) -> None:
-    server = start(tmp_path, notify_rules(http_sink))
+    """On the SQLite file, and on PostgreSQL (the workers are then replicas on one host)."""
+    server = start(tmp_path, notify_rules(http_sink), receiver_db)
     try:
         assert len(workers_of(server)) == 2
         drops = [sample("score.drop", id=f"e{i}", sessionId=f"s{i}") for i in range(EVENTS)]
