@@ -41,6 +41,7 @@ from receiver.rules import Decision, Ruleset
 from receiver.store import MemoryTx, ScratchRow, Store, replay
 from receiver.store.records import Alert, Silence, StoredEvent
 
+MAX_KEYED = 100_000  # throttle keys whose decisions decide() keeps (the sender's to make up)
 _UNSEEN: Any = object()  # a row _collect() has not seen waiting
 
 __all__ = [
@@ -74,8 +75,9 @@ class Backtest:
         self._waiting: dict[int, tuple[str, int] | None] = {}
         self._current: Alert | None = None  # the alert of the event routed
         self._leader: Backtest | None = None  # whose store keeps the events and alerts
-        self._untitled: dict[str, list[Decision]] = {}  # decide()'s, by rule
+        self._untitled: dict[Any, list[Decision]] = {}  # decide()'s, by rule (and key)
         self._tallies: dict[tuple[str, str], tuple[Tally, Tally]] = {}  # result.tallies()
+        self._lifecycle = any(rule.follows_alert for rule in ruleset.rules)
         # No timer falls due before this (timers() found so): until the pipeline adds or
         # changes rows, the events before it need no look at the timers.
         self._quiet_until = -math.inf
@@ -92,8 +94,8 @@ class Backtest:
                 times.add(s.expired_at)
         return sorted(times, reverse=True)  # popped from the end, earliest first
 
-    def advance(self, now: float) -> None:
-        """Move the virtual clock to now (never back)."""
+    def advance(self, now: float) -> bool:
+        """Move the virtual clock to now (never back); whether the silences changed."""
         refresh = False
         while self._boundaries and self._boundaries[-1] <= now:
             self._boundaries.pop()
@@ -102,6 +104,7 @@ class Backtest:
         if refresh:
             self.pipeline.silences = active_silences(self.tx.silences.active(now))
             self.pipeline.wake()  # what a silence that ended held (quiet hours: not replayed)
+        return refresh
 
     # -- events and timers ------------------------------------------------------------------
 
@@ -147,7 +150,8 @@ class Backtest:
         ):
             self.pipeline.now = received_at
             self.pipeline.wake()  # what the source inhibited, still open, is notified now
-        if decisions or what == "resolve":
+        # A resolve answers only what lifecycle rules left (held rows, notices, chains).
+        if decisions or (what == "resolve" and self._lifecycle):
             self.pipeline.event(event_id, payload, decisions, transition=transition)
             self._quiet_until = -math.inf
         self._current = alert
@@ -190,14 +194,13 @@ class Backtest:
         if until < soonest:
             self._quiet_until = soonest
             return
+        scratch = self.tx.scratch
         while True:
-            now = None
-            scratch = self.tx.scratch
+            due, repeat, chain = scratch.next_due(), scratch.next_repeat(), scratch.next_chain()
+            silent = self._silent_at()  # moves only as events arrive (or the heartbeat beats)
             boundary = self._boundaries[-1] if self._boundaries else None
-            for at in (
-                scratch.next_due(), scratch.next_repeat(), scratch.next_chain(), boundary,
-                self._silent_at(),
-            ):  # fmt: skip
+            now = None
+            for at in (due, repeat, chain, boundary, silent):
                 if at and (now is None or at < now):
                     now = at
             if now is None or now > until:
@@ -205,14 +208,19 @@ class Backtest:
                 # come from the pipeline, which resets this.
                 self._quiet_until = math.inf if now is None else now
                 return
-            self.advance(now)
-            self.tx.scratch.deliver_due(now)
-            if (at := self.tx.scratch.next_repeat()) is not None and at <= now:
+            if self.advance(now):  # what a silence held may be due now
+                due, repeat, chain = scratch.next_due(), scratch.next_repeat(), None
+            if due is not None and due <= now:
+                scratch.deliver_due(now)
+            if repeat is not None and repeat <= now:
                 self.pipeline.repeats()
-            if (at := self.tx.scratch.next_chain()) is not None and at <= now:
+                chain = None
+            if chain is None:  # looked at again after what may have started a chain
+                chain = scratch.next_chain()
+            if chain is not None and chain <= now:
                 self.pipeline.escalations()
             self._current = None
-            if (at := self._silent_at()) is not None and at <= now:
+            if silent is not None and silent <= now:
                 self._beat(arrived=False)
             self._collect()
 
@@ -304,20 +312,27 @@ class Backtest:
 def decide(
     ruleset: Ruleset,
     payload: Mapping[str, Any],
-    untitled: dict[str, list[Decision]] | None = None,
+    untitled: dict[Any, list[Decision]] | None = None,
 ) -> list[Decision]:
     """Ruleset.route() without the titles and bodies, which a backtest never reads: the
     same rules match in the same order, and a throttle key is rendered as route() does
     (it decides what is throttled). A template that fails goes unnoticed (texts=True
     renders everything, and counts the fallbacks). untitled: the decisions of each rule
-    without a throttle by its name, made once (they are the same for every event); pass
-    the same dict for every event of a replay."""
+    without a throttle by its name, made once (they are the same for every event), and of
+    a throttled rule by (name, key); pass the same dict for every event of a replay."""
     decisions: list[Decision] = []
     if untitled is None:
         untitled = {}
     for rule in ruleset.matching(payload):
         if rule.throttle_every is not None:
-            decisions.extend(rule.decisions(rule.render_key(payload), ruleset.notifiers))
+            # The same for every event of the same key: made once a key (while not too many).
+            rendered = rule.render_key(payload)
+            keyed = (rule.name, rendered.throttle_key)
+            if (made := untitled.get(keyed)) is None:
+                made = rule.decisions(rendered, ruleset.notifiers)
+                if len(untitled) < MAX_KEYED:
+                    untitled[keyed] = made
+            decisions.extend(made)
         else:
             if (made := untitled.get(rule.name)) is None:
                 made = untitled[rule.name] = rule.decisions(UNTITLED, ruleset.notifiers)

@@ -1,13 +1,17 @@
 """The backtest's own reads and fast paths give what the general ones give: the period's
-rows (receiver.store.replay) in store.history.between()'s order and pages."""
+rows (receiver.store.replay) in store.history.between()'s order and pages, a throttle key
+rendered without the template context, a throttled rule's decisions kept by key."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
-from receiver import events
+import pytest
+
+from receiver import backtest, events, rules
 from receiver.store import open_store, replay
 
 START = 1_795_000_000.0
@@ -40,3 +44,39 @@ def test_the_replay_rows_are_the_history_events_in_the_same_order(tmp_path: Path
     read, whole = asyncio.run(main())
     assert len(read) == 6
     assert read == whole
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param("{{ userId }}", id="a-payload-field"),
+        pytest.param("{{userId}}", id="no-spaces"),
+        pytest.param("{{ score }}", id="a-number"),
+        pytest.param("{{ nested }}", id="a-mapping"),
+        pytest.param("{{ missing }}", id="undefined"),
+        pytest.param("{{ rule }}", id="set-by-the-context"),
+        pytest.param("{{ event }}", id="the-whole-event"),
+        pytest.param("{{ delta }}", id="computed"),
+        pytest.param("{{ links }}", id="the-links"),
+        pytest.param("{{ session }}", id="the-enrichment"),
+        pytest.param("{{ userId }}-{{ type }}", id="two-names"),
+    ],
+)
+def test_a_throttle_key_is_rendered_as_route_renders_it(key: str) -> None:
+    """render_key() prints a one-name template from the payload itself unless the name is
+    one the template context sets: the same key as render() either way; and decide(),
+    which keeps a throttled rule's decisions by key, decides as route() does."""
+    ruleset = rules.load_text(
+        "notifiers:\n  hook: json://127.0.0.1:9/hook\nrules:\n"
+        f"  - name: r\n    match: {{type: score.drop}}\n    notify: hook\n"
+        f"    throttle: {{key: {json.dumps(key)}, every: 10m}}\n"
+    )
+    rule = ruleset.rules[0]
+    untitled: dict[Any, Any] = {}
+    for user, nested in (("u1", {"a": 1}), ("u2", None), ("u1", [1, 2]), (" u3 ", "x")):
+        payload = events.sample("score.drop", userId=user, nested=nested, rule="mine")
+        payload.update(delta=99, links="not links", session="s")
+        assert rule.render_key(payload).throttle_key == rule.render(payload).throttle_key
+        want = [(d.notifier, d.throttle_key) for d in ruleset.route(payload)]
+        got = [(d.notifier, d.throttle_key) for d in backtest.decide(ruleset, payload, untitled)]
+        assert got == want

@@ -197,7 +197,9 @@ class Rule:
         key: str | None = None if seconds is None else RULE_WIDE_KEY
         if key_t is not None:
             try:
-                key = templates.render(key_t, templates.context(payload, self.name))
+                plain = templates.payload_only(key_t)  # no context to build
+                ctx = payload if plain else templates.context(payload, self.name)
+                key = templates.render(key_t, ctx)
             except Exception:  # render()'s fallback key
                 key = RULE_WIDE_KEY
         return Rendered("", "", key, seconds, fallback=False)

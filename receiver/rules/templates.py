@@ -116,6 +116,16 @@ ENV = _environment()
 # 12 µs an event less).
 _ONE_NAME = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 ONE_NAME = "receiver_one_name"  # the attribute of such a Template naming it
+# The names context() sets whatever the payload says: a one-name template of any other name
+# renders the same from the payload itself.
+_CONTEXT_NAMES = frozenset(("event", "rule", "session", "history", "enriched", "links", "delta"))
+
+
+def payload_only(template: Template) -> bool:
+    """Whether render(template, payload) is render(template, context(payload, ...)): a
+    template that prints one payload field (a throttle key's `{{ userId }}`)."""
+    name = getattr(template, ONE_NAME, None)
+    return name is not None and name not in _CONTEXT_NAMES
 
 
 def compile_template(source: str) -> Template:

@@ -208,7 +208,8 @@ class MemoryNotices:
     def end_repeats(self, alert: str, episode: int) -> None:
         rules = self.t.notices.get((alert, episode), {})
         for rule, notice in rules.items():
-            rules[rule] = replace(notice, next_repeat_at=None)
+            if notice.next_repeat_at is not None:  # else it is the same already
+                rules[rule] = replace(notice, next_repeat_at=None)
 
     def due(self, now: float, limit: int = 100) -> list[Notice]:
         due: list[tuple[float, tuple[str, int, str]]] = []
