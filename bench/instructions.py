@@ -111,13 +111,13 @@ def server(kind: str, shape: streams.Shape, count: int, run: bool, work: Path) -
         "RECEIVER_SECRETS": benchrun.SECRET,
         "RECEIVER_PORT": str(port),
         "RECEIVER_DB": str(db),
-        "RECEIVER_RULES": str(shape.rules),
+        "RECEIVER_RULES": str(BENCH / "no-rules.yaml" if kind == "bare" else shape.rules),
         "RECEIVER_LOG_LEVEL": "warning",
         "BENCH_SINK_PORT": str(sink.port),
     }
     if kind == "ceiling":
         argv = [sys.executable, str(BENCH / "ceiling.py"), "--port", str(port)]
-    else:
+    else:  # "receiver" on the shape's rules, "bare" on none
         argv = [sys.executable, "-m", "receiver", "serve"]
     log = work / f"{kind}-{int(run)}.valgrind"
     proc = subprocess.Popen(
@@ -135,7 +135,7 @@ def server(kind: str, shape: streams.Shape, count: int, run: bool, work: Path) -
             time.sleep(0.5)
         if run:
             send(port, [b for b in _bodies(shape, count)])
-            if kind == "receiver":
+            if kind != "ceiling":
                 deadline = time.monotonic() + DRAIN_LIMIT
                 while _waiting(db):
                     if time.monotonic() > deadline:
@@ -161,7 +161,7 @@ def measure(shape: streams.Shape, count: int) -> dict[str, float]:
     """Instructions an event for the servers and each part (two valgrind runs apiece)."""
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for kind in ("ceiling", "receiver"):
+        for kind in ("ceiling", "receiver", "bare"):
             base = server(kind, shape, count, False, Path(tmp))
             full = server(kind, shape, count, True, Path(tmp))
             figures[kind] = (full - base) / count
@@ -181,6 +181,7 @@ def report(shape: streams.Shape, count: int, f: dict[str, float]) -> list[str]:
     rows = [
         ("the ceiling, whole (HTTP, HMAC, JSON, 202)", f["ceiling"]),
         ("the receiver, whole (`receiver serve`, stored, routed, sent)", f["receiver"]),
+        ("the receiver with no rule (bench/no-rules.yaml), whole", f["bare"]),
         ("ingest in process (checks, HMAC, JSON, validation, 202; no HTTP)", f["ingest"]),
         ("the store's accept (rows, dedupe, group commit)", f["store"]),
         ("routing, the shape's rules", f["route"]),
@@ -202,7 +203,8 @@ def report(shape: streams.Shape, count: int, f: dict[str, float]) -> list[str]:
         f"Half the ceiling needs the receiver at two ceilings' instructions an event or less"
         f" ({half / k:,.0f} thousand); it takes {f['receiver'] / k:,.0f} thousand"
         f" ({f['receiver'] / http:.2f} ceilings), so on one core it sustains about"
-        f" {http / f['receiver']:.2f}x of the ceiling if time follows instructions.",
+        f" {http / f['receiver']:.2f}x of the ceiling if time follows instructions; with no"
+        f" rule at all, {f['bare'] / k:,.0f} thousand ({http / f['bare']:.2f}x).",
     ]
     return lines
 
