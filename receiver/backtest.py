@@ -150,8 +150,14 @@ class Backtest:
         ):
             self.pipeline.now = received_at
             self.pipeline.wake()  # what the source inhibited, still open, is notified now
-        # A resolve answers only what lifecycle rules left (held rows, notices, chains).
-        if decisions or (what == "resolve" and self._lifecycle):
+        # A resolve answers only what lifecycle rules left of the episode (held rows, or
+        # notices: resolved messages, repeats and chains end); else it changes nothing.
+        if decisions or (
+            what == "resolve"
+            and alert is not None
+            and self._lifecycle
+            and self.tx.scratch.answers(alert)
+        ):
             self.pipeline.event(event_id, payload, decisions, transition=transition)
             self._quiet_until = -math.inf
         self._current = alert

@@ -80,3 +80,39 @@ def test_a_throttle_key_is_rendered_as_route_renders_it(key: str) -> None:
         want = [(d.notifier, d.throttle_key) for d in ruleset.route(payload)]
         got = [(d.notifier, d.throttle_key) for d in backtest.decide(ruleset, payload, untitled)]
         assert got == want
+
+
+def test_the_fast_paths_report_what_the_general_ones_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a day that sets every lifecycle option to work: a resolve that has nothing of its
+    episode to answer skips the pipeline, a throttled rule's decisions are kept by key;
+    without either (the pipeline asked at every resolve, nothing kept), the same results."""
+    from receiver.store.memory_tables import MemoryScratch
+    from tests.test_backtest import HEADER, at, keep
+    from tests.test_backtest import START as T0
+    from tests.test_backtest_parallel import CANDIDATE, CURRENT, day_of_events
+
+    clock = [T0]
+    stream = day_of_events()
+    rulesets = [rules.load_text(HEADER + text) for text in (CANDIDATE, CURRENT)]
+
+    async def main() -> list[backtest.Result]:
+        store = open_store(str(tmp_path / "receiver.db"), clock=lambda: clock[0])
+        await store.open()
+        try:
+            await keep(store, [dict(p) for p in stream], clock)
+            results, _ = await backtest.run(store, rulesets, start=T0, end=at(24 * 60))
+            return results
+        finally:
+            await store.close()
+
+    fast = asyncio.run(main())
+    tmp_path = tmp_path / "general"
+    tmp_path.mkdir()
+    monkeypatch.setattr(MemoryScratch, "answers", lambda self, alert: True)
+    monkeypatch.setattr(backtest, "MAX_KEYED", 0)
+    general = asyncio.run(main())
+    assert sum(r.sent for r in fast) > 0
+    for mine, theirs in zip(fast, general, strict=True):
+        assert vars(mine) == vars(theirs)

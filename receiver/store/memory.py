@@ -148,7 +148,9 @@ class MemoryOutbox:
             self.add(event_id, n, state=state, now=now, kind=kind)
 
     def cancel_held(self, alert: str, episode: int, now: float, reason: str) -> int:
-        held = self.t.held.pop((alert, episode), set())
+        held = self.t.held.pop((alert, episode), None)
+        if not held:
+            return 0
         for row_id in sorted(held):
             self.t.set_state(self.t.rows[row_id], "cancelled", now, reason)
         return len(held)
@@ -203,10 +205,13 @@ class MemoryNotices:
             heapq.heappush(self.t.repeats, (at, (alert, episode, rule)))
 
     def of(self, alert: str, episode: int) -> list[Notice]:
-        return list(self.t.notices.get((alert, episode), {}).values())
+        rules = self.t.notices.get((alert, episode))
+        return [] if rules is None else list(rules.values())
 
     def end_repeats(self, alert: str, episode: int) -> None:
-        rules = self.t.notices.get((alert, episode), {})
+        rules = self.t.notices.get((alert, episode))
+        if rules is None:
+            return
         for rule, notice in rules.items():
             if notice.next_repeat_at is not None:  # else it is the same already
                 rules[rule] = replace(notice, next_repeat_at=None)

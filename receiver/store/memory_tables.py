@@ -132,7 +132,8 @@ class Tables:
                 self.chains.pop((*ended, rule), None)
 
     def notice(self, key: tuple[str, int, str]) -> Notice | None:
-        return self.notices.get((key[0], key[1]), {}).get(key[2])
+        rules = self.notices.get(key[:2])
+        return None if rules is None else rules.get(key[2])
 
     def next_repeat(self) -> float | None:
         """When the next repeat is due (acknowledgements aside: a scratch store has none)."""
@@ -199,6 +200,12 @@ class MemoryScratch:
         one before (nothing asks about it again). The backtest says so, for each rules file's
         store, as the event that opened it is placed."""
         self.tables.episode_over(alert)
+
+    def answers(self, alert: Alert) -> bool:
+        """Whether the episode's resolve has anything to answer (tx.outbox.cancel_held,
+        tx.notices.of): held rows of it, or notices about it."""
+        key = (alert.id, alert.episode)
+        return key in self.tables.held or key in self.tables.notices
 
     def put(self, event: StoredEvent) -> bool:
         """Keep an event, unrouted; False if its id is kept already."""
