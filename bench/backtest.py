@@ -131,13 +131,15 @@ def measure(rate: float = 10.0, days: float = 7.0) -> list[str]:
     db = store(count, rate)
     end = START + days * extra.DAY
     files = (BENCH / "backtest-rules.yaml", BENCH / "rules.yaml")
-    report, wall, peak = backtest(db, *files, end)
+    report, wall, peak, cpu = backtest(db, *files, end)
     took = float(report["seconds"])
     # The same on one core, both files in one process: what the second process buys.
-    one, one_wall, one_peak = backtest(db, *files, end, jobs=1)
+    one, one_wall, one_peak, one_cpu = backtest(db, *files, end, jobs=1)
     # The floor: the same replay with no rule in either file. What is left is reading and
     # decoding the events, moving each one's alert, and the replay's own bookkeeping.
-    floor, floor_wall, _ = backtest(db, BENCH / "no-rules.yaml", BENCH / "no-rules.yaml", end)
+    floor, floor_wall, _, floor_cpu = backtest(
+        db, BENCH / "no-rules.yaml", BENCH / "no-rules.yaml", end
+    )
     bare = float(floor["seconds"])
     same = {**one, "seconds": 0} == {**report, "seconds": 0}
     cand, cur = report["candidate"], report["current"]
@@ -150,13 +152,15 @@ def measure(rate: float = 10.0, days: float = 7.0) -> list[str]:
         "",
         f"- as shipped, each file replayed in a process of its own on two cores: replay"
         f" {took:.1f} s, {count / took:,.0f} events/s; the whole command (start, rules,"
-        f" report): {wall:.1f} s. Target: a week in under {TARGET:.0f} s: **{verdict}**.",
+        f" report): {wall:.1f} s, CPU {cpu} (both processes). Target: a week in under"
+        f" {TARGET:.0f} s: **{verdict}**.",
         f"- both files in one process (`--jobs 1`), one core: replay"
-        f" {float(one['seconds']):.1f} s, the whole command {one_wall:.1f} s;"
+        f" {float(one['seconds']):.1f} s, the whole command {one_wall:.1f} s, CPU {one_cpu};"
         f" {'the same report' if same else '**a different report** (a bug)'}.",
         f"- the floor, bench/no-rules.yaml against itself (the events read, decoded and each"
         f" moved through its alert; no rule to place them): replay {bare:.1f} s, the whole"
-        f" command {floor_wall:.1f} s. The new rules' own work is the rest of the first figure.",
+        f" command {floor_wall:.1f} s, CPU {floor_cpu} (both processes). The new rules' own work"
+        " is the rest of the first figure.",
         f"- candidate: {cand['sent']:,} notifications sent, {cand['alerts_opened']:,} alerts"
         f" opened; current: {cur['sent']:,} sent; alerts missed {report['missed_count']:,},"
         f" added {report['added_count']:,}.",
@@ -167,10 +171,10 @@ def measure(rate: float = 10.0, days: float = 7.0) -> list[str]:
 
 def backtest(
     db: Path, candidate: Path, against: Path, end: float, *, jobs: int | None = None
-) -> tuple[Any, float, str]:
+) -> tuple[Any, float, str, str]:
     """`receiver backtest candidate --against against` over the week, as an operator runs it
     (on the cores it may use; jobs=1: one process, pinned to one core): its JSON report, the
-    whole command's seconds, its peak memory."""
+    whole command's seconds, its peak memory, the CPU seconds of all its processes."""
     command = [
         sys.executable, "-m", "receiver", "backtest", str(candidate),
         "--against", str(against), "--from", str(START), "--to", str(end),
@@ -182,19 +186,26 @@ def backtest(
         if jobs == 1 and _has("taskset"):
             pin = ["taskset", "-c", "0"]
     if Path("/usr/bin/time").exists():  # GNU time: the largest process's peak resident size
-        pin = ["/usr/bin/time", "-f", "peak memory: %M KiB", *pin]
+        pin = ["/usr/bin/time", "-f", "peak memory: %M KiB, cpu: %U user %S sys", *pin]
     env = {**os.environ, "BENCH_SINK_PORT": "9"}
     started = time.monotonic()
     done = subprocess.run(pin + command, capture_output=True, text=True, env=env, timeout=3600)
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise RuntimeError(f"receiver backtest failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout), wall, _peak(done.stderr)
+    return json.loads(done.stdout), wall, _peak(done.stderr), _cpu(done.stderr)
 
 
 def _peak(stderr: str) -> str:
     found = re.search(r"peak memory: (\d+) KiB", stderr)
     return f"{int(found.group(1)) // 1024:,} MiB" if found else "not measured (no GNU time)"
+
+
+def _cpu(stderr: str) -> str:
+    found = re.search(r"cpu: ([\d.]+) user ([\d.]+) sys", stderr)
+    if not found:
+        return "not measured (no GNU time)"
+    return f"{float(found.group(1)) + float(found.group(2)):.1f} s"
 
 
 def _has(name: str) -> bool:

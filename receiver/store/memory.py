@@ -287,9 +287,11 @@ class MemoryDigests:
     def update(self, group: Group, *, title: str, body: str, now: float, release: bool) -> None:
         t = self.t
         stored, _, opened = t.groups[group.id]
-        kept = Group(
-            stored.id, stored.rule, stored.key, stored.closes_at, group.count, group.members
-        )
+        kept = group  # lean (a backtest's): made for this by digests.join, kept as it is
+        if not t.lean:
+            kept = Group(
+                stored.id, stored.rule, stored.key, stored.closes_at, group.count, group.members
+            )
         t.groups[group.id] = (kept, "sent" if release else "open", opened)
         for row_id in sorted(t.digests.get(group.id, ())):
             row = t.rows[row_id]
