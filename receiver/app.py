@@ -48,6 +48,9 @@ log = logging.getLogger("receiver")
 STARTUP_FAILURE = 3
 # Of the shutdown grace, what is kept back for closing the store after the sends.
 CLOSE_RESERVE = 1.0
+# With several worker processes, how often the first (the one that routes and sends) looks for
+# events the others took in and rows their API calls queued: they cannot wake it.
+SHARED_POLL = 0.1
 
 
 def create_app(
@@ -55,6 +58,7 @@ def create_app(
     *,
     ruleset: rules.Ruleset | None = None,
     clock: Callable[[], float] = time.time,
+    routing: bool = True,
 ) -> Starlette:
     """The whole receiver as an ASGI app. Raises ConfigError if the rules file is invalid,
     or missing when named by RECEIVER_RULES; without it and without ./rules.yaml, the
@@ -62,8 +66,15 @@ def create_app(
 
     clock is the time every stage reads (tests drive it instead of sleeping);
     after moving it, call app.state.wake() so the timers look again.
+
+    routing False: an ingest worker of `receiver serve --workers N` (all but the first):
+    it takes events in and answers the API, and leaves routing, the timers, sending and
+    retention to the first worker, which looks for work every SHARED_POLL seconds.
     """
     parts = _Parts.build(settings, ruleset, clock)
+    parts.routing = routing
+    if settings.workers > 1:  # the others' accepts and API calls cannot wake these
+        parts.router.idle_poll = parts.worker.idle_poll = SHARED_POLL
     store, worker, admin = parts.store, parts.worker, parts.admin
     app = ReceiverApp(
         parts.ingest,
@@ -135,6 +146,7 @@ class _Parts:
     admin: AdminPages | None
     supervisor: Supervisor
     links: LinkSource | None
+    routing: bool = True  # False: an ingest worker (create_app)
 
     @classmethod
     def build(
@@ -207,11 +219,12 @@ class _Parts:
         app.state.loop = asyncio.get_running_loop()
         await self.store.open()
         supervisor.stopping = False
-        supervisor.start("router", self.router.run)
-        supervisor.start("timers", self.router.run_timers)
-        supervisor.start("notify", self.worker.run)
+        if self.routing:
+            supervisor.start("router", self.router.run)
+            supervisor.start("timers", self.router.run_timers)
+            supervisor.start("notify", self.worker.run)
+            supervisor.start("retention", self.pruner.run)
         supervisor.start("rules-watch", lambda health: reloader.watch(holder, metrics, health))
-        supervisor.start("retention", self.pruner.run)
         if self.admin is not None:
             supervisor.start("admin-strip", self.admin.sample)
         loop = asyncio.get_running_loop()

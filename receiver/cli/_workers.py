@@ -108,7 +108,7 @@ class Workers:
         started = self.context.Event()
         process = self.context.Process(
             target=serve_worker,
-            args=(self.flags, self.sockets, started, os.getpid()),
+            args=(self.flags, self.sockets, started, os.getpid(), slot),
             name=f"receiver-worker-{slot}",
             daemon=False,
         )
@@ -207,11 +207,13 @@ def _exit_text(code: int | None) -> str:
 
 
 def serve_worker(
-    flags: dict[str, Any], sockets: list[socket.socket], started: Any, parent: int
+    flags: dict[str, Any], sockets: list[socket.socket], started: Any, parent: int, slot: int
 ) -> None:
-    """A worker process: the whole receiver, serving the parent's sockets. Settings come
-    from the same flags and the environment the parent had (spawn passes it on), so the
-    secrets never travel on a command line."""
+    """A worker process serving the parent's sockets: the first (slot 0) the whole
+    receiver, the others ingest and the API only (receiver.app.create_app's routing), so
+    one process routes, runs the timers and sends while all of them take events in.
+    Settings come from the same flags and the environment the parent had (spawn passes
+    it on), so the secrets never travel on a command line."""
     from receiver import logs
     from receiver.app import STARTUP_FAILURE, create_app
     from receiver.cli._server import server_config
@@ -223,7 +225,7 @@ def serve_worker(
     settings = Settings(**flags)
     logs.configure(settings.log_format, settings.log_level)
     try:
-        app = create_app(settings)
+        app = create_app(settings, routing=slot == 0)
     except ConfigError as exc:
         log.error("worker cannot start: %s", exc)
         raise SystemExit(STARTUP_FAILURE) from exc

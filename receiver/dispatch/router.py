@@ -129,6 +129,9 @@ class Router:
         self.on_routed = on_routed
         self.clock = clock
         self._wake = asyncio.Event()
+        # How long an idle router waits before it looks: IDLE_POLL; shorter beside worker
+        # processes that only take events in (their accepts cannot wake it).
+        self.idle_poll = IDLE_POLL
         self._poisoned: set[str] = set()
         self._last_event: float | None = None  # when the newest event arrived (heartbeat)
         self.lag = 0.0  # seconds the oldest event of the last batch read had waited
@@ -155,7 +158,7 @@ class Router:
             # asyncio.timeout, not wait_for: on 3.11 wait_for drops a cancel that arrives
             # in the same loop turn as the wake (bpo-42130), and the router would run on.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(IDLE_POLL):
+                async with asyncio.timeout(self.idle_poll):
                     await self._wake.wait()
             self._wake.clear()
             try:

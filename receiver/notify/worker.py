@@ -83,6 +83,9 @@ class Worker:
         self.clock = clock
         self._wake = asyncio.Event()
         self._wake.set()  # send what a previous run left due
+        # The longest idle sleep: IDLE_POLL; shorter beside worker processes that do not send
+        # (what their API calls queue cannot wake this one).
+        self.idle_poll = IDLE_POLL
         self._in_flight: dict[asyncio.Task[None], OutboxRow] = {}
         self._started: dict[asyncio.Task[None], float] = {}  # monotonic start of each
         self._capped = False  # the last claim left sends for later (MAX_STARTING)
@@ -172,9 +175,9 @@ class Worker:
         except StorageUnavailableError:
             due = None
         if due is None:
-            timeout = IDLE_POLL
+            timeout = self.idle_poll
         else:
-            timeout = max(0.0, min(IDLE_POLL, due - self.clock()))
+            timeout = max(0.0, min(self.idle_poll, due - self.clock()))
             if timeout == 0 and self._starved:
                 # What is due waits for a busy lane: a send ending wakes us, or look again soon.
                 timeout = BUSY_POLL

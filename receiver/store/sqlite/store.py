@@ -287,17 +287,16 @@ class SQLiteStore:
             self.on_accepted()
 
     def _begin_waiting(self, conn: sqlite3.Connection, begin: str) -> None:
-        """BEGIN, waiting up to busy_timeout for another process to let go of the lock."""
-        deadline = time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                conn.execute(begin)
-                return
-            except sqlite3.OperationalError as exc:
-                locked = "locked" in str(exc) or "busy" in str(exc)
-                if not locked or time.monotonic() >= deadline:
-                    raise
-            time.sleep(0.005)
+        """BEGIN, waiting up to busy_timeout for another process to let go of the lock.
+
+        SQLite's own busy handler waits, inside the statement: Python lets go of the GIL
+        for all of it, where a loop of tries here would take the GIL back at each one and
+        slow the event loop's thread."""
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+        try:
+            conn.execute(begin)
+        finally:
+            conn.execute("PRAGMA busy_timeout=0")
 
     def _insert(self, conn: sqlite3.Connection, accepts: list[_Accept]) -> list[Result]:
         conn.execute("SAVEPOINT accepts")
