@@ -27,12 +27,12 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent)]
 
-import run as benchrun  # noqa: E402  (bench/run.py)
 import streams  # noqa: E402
 
 from receiver import signature  # noqa: E402
@@ -63,7 +63,7 @@ def part(name: str, shape: str, count: int, run: bool) -> int:
     return refs(done.stderr)
 
 
-def send(port: int, bodies: list[bytes]) -> None:
+def send(port: int, bodies: list[bytes], secret: str) -> None:
     """Every body POSTed once, on CONNECTIONS kept-alive connections; each must be accepted."""
     failures: list[str] = []
 
@@ -72,7 +72,7 @@ def send(port: int, bodies: list[bytes]) -> None:
         for body in share:
             headers = {
                 "content-type": "application/json",
-                signature.SIGNATURE_HEADER: signature.sign(benchrun.SECRET.encode(), body),
+                signature.SIGNATURE_HEADER: signature.sign(secret.encode(), body),
             }
             conn.request("POST", "/v1/events", body, headers)
             answer = conn.getresponse()
@@ -101,6 +101,8 @@ def _waiting(db: Path) -> int:
 
 def server(kind: str, shape: streams.Shape, count: int, run: bool, work: Path) -> int:
     """A whole server under valgrind: started, sent the events (or none), drained, stopped."""
+    import run as benchrun  # bench/run.py (which imports this module: not at the top)
+
     port = benchrun.free_port()
     sink = benchrun.Sink()
     db = work / f"{kind}-{int(run)}.db"
@@ -134,7 +136,7 @@ def server(kind: str, shape: streams.Shape, count: int, run: bool, work: Path) -
                 raise RuntimeError(f"{kind} did not start under valgrind; see {log}")
             time.sleep(0.5)
         if run:
-            send(port, [b for b in _bodies(shape, count)])
+            send(port, _bodies(shape, count), benchrun.SECRET)
             if kind != "ceiling":
                 deadline = time.monotonic() + DRAIN_LIMIT
                 while _waiting(db):
@@ -207,6 +209,28 @@ def report(shape: streams.Shape, count: int, f: dict[str, float]) -> list[str]:
         f" rule at all, {f['bare'] / k:,.0f} thousand ({http / f['bare']:.2f}x).",
     ]
     return lines
+
+
+def section(shape_name: str = "shared-type", count: int = 2000) -> list[str]:
+    """`make bench`'s instructions part: the measurement and its section of bench/RESULTS.md."""
+    shape = next(s for s in streams.SHAPES if s.name == shape_name)
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    figures = measure(shape, count)
+    return [
+        "## Instructions an event, part by part",
+        "",
+        f'Run on {started} (`make bench BENCH_ARGS="--parts instructions"`, bench/'
+        f"instructions.py), the {shape.name} shape ({shape.rules.name}), {count:,} events a"
+        " run. Each figure is the difference between two runs under `valgrind --tool="
+        "cachegrind --cache-sim=no` that differ only in the work measured (the same set-up,"
+        " imports and start in both), over the events: instructions an event, which the"
+        " machine's load does not move. The whole servers get the events over real HTTP on 8"
+        " kept-alive connections (the receiver until every event is routed and every"
+        " notification sent); the parts run in process (bench/instr_parts.py).",
+        "",
+        *report(shape, count, figures),
+        "",
+    ]
 
 
 def main() -> None:

@@ -62,6 +62,7 @@ import api  # noqa: E402  (bench/api.py: the /v1 read API on 1,000,000 sessions)
 import backtest  # noqa: E402  (bench/backtest.py: `receiver backtest` over a week)
 import extra  # noqa: E402  (bench/extra.py, beside this file)
 import fanout  # noqa: E402  (bench/fanout.py: webhook subscribers)
+import instructions  # noqa: E402  (bench/instructions.py: valgrind instruction counts, issue 33)
 import pg  # noqa: E402  (bench/pg.py: the postgres part)
 import scaling_part  # noqa: E402  (bench/scaling_part.py: serve --workers 1 vs 2, issue 33)
 import statements  # noqa: E402  (bench/statements.py: SQL statements per event)
@@ -530,6 +531,7 @@ PARTS = (
     "streams",
     "tracing",
     "scaling",
+    "instructions",
 )
 
 
@@ -1146,6 +1148,7 @@ def main() -> None:
                         args, work, sink.port, stream, warmup, pin, make_server, measure
                     ),
                 ),
+                ("instructions", lambda: instructions.section()),
                 (
                     "scaling",
                     lambda: scaling_part.run_part(
