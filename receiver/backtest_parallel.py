@@ -23,6 +23,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import threading
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -36,6 +37,13 @@ PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent ends
 
 class ReplayProcessError(ReceiverError):
     """The process replaying beside this one died or failed without an error of ours."""
+
+
+def can_fork() -> bool:
+    """Whether this process may fork a replay: only its own thread runs. A fork copies the
+    other threads' locks, held or not, and none of those threads lives on in the child to
+    let go (a test running the CLI beside a server in threads would hang now and then)."""
+    return threading.active_count() == 1
 
 
 def cores() -> int:

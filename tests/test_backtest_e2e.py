@@ -171,6 +171,7 @@ def test_a_backtest_of_the_current_rules_says_what_the_server_did(
     )
 
     start, end = T0.timestamp(), T0.timestamp() + END * 60 + 1
+    receiver.stop()  # done: the backtest reads what it left (the fixture's stop is a no-op)
     done = CliRunner().invoke(
         cli,
         ["backtest", str(receiver.rules), "--against", str(receiver.rules), "--db", db,

@@ -10,6 +10,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,16 @@ def _alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def test_no_replay_is_forked_beside_other_threads() -> None:
+    """A fork copies the other threads' locks and none of them lives on to let go: with a
+    thread beside, `receiver backtest` replays both files in its own process."""
+    gate = threading.Event()
+    beside = threading.Thread(target=gate.wait, daemon=True)
+    beside.start()
+    try:
+        assert not parallel.can_fork()
+    finally:
+        gate.set()
+        beside.join(5)

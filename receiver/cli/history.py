@@ -175,7 +175,9 @@ def backtest(
 
         return with_store(db, go)
 
-    if (jobs or parallel.cores()) >= 2:  # the current rules in a process of their own
+    # The current rules in a process of their own; from a process with other threads
+    # running (a program calling this one), both in this process: the same report.
+    if (jobs or parallel.cores()) >= 2 and parallel.can_fork():
         beside = parallel.Forked(lambda: replay([current], shown=False))
         try:
             (cand,), took = replay([candidate], shown=True)

@@ -201,8 +201,17 @@ def migrate(conn: sqlite3.Connection) -> int:
     """Bring the database to the newest schema; return the version it is at.
 
     One write transaction reads the version and applies what is missing, so
-    processes starting together on a new file migrate it once, not each.
+    processes starting together on a new file migrate it once, not each. A file already
+    at the newest version is only read: a process opening it (a worker, `receiver
+    backtest` beside a busy server) takes no write lock and never waits for one.
     """
+    known = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if known is not None:
+        version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
+        if version == len(MIGRATIONS):
+            return version
     conn.execute("BEGIN IMMEDIATE")
     try:
         if "schema_version" not in sqlite_utils.Database(conn).table_names():
