@@ -376,3 +376,16 @@ class InProcessReceiver:
             return conn.execute(
                 "SELECT event_id, rule, kind, state FROM outbox ORDER BY id"
             ).fetchall()
+
+
+def eventually(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """check()'s first truthy answer, polled every 50 ms until a deadline generous enough
+    for a busy 2-core machine (each wait ends as soon as it holds)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

@@ -16,16 +16,14 @@ import os
 import re
 import signal
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from receiver.events import sample
-from tests.harness import Receiver
+from tests.harness import Receiver, eventually
 from tests.servers import HTTPSink
 
 pytestmark = pytest.mark.e2e
@@ -34,18 +32,6 @@ WORKERS = {"RECEIVER_WORKERS": "2", "RECEIVER_ADMIN": "off"}
 EVENTS = 40
 GRACE = 3.0
 EXIT_LIMIT = 20.0  # as tests/test_shutdown.py: the grace, teardown, and a busy machine
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    """check()'s first truthy answer, polled until a generous deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def workers_of(server: Receiver) -> list[int]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from receiver.events import sample
-from tests.harness import Receiver
+from tests.harness import Receiver, eventually
 from tests.servers import HTTPSink, SMTPSink
 
 pytestmark = pytest.mark.e2e
@@ -60,19 +59,6 @@ rules:
 
 def rules(http_sink: HTTPSink, smtp_sink: SMTPSink, step: int = STEP) -> str:
     return RULES.format(chat=http_sink.json_url(), mail=smtp_sink.mailto_url(), step=step)
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """check()'s first truthy answer; the deadline is generous (a busy machine), and each
-    wait ends as soon as the thing is so."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def chain(server: Receiver, alert: str) -> tuple[Any, list[dict[str, Any]]]:
@@ -160,12 +146,15 @@ def test_unacked_pages_the_next_step_acked_does_not_and_resolve_reaches_everyone
 def test_a_kill_between_steps_loses_none(
     tmp_path: Path, http_sink: HTTPSink, smtp_sink: SMTPSink
 ) -> None:
-    server = Receiver(tmp_path, rules=rules(http_sink, smtp_sink, step=3)).start()
+    # Step 2 comes 8 s after step 1: room for a busy machine to stall this test between
+    # seeing step 1 and the kill (3 s was not, under a full suite beside it).
+    server = Receiver(tmp_path, rules=rules(http_sink, smtp_sink, step=8)).start()
     server.send(sample("score.drop", id="e1", sessionId="s1", score=8))
     eventually(lambda: chat_for(http_sink, "s1"), "step 1")
     eventually(lambda: "paged" in events(server, "session:s1"), "step 1 in the log")
     server.kill()  # kill -9 before step 2 is due
     [(due,)] = server.query("SELECT next_at FROM escalations")
+    assert due is not None and not mail_for(smtp_sink, "s1"), "step 2 fired before the kill"
     while time.time() < due + 0.5:  # step 2 falls due while nothing runs
         time.sleep(0.1)
     server.start()

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from receiver.cli import cli
 from receiver.rules.schedules import who
 from tests.dispatch.test_lifecycle import T0, event, quiet
-from tests.harness import FakeClock, InProcessReceiver
+from tests.harness import FakeClock, InProcessReceiver, eventually
 from tests.servers import HTTPSink, Request
 
 pytestmark = pytest.mark.e2e
@@ -65,17 +65,6 @@ def base(sink: HTTPSink) -> str:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """check()'s first truthy answer."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.03)
 
 
 def chain(server: InProcessReceiver, alert: str = "session:s1") -> dict[str, Any]:

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from receiver.events import iso, sample
-from tests.harness import Receiver
+from tests.harness import Receiver, eventually
 from tests.servers import HTTPSink
 
 pytestmark = pytest.mark.e2e
@@ -53,18 +53,6 @@ SETTLE = 2.5  # > two wake-ups of the timers (WAKE_EVERY): what they would send,
 WOKE = re.compile(rf"was inhibited by {RULE} since \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\dZ")
 MISSING = object()  # a field the event does not have
 FINAL = ("inhibited", "silenced", "muted", "cancelled", "dead", "stale", "throttled", "grouped")
-
-
-def eventually(check: Callable[[], Any], what: str, timeout: float = 45.0) -> Any:
-    """check()'s first truthy answer; generous (a loaded 2-core machine), ends at once."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Scene:
