@@ -135,29 +135,54 @@ def day(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, Path]:
 
 
 def backtest(day: tuple[str, Path, Path], *options: str) -> Result:
-    db, candidate, current = day
-    args = ["backtest", str(candidate), "--against", str(current), "--db", db]
-    args += ["--from", "2026-11-23T10:00Z", "--to", "2026-11-24T10:00Z", *options]
-    done = CliRunner().invoke(cli, args)
+    done = CliRunner().invoke(cli, _args(day, *options))
     assert done.exit_code == 0, done.output
     return done
 
 
-def test_two_processes_report_what_one_does(
-    day: tuple[str, Path, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    forked = []
+def _args(day: tuple[str, Path, Path], *options: str) -> list[str]:
+    db, candidate, current = day
+    args = ["backtest", str(candidate), "--against", str(current), "--db", db]
+    return [*args, "--from", "2026-11-23T10:00Z", "--to", "2026-11-24T10:00Z", *options]
 
-    class Counted(parallel.Forked[Any]):
-        def __init__(self, fn: Any) -> None:
-            forked.append(fn)
-            super().__init__(fn)
 
-    monkeypatch.setattr(parallel, "Forked", Counted)
-    one = json.loads(backtest(day, "--json", "--jobs", "1").output)
-    assert forked == []
-    two = json.loads(backtest(day, "--json", "--jobs", "2").output)
-    assert len(forked) == 1
+# `receiver backtest` in a process of its own, as an operator runs it: this test process may
+# have other tests' threads running, and the command forks only from a process without any.
+# It says on stderr how many replays it forked.
+_COUNTED = """
+import sys
+from receiver import backtest_parallel as parallel
+from receiver.cli import cli
+forked = []
+class Counted(parallel.Forked):
+    def __init__(self, fn):
+        forked.append(fn)
+        super().__init__(fn)
+parallel.Forked = Counted
+try:
+    cli.main(args=sys.argv[1:], standalone_mode=False)
+finally:
+    print(f"forked {len(forked)}", file=sys.stderr)
+"""
+
+
+def backtest_alone(day: tuple[str, Path, Path], *options: str) -> tuple[str, int]:
+    """The command's output, run in a process of its own, and how many replays it forked."""
+    done = subprocess.run(
+        [sys.executable, "-c", _COUNTED, *_args(day, *options)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout, int(done.stderr.rsplit("forked ", 1)[1])
+
+
+def test_two_processes_report_what_one_does(day: tuple[str, Path, Path]) -> None:
+    output, forked = backtest_alone(day, "--json", "--jobs", "1")
+    assert forked == 0
+    one = json.loads(output)
+    output, forked = backtest_alone(day, "--json", "--jobs", "2")
+    assert forked == 1
+    two = json.loads(output)
     assert one.pop("seconds") >= 0 and two.pop("seconds") >= 0
     assert two == one
     # The day sets every option to work, in both files.
@@ -175,7 +200,11 @@ def test_two_processes_print_the_same_tables(day: tuple[str, Path, Path]) -> Non
         lines = done.output.splitlines()
         return [line for line in lines if "replayed in" not in line]
 
-    assert tables(backtest(day, "--jobs", "2")) == tables(backtest(day, "--jobs", "1"))
+    alone, forked = backtest_alone(day, "--jobs", "2")
+    assert forked == 1
+    assert [line for line in alone.splitlines() if "replayed in" not in line] == tables(
+        backtest(day, "--jobs", "1")
+    )
 
 
 def test_the_process_beside_hands_back_its_result_or_its_error() -> None:
