@@ -57,12 +57,15 @@ def test_subscriptions_follow_their_links_as_documented(
 
     class Subscriptions(schema.as_state_machine()):  # type: ignore[misc]
         def before_call(self, case: schemathesis.Case) -> None:
-            # A generated URL names a host that does not resolve: the subscriber is real. Only
-            # in a case meant to fit the schema: one made to break it (a null url) must stay
-            # broken, or the server rightly takes it and the check says it should not have.
+            # A generated URL names a host that does not resolve: the subscriber is real. A case
+            # made to break the schema keeps a url that breaks it (null, a number, no http
+            # URL), or the server rightly takes it and the check says it should not have.
             body, meta = case.body, case.meta
+            if case.method != "POST" or not isinstance(body, dict) or "url" not in body:
+                return
             positive = meta is None or meta.generation.mode.is_positive
-            if case.method == "POST" and isinstance(body, dict) and "url" in body and positive:
+            url = body["url"]
+            if positive or (isinstance(url, str) and url.startswith(("http://", "https://"))):
                 body["url"] = subscriber
 
         def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, Any]:
