@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import time
 from typing import Any
 
@@ -446,3 +448,17 @@ def test_invalid_regex_keeps_pythons_message() -> None:
     assert problems == [
         'match.userId: invalid regex "^user_(": missing ), unterminated subpattern at position 6'
     ]
+
+
+def test_a_condition_pickles_and_copies_with_its_fast_path() -> None:
+    # holds() of a plain field is made per instance (_plain_holds); a copy makes its own.
+    # (A regex does not pickle: RE2's program is not Python's to pickle.)
+    for form in ("score.drop", "[a, b]", "{lt: 30}", "'*.drop'", "'~^x'"):
+        (condition,), _ = compile_match(yaml.safe_load(f"f: {form}"))
+        twins = [copy.deepcopy(condition)]
+        if not form.startswith("'~"):
+            twins.append(pickle.loads(pickle.dumps(condition)))
+        for twin in twins:
+            assert twin == condition
+            for value in FAST_PATH_VALUES:
+                assert twin.holds({"f": value}) is condition.holds({"f": value}), (form, value)
