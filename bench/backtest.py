@@ -33,7 +33,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import extra  # noqa: E402
+from bench import backtest_budget, extra  # noqa: E402
 from receiver.store.sqlite.schema import migrate  # noqa: E402
 
 SECTION = "## Backtest"
@@ -141,6 +141,7 @@ def measure(rate: float = 10.0, days: float = 7.0) -> list[str]:
         db, BENCH / "no-rules.yaml", BENCH / "no-rules.yaml", end
     )
     bare = float(floor["seconds"])
+    budget = _budget(db, count, one_cpu)
     same = {**one, "seconds": 0} == {**report, "seconds": 0}
     cand, cur = report["candidate"], report["current"]
     verdict = "met" if wall <= TARGET else "missed"
@@ -166,7 +167,18 @@ def measure(rate: float = 10.0, days: float = 7.0) -> list[str]:
         f" added {report['added_count']:,}.",
         f"- peak memory (VmHWM of the larger process): two processes {peak}, one {one_peak}.",
         "",
+        *budget,
     ]
+
+
+def _budget(db: Path, count: int, one_cpu: str) -> list[str]:
+    """Where the week's time goes in instructions an event (bench/backtest_budget.py), and
+    what a minute allows; a line saying why not where valgrind or GNU time is missing."""
+    seconds = re.match(r"[\d.]+", one_cpu)
+    if not _has("valgrind") or seconds is None:
+        return ["Instructions an event: not measured (needs valgrind and GNU time).", ""]
+    cost = {**backtest_budget.per_event(db, START, 7200.0), "seconds": 7200.0}
+    return [*backtest_budget.report(cost, count, float(seconds.group()), TARGET), ""]
 
 
 def backtest(
