@@ -53,7 +53,7 @@ class FakeUpstream:
             if self.proc.poll() is not None:
                 raise AssertionError(f"fake upstream exited:\n{self.log.read_text()}")
             try:
-                httpx.get(f"http://127.0.0.1:{self.port}/_fake/stats", timeout=1)
+                harness.http_client.get(f"http://127.0.0.1:{self.port}/_fake/stats", timeout=1)
                 return self
             except httpx.HTTPError:
                 time.sleep(0.05)
@@ -68,10 +68,12 @@ class FakeUpstream:
 
     def get(self, path: str, plan: str = "enterprise", **params: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {KEYS[plan]}"}
-        return httpx.get(f"{self.url}{path}", headers=headers, params=params, timeout=10)
+        return harness.http_client.get(
+            f"{self.url}{path}", headers=headers, params=params, timeout=10
+        )
 
     def stats(self) -> dict[str, Any]:
-        body: dict[str, Any] = httpx.get(
+        body: dict[str, Any] = harness.http_client.get(
             f"http://127.0.0.1:{self.port}/_fake/stats", timeout=10
         ).json()
         return body

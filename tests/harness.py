@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,18 @@ def _must_be_e2e(what: str) -> None:
             f"{current_test.nodeid} starts {what} but is not marked e2e"
             " (pytestmark = pytest.mark.e2e, or @pytest.mark.e2e on the test)"
         )
+
+
+# The harness's requests go through one client. httpx.get() and httpx.post() build a client
+# for each call, and with it an SSL context loading the CA bundle: 50 ms of CPU a call even
+# for http://, twenty times a second while a start polls /healthz, taken from the server
+# importing beside it on a busy 2-core machine. This client keeps what such a call does not:
+# no connection is kept alive (each request opens its own, as before), and no cookie is kept
+# (its jar's policy accepts none). Its connection pool is thread-safe.
+http_client = httpx.Client(
+    limits=httpx.Limits(max_keepalive_connections=0),
+    cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
+)
 
 
 # How long a start may take before the test fails: /healthz answering is the condition
@@ -124,7 +137,7 @@ class Receiver:
                     code, self.proc = self.proc.returncode, None
                     raise AssertionError(f"receiver exited {code}:\n{self.logs()}")
                 try:
-                    answered = httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+                    answered = http_client.get(f"{self.url}/healthz", timeout=1).status_code == 200
                 except httpx.HTTPError:
                     answered = False
                 if answered and _listens(self.proc.pid, self.port):
@@ -176,11 +189,8 @@ class Receiver:
     def post(
         self, body: bytes, headers: dict[str, str] | None = None, client: httpx.Client | None = None
     ) -> httpx.Response:
-        return (client or httpx).post(
-            f"{self.url}/v1/events",
-            content=body,  # type: ignore[attr-defined, no-any-return]
-            headers=headers or {},
-            timeout=15,
+        return (client or http_client).post(
+            f"{self.url}/v1/events", content=body, headers=headers or {}, timeout=15
         )
 
     def send(self, event: dict[str, Any], client: httpx.Client | None = None) -> httpx.Response:
@@ -191,7 +201,7 @@ class Receiver:
 
     def get(self, path: str, key: str | None = None) -> httpx.Response:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.get(f"{self.url}{path}", headers=headers, timeout=10)
+        return http_client.get(f"{self.url}{path}", headers=headers, timeout=10)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """`receiver ARGS --db <this database>`, as an operator runs it beside the server."""
@@ -204,9 +214,17 @@ class Receiver:
         )
 
     def make_key(self, name: str, plan: str = "enterprise", role: str = "reader") -> str:
-        """A new API key made with `receiver keys create --json`."""
-        done = self.cli("keys", "create", "--name", name, "--plan", plan, "--role", role, "--json")
-        assert done.returncode == 0, done.stderr
+        """A new API key made with `receiver keys create --json`, run in this process by
+        Click's runner (as tests/cli/test_cli.py runs it) with the server's environment:
+        the same command on the same database, without a process of its own that spends
+        a second of CPU importing the receiver beside the server."""
+        from click.testing import CliRunner
+
+        from receiver.cli import cli
+
+        args = ["keys", "create", "--name", name, "--plan", plan, "--role", role, "--json"]
+        done = CliRunner().invoke(cli, [*args, "--db", self.db_url], env=self.env)
+        assert done.exit_code == 0, (done.output, done.exception)
         return str(json.loads(done.stdout)["key"])
 
     def metric(self, name: str, labels: str = "") -> float:
@@ -333,7 +351,7 @@ class InProcessReceiver:
 
     def send(self, event: dict[str, Any]) -> httpx.Response:
         body = json.dumps(event).encode()
-        return httpx.post(
+        return http_client.post(
             f"{self.url}/v1/events",
             content=body,
             timeout=10,

@@ -19,11 +19,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
 from receiver.events import sample
-from tests.harness import Receiver, eventually
+from tests.harness import Receiver, eventually, http_client
 from tests.servers import HTTPSink
 
 pytestmark = pytest.mark.e2e
@@ -58,7 +57,7 @@ def per_worker(server: Receiver, metric: str) -> dict[float, float]:
     seen: dict[float, float] = {}
 
     def scrape() -> bool:
-        text = httpx.get(f"{server.url}/metrics", timeout=10).text
+        text = http_client.get(f"{server.url}/metrics", timeout=10).text
         value = re.search(rf"^{re.escape(metric)} (\S+)$", text, re.M)
         key = created.search(text)
         assert key is not None and value is not None, text[:300]

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from receiver.events import sample
-from tests.harness import Receiver
+from tests.harness import Receiver, http_client
 from tests.servers import HTTPSink
 
 pytestmark = pytest.mark.e2e
@@ -76,11 +76,11 @@ def reader(server: Receiver) -> dict[str, str]:
 
 
 def get(server: Receiver, path: str, auth: dict[str, str], **params: Any) -> httpx.Response:
-    return httpx.get(server.url + path, headers=auth, params=params, timeout=10)
+    return http_client.get(server.url + path, headers=auth, params=params, timeout=10)
 
 
 def post(server: Receiver, path: str, auth: dict[str, str], **body: Any) -> httpx.Response:
-    return httpx.post(server.url + path, headers=auth, json=body or None, timeout=10)
+    return http_client.post(server.url + path, headers=auth, json=body or None, timeout=10)
 
 
 def test_alerts_are_listed_with_filters_and_pages(untouched: Receiver) -> None:

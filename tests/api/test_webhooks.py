@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from receiver import events, signature
-from tests.harness import Receiver
+from tests.harness import Receiver, http_client
 from tests.servers import HTTPSink
 
 pytestmark = pytest.mark.e2e
@@ -72,7 +72,7 @@ class Client:
 
     def request(self, method: str, path: str, body: Any = None) -> httpx.Response:
         content = None if body is None else (body if isinstance(body, bytes) else json.dumps(body))
-        return httpx.request(
+        return http_client.request(
             method,
             f"{self.server.url}/v1/webhooks{path}",
             content=content,

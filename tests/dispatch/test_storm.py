@@ -11,14 +11,13 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from click.testing import CliRunner
 
 from receiver.cli import cli
 from tests import dbview
 from tests.dispatch.test_lifecycle import T0, event, quiet, until
-from tests.harness import FakeClock, InProcessReceiver
+from tests.harness import FakeClock, InProcessReceiver, http_client
 from tests.servers import HTTPSink
 
 pytestmark = pytest.mark.e2e
@@ -57,7 +56,7 @@ def _decision(server: InProcessReceiver, event_id: str) -> str:
         )  # fmt: skip
         assert made.exit_code == 0, made.output
         server.key = json.loads(made.output)["key"]  # type: ignore[attr-defined]
-    found = httpx.get(
+    found = http_client.get(
         f"{server.url}/v1/events/{event_id}/explain",
         headers={"Authorization": f"Bearer {server.key}"},  # type: ignore[attr-defined]
         timeout=10,
@@ -116,7 +115,9 @@ def test_a_storm_sends_max_singles_and_one_storm_message_a_window(
     for i in range(3):
         server.send(event("score.drop", f"g{i}", 190 + i, session=f"v{i}"))
     got = http_sink.wait_for(15)
-    assert [r.json["title"] for r in got[12:]] == ["drop v0", "drop v1", "drop v2"]
+    # In any order: notifications of different alerts go concurrently (docs/RELIABILITY.md,
+    # Ordering), and three sent within milliseconds reach the sink as they come.
+    assert sorted(r.json["title"] for r in got[12:]) == ["drop v0", "drop v1", "drop v2"]
     assert states(server)["storm"] == 195
 
 
