@@ -177,7 +177,7 @@ def _budget(db: Path, count: int, one_cpu: str) -> list[str]:
     seconds = re.match(r"[\d.]+", one_cpu)
     if not _has("valgrind") or seconds is None:
         return ["Instructions an event: not measured (needs valgrind and GNU time).", ""]
-    cost = {**backtest_budget.per_event(db, START, 7200.0), "seconds": 7200.0}
+    cost = backtest_budget.cached(db, START, 7200.0)
     return [*backtest_budget.report(cost, count, float(seconds.group()), TARGET), ""]
 
 
