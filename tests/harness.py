@@ -217,13 +217,26 @@ class Receiver:
         """A new API key made with `receiver keys create --json`, run in this process by
         Click's runner (as tests/cli/test_cli.py runs it) with the server's environment:
         the same command on the same database, without a process of its own that spends
-        a second of CPU importing the receiver beside the server."""
-        from click.testing import CliRunner
+        a second of CPU importing the receiver beside the server. In a thread of its own:
+        the command runs asyncio.run(), which refuses a thread with a loop running (the
+        browser tests' Playwright runs one in theirs)."""
+        import threading
+
+        from click.testing import CliRunner, Result
 
         from receiver.cli import cli
 
         args = ["keys", "create", "--name", name, "--plan", plan, "--role", role, "--json"]
-        done = CliRunner().invoke(cli, [*args, "--db", self.db_url], env=self.env)
+        results: list[Result] = []
+        runner = threading.Thread(
+            target=lambda: results.append(
+                CliRunner().invoke(cli, [*args, "--db", self.db_url], env=self.env)
+            )
+        )
+        runner.start()
+        runner.join(60)
+        assert results, "receiver keys create did not finish in 60 s"
+        [done] = results
         assert done.exit_code == 0, (done.output, done.exception)
         return str(json.loads(done.stdout)["key"])
 

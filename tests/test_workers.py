@@ -19,6 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from receiver.events import sample
@@ -89,9 +90,18 @@ def test_each_event_is_stored_routed_and_notified_once_across_two_workers(
     try:
         assert len(workers_of(server)) == 2
         drops = [sample("score.drop", id=f"e{i}", sessionId=f"s{i}") for i in range(EVENTS)]
-        # Each event twice at once, each copy on a connection of its own (either worker).
+
+        # Each event twice at once, each copy on a connection of its own (either worker),
+        # and from a client of its own: building one (an SSL context, 50 ms of CPU) spreads
+        # the 80 connections over seconds, so that both workers' accept loops take some.
+        # Through the harness's one client they came in a fraction of a second, and under
+        # load one worker took them all (the share checked below was 0 and 40).
+        def send_alone(event: dict[str, object]) -> httpx.Response:
+            with httpx.Client() as client:
+                return server.send(event, client)
+
         with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(server.send, [e for e in drops for _ in (1, 2)]))
+            answers = list(pool.map(send_alone, [e for e in drops for _ in (1, 2)]))
         by_id: dict[str, list[int]] = {}
         for event, answer in zip([e for e in drops for _ in (1, 2)], answers, strict=True):
             by_id.setdefault(str(event["id"]), []).append(answer.status_code)
