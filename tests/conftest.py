@@ -121,9 +121,11 @@ def postgres() -> Iterator[ThrowawayPostgres]:
 
 
 @pytest.fixture
-def pg_url(postgres: ThrowawayPostgres) -> str:
-    """A new, empty PostgreSQL database."""
-    return postgres.create_database()
+def pg_url(postgres: ThrowawayPostgres) -> Iterator[str]:
+    """A new, empty PostgreSQL database, dropped after the test."""
+    url = postgres.create_database()
+    yield url
+    postgres.drop_database(url)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -162,9 +164,12 @@ def pgbouncer(postgres: ThrowawayPostgres) -> Iterator[ThrowawayPgBouncer]:
 
 
 @pytest.fixture
-def bouncer_url(pgbouncer: ThrowawayPgBouncer, postgres: ThrowawayPostgres) -> str:
-    """A new, empty PostgreSQL database, reached through PgBouncer in transaction mode."""
-    return pgbouncer.url(postgres.create_database())
+def bouncer_url(pgbouncer: ThrowawayPgBouncer, postgres: ThrowawayPostgres) -> Iterator[str]:
+    """A new, empty PostgreSQL database, reached through PgBouncer in transaction mode;
+    dropped after the test."""
+    url = postgres.create_database()
+    yield pgbouncer.url(url)
+    postgres.drop_database(url)
 
 
 @pytest.fixture(params=["sqlite", "postgres", "pgbouncer"])

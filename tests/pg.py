@@ -110,6 +110,16 @@ class ThrowawayPostgres:
         base = self.admin_url.rsplit("/", 1)[0]
         return f"{base}/{name}"
 
+    def drop_database(self, url: str) -> None:
+        """Drop a database create_database made, ending any session still on it. Each
+        holds about 11 MB in 400 files: 120 left to the end took 18 s to delete (the
+        last test of each worker waited on it), and a drop takes 15 to 140 ms."""
+        import psycopg
+
+        name = url.rsplit("/", 1)[1]
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
     def stop(self, mode: str = "fast") -> None:
         if self.external or self.dir is None:
             return
