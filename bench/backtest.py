@@ -195,8 +195,12 @@ def backtest(
     pin: list[str] = []
     if jobs is not None:
         command += ["--jobs", str(jobs)]
-        if jobs == 1 and _has("taskset"):
-            pin = ["taskset", "-c", "0"]
+    if _has("taskset"):
+        # On the machine's every core, not on the ones this process may use: bench/run.py
+        # keeps itself (and so what it starts) off core 0, and a command that inherited one
+        # core would replay both files in one process and be reported as shipped.
+        every = f"0-{(os.cpu_count() or 1) - 1}"
+        pin = ["taskset", "-c", "0" if jobs == 1 else every]
     if Path("/usr/bin/time").exists():  # GNU time: the largest process's peak resident size
         pin = ["/usr/bin/time", "-f", "peak memory: %M KiB, cpu: %U user %S sys", *pin]
     env = {**os.environ, "BENCH_SINK_PORT": "9"}
