@@ -418,5 +418,5 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 60.0) -> An
         if found:
             return found
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.05)

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from receiver import events
-from tests.harness import Receiver
+from tests.harness import Receiver, eventually
 from tests.servers import HTTPSink, free_port
 
 pytestmark = pytest.mark.e2e
@@ -92,15 +92,8 @@ def _unavailable() -> str | None:
 
 
 def until(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """check()'s first truthy result, polled until the deadline; else fail naming what."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.05)
+    """tests.harness.eventually() with this file's deadline."""
+    return eventually(check, what, timeout)
 
 
 def shot(page: Page, name: str, folder: Path) -> None:
