@@ -196,15 +196,12 @@ def test_two_processes_report_what_one_does(day: tuple[str, Path, Path]) -> None
 
 
 def test_two_processes_print_the_same_tables(day: tuple[str, Path, Path]) -> None:
-    def tables(done: Result) -> list[str]:
-        lines = done.output.splitlines()
-        return [line for line in lines if "replayed in" not in line]
+    def tables(output: str) -> list[str]:
+        return [line for line in output.splitlines() if "replayed in" not in line]
 
     alone, forked = backtest_alone(day, "--jobs", "2")
     assert forked == 1
-    assert [line for line in alone.splitlines() if "replayed in" not in line] == tables(
-        backtest(day, "--jobs", "1")
-    )
+    assert tables(alone) == tables(backtest(day, "--jobs", "1").output)
 
 
 def test_the_process_beside_hands_back_its_result_or_its_error() -> None:
