@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import jinja2
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
@@ -62,6 +63,15 @@ LAST_DATE = 253402300799.0  # 9999-12-31T23:59:59Z, the last second a date can s
 def showable(ts: float) -> float:
     """ts, or the nearest time a date can show (a row written by hand, or before a cap)."""
     return ts if 0 <= ts <= LAST_DATE else (LAST_DATE if not ts < 0 else 0.0)
+
+
+def as_get(request: Request) -> Request:
+    """request, a HEAD turned into the GET it asks about (Starlette answers HEAD on every
+    GET route): a handler that shows on GET and acts on anything else must not act on it.
+    The server still sees HEAD in its own scope and sends no body."""
+    if request.method != "HEAD":
+        return request
+    return Request({**request.scope, "method": "GET"}, request.receive)
 
 
 def row_id(text: str | None) -> int | None:
@@ -149,9 +159,14 @@ class Admin:
     # -- in front of every page -------------------------------------------------------------
 
     def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        """handler behind sign-in (else a redirect to it) and, for a POST, the CSRF check."""
+        """handler behind sign-in (else a redirect to it) and, for a POST, the CSRF check.
+        A HEAD is handed on as the GET it stands for (its body is dropped by the server):
+        handlers act only on a POST, and a link checker's HEAD must see the confirmation."""
 
         async def endpoint(request: Request) -> Response:
+            request = as_get(request)
+            if request.method not in ("GET", "POST"):  # the route table allows no other
+                raise HTTPException(405, headers={"Allow": "GET, HEAD, POST"})
             session = await self.auth.session(request.cookies.get(COOKIE))
             if session is None:
                 target = "/admin/login?" + urlencode({"next": request.url.path})

@@ -1,8 +1,9 @@
-"""The one-click action links' pages (receiver.links): GET /act/<token> shows what the link
-would do and changes nothing (mail scanners and chat unfurlers follow links); its button
-POSTs to the same URL and does it (receiver.dispatch.actions), idempotently. No sign-in:
-the token is the capability, so no CSRF token either; the admin's security headers hold,
-and the token never reaches a log line or an error message.
+"""The one-click action links' pages (receiver.links): GET (and HEAD) /act/<token> shows
+what the link would do and changes nothing (mail scanners and chat unfurlers follow links,
+link checkers send HEAD); its button POSTs to the same URL and does it
+(receiver.dispatch.actions), idempotently; any other method is a 405. No sign-in: the token
+is the capability, so no CSRF token either; the admin's security headers hold, and the
+token never reaches a log line or an error message.
 
 A token that is not ours answers 404, an expired one 410, an unknown alert 404: each a
 small page that says so, with its error code (`invalid_action_link`, `alert_not_found`);
@@ -21,7 +22,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from receiver import __version__
-from receiver.admin._common import HERE, SECURITY_HEADERS
+from receiver.admin._common import HERE, SECURITY_HEADERS, as_get
 from receiver.dispatch import actions
 from receiver.durations import format_duration
 from receiver.links import Claim, LinkExpiredError, LinkSource
@@ -98,6 +99,7 @@ class ActPages:
         return self.page(title, why, status=status, code=code)
 
     async def act(self, request: Request) -> Response:
+        request = as_get(request)  # a HEAD (a link checker, a mail scanner) only looks
         links = await self.links.get()
         try:
             claim = links.read(request.path_params["token"])
@@ -129,7 +131,7 @@ class ActPages:
                 "No such alert",
                 "The alert this link names is gone.",
             )
-        if request.method == "GET":
+        if request.method != "POST":
             return self._ask(claim, alert.state)
         outcome = await actions.perform(
             self.store,

@@ -113,7 +113,7 @@ async def act(admin: Admin, request: Request, session: Session) -> Response:
     (receiver.dispatch.actions, recorded with source admin and the key's name)."""
     alert_id = request.path_params["id"]
     action = request.url.path.rsplit("/", 1)[1]
-    if request.method == "GET":
+    if request.method != "POST":
         title, detail_text = _CONFIRM[action]
         return await admin.confirm(
             request, session, title.format(alert_id), detail_text, request.url.path

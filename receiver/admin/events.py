@@ -116,7 +116,7 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
 
 async def replay(admin: Admin, request: Request, session: Session) -> Response:
     event_id = request.path_params["id"]
-    if request.method == "GET":
+    if request.method != "POST":
         return await admin.confirm(
             request,
             session,

@@ -41,7 +41,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
 
 async def revoke(admin: Admin, request: Request, session: Session) -> Response:
     name = request.path_params["name"]
-    if request.method == "GET":
+    if request.method != "POST":
         return await admin.confirm(
             request,
             session,

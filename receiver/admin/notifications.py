@@ -70,7 +70,7 @@ async def retry(admin: Admin, request: Request, session: Session) -> Response:
     notification_id = request.path_params["id"]
     if row_id(notification_id) is None:
         return await admin.missing(request, session, "notification")
-    if request.method == "GET":
+    if request.method != "POST":
         return await admin.confirm(
             request,
             session,
@@ -93,7 +93,7 @@ async def bulk_retry(admin: Admin, request: Request, session: Session) -> Respon
     count = await admin.store.outbox.count_dead(notifier)
     target = f" to `{notifier}`" if notifier else ""
     title = f"Retry all {count:,} dead notifications{target}?"
-    if request.method == "GET":
+    if request.method != "POST":
         return await admin.confirm(
             request,
             session,

@@ -53,7 +53,7 @@ async def _add(admin: Admin, form: FormData) -> str | None:
 
 async def expire(admin: Admin, request: Request, session: Session) -> Response:
     silence_id = request.path_params["id"]
-    if request.method == "GET":
+    if request.method != "POST":
         return await admin.confirm(
             request,
             session,

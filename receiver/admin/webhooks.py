@@ -68,7 +68,7 @@ async def _row(admin: Admin, hook: Webhook) -> dict[str, Any]:
 
 
 async def delete(admin: Admin, request: Request, session: Session) -> Response:
-    if request.method == "GET":
+    if request.method != "POST":
         return await admin.confirm(
             request,
             session,
