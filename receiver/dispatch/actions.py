@@ -62,7 +62,7 @@ async def perform(
     if alert.state != "open":
         outcome = _noted(alert_id, action, "already", _already_resolved(alert_id), alert.episode)
     elif action == "ack":
-        outcome = await _ack(store, alert_id, alert.episode, by, now)
+        outcome = await _ack(store, alert_id, by, now)
     elif action == "resolve":
         if ruleset is None:
             raise ValueError("resolving needs the rules that render its messages")
@@ -98,12 +98,13 @@ def _already_resolved(alert_id: str) -> str:
     return f"{alert_id} is resolved already"
 
 
-async def _ack(store: Store, alert_id: str, episode: int, by: str, now: float) -> Outcome:
-    before = (await store.alerts.acks([alert_id])).get((alert_id, episode))
-    ack = before or await store.alerts.ack(alert_id, by=by, now=now)
+async def _ack(store: Store, alert_id: str, by: str, now: float) -> Outcome:
+    # The store decides which of acks at once (two links, a link and the API, on two
+    # replicas) made it: read first and two would both see none and both say done.
+    ack = await store.alerts.ack(alert_id, by=by, now=now)
     if ack is None:  # resolved meanwhile
         return Outcome(alert_id, "ack", "already", _already_resolved(alert_id))
-    if before is None:
+    if ack.made:
         return Outcome(alert_id, "ack", "done", f"{alert_id} acknowledged", ack.episode)
     when = iso_epoch(ack.acked_at)[:19].replace("T", " ")
     return Outcome(

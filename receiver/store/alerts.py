@@ -232,7 +232,8 @@ class SQLAlerts:
 
     async def ack(self, alert_id: str, *, by: str, now: float) -> Ack | None:
         """Acknowledge an open alert: its repeats stop, and it shows who acked it and when,
-        until it resolves. None if no alert of that id is open."""
+        until it resolves. None if no alert of that id is open; else the episode's ack,
+        made by this call or not (Ack.made)."""
 
         def ack(q: Query) -> Ack | None:
             row = q(
@@ -241,26 +242,34 @@ class SQLAlerts:
             if row is None:
                 return None
             episode = int(row[0])
-            q(
-                "INSERT INTO acks (alert, episode, acked_by, acked_at) VALUES (?, ?, ?, ?)"
-                " ON CONFLICT (alert, episode) DO NOTHING",
-                (alert_id, episode, by, now),
+            # The one decision between acks at once: the insert that finds no row makes
+            # the ack; the others wait for it (PostgreSQL: its unique index; SQLite: the
+            # one writer) and insert nothing.
+            made = (
+                q(
+                    "INSERT INTO acks (alert, episode, acked_by, acked_at) VALUES (?, ?, ?, ?)"
+                    " ON CONFLICT (alert, episode) DO NOTHING",
+                    (alert_id, episode, by, now),
+                ).rowcount
+                == 1
             )
-            q(
-                "UPDATE notices SET next_repeat_at = NULL WHERE alert = ? AND episode = ?",
-                (alert_id, episode),
-            )
-            # Its escalation looks at once, sees the ack and stops (or waits for reack).
-            q(
-                f"UPDATE escalations SET next_at = ? WHERE alert = ? AND episode = ?{_NOT_WAITING}",
-                (now, alert_id, episode),
-            )
+            if made:
+                q(
+                    "UPDATE notices SET next_repeat_at = NULL WHERE alert = ? AND episode = ?",
+                    (alert_id, episode),
+                )
+                # Its escalation looks at once, sees the ack and stops (or waits for reack).
+                q(
+                    "UPDATE escalations SET next_at = ?"
+                    f" WHERE alert = ? AND episode = ?{_NOT_WAITING}",
+                    (now, alert_id, episode),
+                )
             found = q(
                 "SELECT alert, episode, acked_by, acked_at FROM acks"
                 " WHERE alert = ? AND episode = ?",
                 (alert_id, episode),
             ).fetchone()
-            return Ack(*found)
+            return Ack(*found, made=made)
 
         return await self.db.statements(ack)
 

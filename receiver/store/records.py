@@ -381,6 +381,9 @@ class Ack:
     episode: int
     acked_by: str
     acked_at: float
+    # store.alerts.ack's answer only: whether that call made this ack (of acks at once, on
+    # any replica, exactly one did), not part of the ack itself.
+    made: bool = field(default=False, compare=False)
 
 
 ACTIONS = ("ack", "resolve", "snooze")  # what can be done to an alert (receiver.dispatch.actions)

@@ -216,7 +216,9 @@ class Alerts(Protocol):
 
     async def ack(self, alert_id: str, *, by: str, now: float) -> Ack | None:
         """Acknowledge an open alert's episode: its repeats stop until it resolves. The
-        episode's ack (the first one stands), or None if no alert of that id is open."""
+        episode's ack (the first one stands; `made` says whether this call made it, true
+        for exactly one of acks at once on any replica), or None if no alert of that id
+        is open."""
 
     async def acks(self, alert_ids: Iterable[str]) -> dict[tuple[str, int], Ack]: ...
     async def get(self, alert_id: str) -> Alert | None: ...

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -166,3 +168,51 @@ def test_an_expired_link_says_so_with_410(tmp_path: Path, http_sink: HTTPSink) -
         assert acked_by(server) is None
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("replicas", [1, 2], ids=["one-server", "two-replicas"])
+def test_acks_at_once_make_one_done_and_the_rest_already(
+    tmp_path: Path, http_sink: HTTPSink, receiver_db: str | None, replicas: int
+) -> None:
+    """The same link pressed at once in two places, and the API beside it, on one server or
+    two replicas of one database: one "Acknowledged", the rest "already", and the record
+    says so (one done)."""
+    rules = RULES.format(url=http_sink.json_url())
+    servers = []
+    for name in ("a", "b")[:replicas]:
+        (tmp_path / name).mkdir()
+        db = receiver_db or str(tmp_path / "receiver.db")
+        servers.append(Receiver(tmp_path / name, rules=rules, db=db))
+    try:
+        for found in servers:
+            found.env["RECEIVER_PUBLIC_URL"] = servers[0].url
+            found.start()
+        server = servers[0]
+        key = server.make_key("ops", role="writer")
+        server.send(sample("score.drop", id="e1", sessionId="sess_1", score=12))
+        path = link(http_sink.wait_for(1)[0].json["message"], "Ack").removeprefix(server.url)
+        start = threading.Barrier(8)
+
+        def press(i: int) -> str:
+            base = servers[i % len(servers)].url
+            with httpx.Client(base_url=base, timeout=30) as client:
+                start.wait(30)
+                if i % 4 == 3:  # the API beside the links
+                    answer = client.post(
+                        "/v1/alerts/session:sess_1/ack", headers={"Authorization": f"Bearer {key}"}
+                    )
+                    assert answer.status_code == 200, answer.text
+                    return str(answer.json()["result"])
+                answer = client.post(path)
+                assert answer.status_code == 200, answer.text
+                return "done" if "<h1>Acknowledged</h1>" in answer.text else "already"
+
+        with ThreadPoolExecutor(8) as pool:
+            said = list(pool.map(press, range(8)))
+        recorded = [row[0] for row in server.query("SELECT outcome FROM alert_actions")]
+    finally:
+        for found in servers:
+            if found.proc is not None:
+                found.stop()
+    assert sorted(said) == ["already"] * 7 + ["done"], said
+    assert sorted(recorded) == ["already"] * 7 + ["done"], recorded

@@ -3,9 +3,10 @@ repeats; store.alerts: acknowledgements."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from receiver.store import Store
+from receiver.store import Store, open_store
 from receiver.store.base import Tx
 from receiver.store.records import Alert
 from tests.store.contract.common import note, run
@@ -113,4 +114,31 @@ def test_an_ack_stops_the_episodes_repeats_and_is_listed(store_url: str) -> None
     first, again, resolved, unknown, due, listed, none = run(store_url, go)
     assert (first.alert, first.episode, first.acked_by, first.acked_at) == ("a", 1, "ops", 20.0)
     assert again == first and resolved is None and unknown is None
+    assert first.made and not again.made
     assert due == [] and listed == {("a", 1): first} and none == {}
+
+
+def test_of_acks_at_once_on_two_replicas_exactly_one_makes_the_ack(store_url: str) -> None:
+    """Two links, or a link and the API, pressed at once on two replicas of one store: one
+    ack is made and the others find it (store.alerts.ack decides in one transaction)."""
+
+    async def go(store: Store) -> Any:
+        await store.transact(
+            lambda tx: tx.alerts.save(Alert("a", "open", 1, "2026-01-01T00:00:01Z", "t", "e"), 10.0)
+        )
+        other = open_store(store_url, clock=lambda: 1000.0)  # a second replica
+        await other.open()
+        try:
+            return await asyncio.gather(
+                *(
+                    (store, other)[i % 2].alerts.ack("a", by=f"ops{i}", now=20.0 + i)
+                    for i in range(8)
+                )
+            )
+        finally:
+            await other.close()
+
+    acks = run(store_url, go)
+    assert [ack is not None and ack.made for ack in acks].count(True) == 1, acks
+    [maker] = [ack for ack in acks if ack is not None and ack.made]
+    assert all(ack == maker for ack in acks)  # everyone sees the one ack that stands
