@@ -95,7 +95,9 @@ def create_app(
             ).routes(),
             *(admin.routes() if admin is not None else []),
             *(
-                ActPages(store, parts.links, rules=parts.holder, clock=clock).routes()
+                ActPages(
+                    store, parts.links, rules=parts.holder, metrics=parts.metrics, clock=clock
+                ).routes()
                 if parts.links is not None
                 else []
             ),

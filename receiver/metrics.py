@@ -26,6 +26,8 @@ REJECT_REASONS = (
     "method_not_allowed",
 )
 
+LINK_OUTCOMES = ("done", "already", "stale", "invalid", "expired")
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -98,6 +100,7 @@ class Metrics:
         self.webhook_deliveries = {
             o: webhook.labels(o) for o in ("delivered", "retried", "dead", "gone")
         }
+        self.action_links = _action_links(r)
         self.backlog = BacklogCollector()
         r.register(self.backlog)
 
@@ -131,6 +134,18 @@ class Metrics:
         if channel == "webhook":
             return self.webhook_deliveries[outcome]
         return self.outcome(outcome)
+
+
+def _action_links(r: CollectorRegistry) -> dict[str, Counter]:
+    links = Counter(
+        "receiver_action_links",
+        "One-click action links (/act), by outcome: done, already, stale (a POST that acted,"
+        " found it done already, or named an episode that had ended); invalid, expired (a"
+        " token refused, on any method).",
+        ["outcome"],
+        registry=r,
+    )
+    return {o: links.labels(o) for o in LINK_OUTCOMES}
 
 
 class BacklogCollector:

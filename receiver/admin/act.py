@@ -7,7 +7,12 @@ token never reaches a log line or an error message.
 
 A token that is not ours answers 404, an expired one 410, an unknown alert 404: each a
 small page that says so, with its error code (`invalid_action_link`, `alert_not_found`);
-a client that asks for JSON (Accept: application/json) gets the API's error shape."""
+a client that asks for JSON (Accept: application/json) gets the API's error shape.
+
+Every attempt is counted (receiver_action_links_total{outcome}): what a POST came to
+(done, already, stale; each also recorded on the alert by receiver.dispatch.actions), and
+every refused token (invalid, expired), which is logged too, with the client's address,
+a few lines a minute per address (as refused admin sign-ins are)."""
 
 from __future__ import annotations
 
@@ -27,7 +32,10 @@ from receiver.dispatch import actions
 from receiver.durations import format_duration
 from receiver.links import Claim, LinkExpiredError, LinkSource
 from receiver.links import LinkError as BadLinkError
+from receiver.logs import LogLimiter
+from receiver.metrics import Metrics
 from receiver.store import Store
+from receiver.store.records import Alert
 
 log = logging.getLogger("receiver.act")
 # The token is in the URL: no page of ours sends it on as a referrer.
@@ -61,12 +69,16 @@ class ActPages:
         links: LinkSource,
         *,
         rules: Callable[[], Any],  # receiver.reloader.RulesHolder
+        metrics: Metrics,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.links = links
         self.rules = rules
+        self.counted = metrics.action_links
         self.clock = clock
+        # Refused tokens are lines anyone can make us write: a few a minute per address.
+        self.refused_log = LogLimiter(log)
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
@@ -98,12 +110,28 @@ class ActPages:
             return JSONResponse(body, status_code=status, headers=HEADERS)
         return self.page(title, why, status=status, code=code)
 
+    def _refused(self, request: Request, outcome: str, level: int) -> None:
+        """Count a refused token, and log it with the client's address (never the token)."""
+        self.counted[outcome].inc()
+        # The peer's address (uvicorn puts a trusted proxy's X-Forwarded-For there).
+        address = request.client.host if request.client else "-"
+        self.refused_log.log(
+            level,
+            f"{outcome} action links",
+            address,
+            "action link from %s refused: invalid_action_link (%s)",
+            address,
+            outcome,
+            extra={"code": "invalid_action_link", "client": address},
+        )
+
     async def act(self, request: Request) -> Response:
         request = as_get(request)  # a HEAD (a link checker, a mail scanner) only looks
         links = await self.links.get()
         try:
             claim = links.read(request.path_params["token"])
         except LinkExpiredError:
+            self._refused(request, "expired", logging.INFO)
             return self.refuse(
                 request,
                 "invalid_action_link",
@@ -113,7 +141,8 @@ class ActPages:
                 " Use a newer message's link, the admin page, the API or"
                 " `receiver alerts`.",
             )
-        except BadLinkError:
+        except BadLinkError:  # forged, tampered with or cut short
+            self._refused(request, "invalid", logging.WARNING)
             return self.refuse(
                 request,
                 "invalid_action_link",
@@ -124,6 +153,8 @@ class ActPages:
             )
         alert = await self.store.alerts.get(claim.alert)
         if alert is None:
+            if request.method == "POST":  # a genuine link whose alert is gone: over
+                self.counted["stale"].inc()
             return self.refuse(
                 request,
                 "alert_not_found",
@@ -132,7 +163,7 @@ class ActPages:
                 "The alert this link names is gone.",
             )
         if request.method != "POST":
-            return self._ask(claim, alert.state)
+            return self._ask(claim, alert)
         outcome = await actions.perform(
             self.store,
             self.rules(),
@@ -144,11 +175,17 @@ class ActPages:
             episode=claim.episode,
         )
         log.info("link: %s %s: %s", claim.action, claim.alert, outcome.result)
+        self.counted["stale" if outcome.result == "missing" else outcome.result].inc()
         title = _DONE[claim.action] if outcome.result == "done" else "Nothing to do"
         return self.page(title, outcome.message + ".")
 
-    def _ask(self, claim: Claim, state: str) -> Response:
+    def _ask(self, claim: Claim, alert: Alert) -> Response:
         title, detail, button = _ASK[claim.action]
-        if state != "open":
-            detail = f"It is {state} already; pressing the button changes nothing."
+        if alert.state != "open":
+            detail = f"It is {alert.state} already; pressing the button changes nothing."
+        elif claim.episode is not None and claim.episode != alert.episode:
+            detail = (
+                "This link is for an earlier episode of it, which has ended; pressing the"
+                " button changes nothing. Use the newest message's link."
+            )
         return self.page(title.format(alert=claim.alert), detail, confirm=button)

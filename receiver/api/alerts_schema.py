@@ -264,7 +264,11 @@ SCHEMAS: dict[str, Any] = {
             "source": {"type": "string", "enum": list(RECORDED_SOURCES)},
             "by": {"type": "string", "description": "the API key's name, link, or the reack"},
             "at": _TIME,
-            "outcome": {"type": "string", "enum": ["done", "already"]},
+            "outcome": {
+                "type": "string",
+                "enum": ["done", "already", "stale"],
+                "description": "stale: a one-click link for an episode that had ended",
+            },
             "episode": {"type": "integer"},
             "until": {**_TIME, "nullable": True},
         },

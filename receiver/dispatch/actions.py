@@ -26,12 +26,13 @@ SNOOZE_LINK = 3600.0  # how long a snooze link puts repeats off
 
 @dataclass(frozen=True)
 class Outcome:
-    """What an action did: done, or "already" so (nothing changed), or not found (no alert
-    of that id, or the episode the link named is over); message says it in words."""
+    """What an action did: done, or "already" so (nothing changed), "stale" (the episode
+    a link named is over: nothing changed), or missing (no alert of that id); message says
+    it in words."""
 
     alert: str
     action: str
-    result: str  # done | already | missing
+    result: str  # done | already | stale | missing
     message: str
     episode: int | None = None
     until: float | None = None
@@ -53,13 +54,16 @@ async def perform(
     ruleset: the rules that render a resolve's messages (only resolve needs them).
 
     episode: the episode a link was made for; when the alert has moved on (resolved, or
-    opened again since), the link's episode is over and nothing changes."""
+    opened again since), the link's episode is over: nothing changes, and it is recorded
+    as "stale"."""
     alert = await store.alerts.get(alert_id)
     if alert is None:
         return Outcome(alert_id, action, "missing", f"there is no alert {alert_id!r}")
-    if episode is not None and episode != alert.episode:
-        return _noted(alert_id, action, "already", f"{alert_id} was resolved already", episode)
-    if alert.state != "open":
+    if episode is not None and (episode != alert.episode or alert.state != "open"):
+        # The link's episode ended (the alert resolved, perhaps opened again since): a
+        # stale link, recorded as such on the episode it named.
+        outcome = _noted(alert_id, action, "stale", f"{alert_id} was resolved already", episode)
+    elif alert.state != "open":
         outcome = _noted(alert_id, action, "already", _already_resolved(alert_id), alert.episode)
     elif action == "ack":
         outcome = await _ack(store, alert_id, by, now)

@@ -397,8 +397,9 @@ RECORDED_SOURCES = (*SOURCES, "escalation")
 @dataclass(frozen=True)
 class Action:
     """Something done to an alert's episode, from a one-click link, the admin page, the API
-    or the CLI: by whom (an API key's name, or "link"), when, and what came of it ("done",
-    or "already": it was acked, resolved or over already). until: a snooze's end."""
+    or the CLI: by whom (an API key's name, or "link"), when, and what came of it ("done";
+    "already": it was acked or resolved already; "stale": a link for an episode that had
+    ended). until: a snooze's end."""
 
     alert: str
     episode: int

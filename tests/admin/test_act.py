@@ -166,8 +166,45 @@ def test_an_expired_link_says_so_with_410(tmp_path: Path, http_sink: HTTPSink) -
         asked = httpx.get(ack, headers={"Accept": "application/json"})
         assert asked.status_code == 410 and asked.json()["error"]["code"] == "invalid_action_link"
         assert acked_by(server) is None
+        assert server.metric("receiver_action_links_total", 'outcome="expired"') == 3
+        assert "action link from 127.0.0.1 refused: invalid_action_link (expired)" in server.logs()
     finally:
         server.stop()
+
+
+def test_every_link_attempt_is_counted_and_a_stale_one_recorded(
+    server: Receiver, http_sink: HTTPSink
+) -> None:
+    server.send(sample("score.drop", id="e1", sessionId="sess_1", score=12))
+    message = http_sink.wait_for(1)[0].json["message"]
+    ack, resolve = link(message, "Ack"), link(message, "Resolve")
+    token = ack.rsplit("/", 1)[1]
+    forged = f"{server.url}/act/{token[:-2]}{'AA' if not token.endswith('AA') else 'BB'}"
+    for method in ("GET", "POST", "HEAD", "POST") * 2:  # a scanner trying tokens
+        assert httpx.request(method, forged).status_code == 404
+    assert "Acknowledged" in httpx.post(ack).text
+    assert "acknowledged already" in httpx.post(ack).text
+    assert "Resolved" in httpx.post(resolve).text
+    stale = httpx.post(ack)  # its episode has ended
+    assert "Nothing to do" in stale.text and "resolved already" in stale.text
+
+    counted = {
+        outcome: server.metric("receiver_action_links_total", f'outcome="{outcome}"')
+        for outcome in ("done", "already", "stale", "invalid", "expired")
+    }
+    assert counted == {"done": 2, "already": 1, "stale": 1, "invalid": 8, "expired": 0}
+    rows = server.query("SELECT action, episode, outcome FROM alert_actions ORDER BY id")
+    assert rows == [("ack", 1, "done"), ("ack", 1, "already"), ("resolve", 1, "done"),
+                    ("ack", 1, "stale")]  # fmt: skip
+    # Each forged token logged with the client's address, a few lines a minute, never
+    # the token itself.
+    refused = [
+        line
+        for line in server.logs().splitlines()
+        if "action link from 127.0.0.1 refused: invalid_action_link (invalid)" in line
+    ]
+    assert len(refused) == 5, refused
+    assert token not in server.logs() and forged.rsplit("/", 1)[1] not in server.logs()
 
 
 @pytest.mark.parametrize("replicas", [1, 2], ids=["one-server", "two-replicas"])
