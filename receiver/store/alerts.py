@@ -269,7 +269,7 @@ class SQLAlerts:
                 " WHERE alert = ? AND episode = ?",
                 (alert_id, episode),
             ).fetchone()
-            return Ack(*found, made=made)
+            return Ack(found[0], int(found[1]), found[2], found[3], made=made)
 
         return await self.db.statements(ack)
 
