@@ -61,7 +61,9 @@ class AdminAuth:
 
     async def sign_in(self, key: str) -> tuple[str | None, str]:
         """The cookie value for a valid admin key, or None and why not."""
-        found, _ = await self.store.keys.authorize(hash_key(key.strip()), now=self.clock())
+        found, _ = await self.store.keys.authorize(
+            hash_key(key.strip()), now=self.clock(), role="admin"
+        )
         if found is None:
             return None, "unknown or revoked API key"
         if not may(found.role, "admin"):
@@ -111,7 +113,7 @@ class AdminAuth:
             return None
         if not isinstance(value, dict) or not {"h", "n", "c"} <= set(value):
             return None
-        found, _ = await self.store.keys.authorize(value["h"], now=self.clock())
+        found, _ = await self.store.keys.authorize(value["h"], now=self.clock(), role="admin")
         if found is None or not may(found.role, "admin"):
             return None
         name = _SIGNED_OUT + value["h"]

@@ -59,7 +59,7 @@ class Access:
 
     async def check(self, request: Request, role: str = "reader") -> tuple[ApiKey, dict[str, str]]:
         """The request's key and the headers its response carries; raises the 401, 403 or
-        429 to answer instead."""
+        429 to answer instead, in that order: a key's role before its plan's limit."""
         header = request.headers.get("authorization")
         if header is None:
             raise UnauthorizedError(
@@ -70,19 +70,20 @@ class Access:
         token = token.strip()
         if scheme.lower() != "bearer" or not token or " " in token:
             raise UnauthorizedError("malformed Authorization header: expected Bearer <key>")
-        key, limit = await self.store.keys.authorize(hash_key(token), now=self.clock())
+        key, limit = await self.store.keys.authorize(hash_key(token), now=self.clock(), role=role)
         if key is None:
             raise UnauthorizedError("unknown or revoked API key")
+        # The role first: a request the key may never make is a 403 whatever its plan's
+        # count, and spends none of it (the store does not count it).
+        if not may(key.role, role):
+            raise ForbiddenError(
+                f"this key's role is {key.role}; this request needs {role} or above"
+            )
         headers = limit_headers(limit)
         if limit is not None and not limit.allowed:
             raise RateLimitedError(
                 f"rate limit of the {key.plan} plan reached ({limit.limit} requests a minute);"
                 f" retry in {limit.reset} s",
                 headers={**headers, "Retry-After": str(limit.reset)},
-            )
-        if not may(key.role, role):
-            raise ForbiddenError(
-                f"this key's role is {key.role}; this request needs {role} or above",
-                headers=headers,
             )
         return key, headers

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from receiver.store.records import PLANS, ApiKey, RateLimit
+from receiver.store.records import PLANS, ROLES, ApiKey, RateLimit
 from receiver.store.statements import Query, Runner
 
 _KEY_COLUMNS = "id, name, prefix, plan, role, created_at, revoked_at, last_used_at"
@@ -56,11 +56,12 @@ class SQLKeys:
         return await self.db.statements(update)
 
     async def authorize(
-        self, key_hash: str, *, now: float, window: float = 60.0
+        self, key_hash: str, *, now: float, window: float = 60.0, role: str = "reader"
     ) -> tuple[ApiKey | None, RateLimit | None]:
         """The live key with this hash (None: unknown or revoked), and for a plan with a
         limit, whether this request is within it: requests counted over the last `window`
-        seconds (a sliding log), shared by every replica. A refused request is not counted."""
+        seconds (a sliding log), shared by every replica. A refused request is not counted,
+        nor is one the key's role may not make (below `role`: no limit is looked at)."""
         select = f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE hash = ? AND revoked_at IS NULL"
 
         def look(q: Query) -> ApiKey | None:
@@ -69,6 +70,8 @@ class SQLKeys:
 
         key = await self.db.read(look)
         if key is None or PLANS.get(key.plan) is None:
+            return key, None
+        if ROLES.index(key.role) < ROLES.index(role):  # refused for its role: not counted
             return key, None
         limit = PLANS[key.plan]
         assert limit is not None

@@ -204,10 +204,11 @@ class Keys(Protocol):
     async def all(self) -> list[ApiKey]: ...
     async def revoke(self, name: str, *, now: float) -> bool: ...
     async def authorize(
-        self, key_hash: str, *, now: float, window: float = 60.0
+        self, key_hash: str, *, now: float, window: float = 60.0, role: str = "reader"
     ) -> tuple[ApiKey | None, RateLimit | None]:
         """The live key with this hash, and whether this request is within its plan's
-        limit (None for a plan without one); shared by every replica."""
+        limit (None for a plan without one, or a key whose role is below `role`: that
+        request is refused for its role and not counted); shared by every replica."""
 
 
 class Alerts(Protocol):

@@ -170,6 +170,26 @@ def test_a_burst_of_61_on_a_free_key_gets_exactly_one_429(server: Receiver) -> N
     assert refused.headers["RateLimit-Remaining"] == "0"
 
 
+def test_a_key_s_role_is_checked_before_its_plan_limit(server: Receiver) -> None:
+    """An exhausted free reader key asking to write is told it may not (403), not to wait
+    (429); and writes it may not make spend none of its 60 requests a minute."""
+    spent = server.make_key("spent", plan="free")
+    fresh = server.make_key("fresh", plan="free")
+    ack = f"{server.url}/v1/alerts/session:s1/ack"
+    with httpx.Client(headers={"Authorization": f"Bearer {spent}"}) as client:
+        reads = [client.get(f"{server.url}/v1/sessions").status_code for _ in range(61)]
+        assert reads[-1] == 429 and reads.count(200) == 60
+        refused = client.post(ack)
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["error"]["code"] == "forbidden"
+    assert "needs writer" in refused.json()["error"]["message"]
+    with httpx.Client(headers={"Authorization": f"Bearer {fresh}"}) as client:
+        writes = [client.post(ack).status_code for _ in range(61)]
+        read = client.get(f"{server.url}/v1/sessions")
+    assert writes == [403] * 61
+    assert read.status_code == 200 and read.headers["RateLimit-Remaining"] == "59"
+
+
 def test_a_session_id_with_a_slash_is_served(tmp_path: Path) -> None:
     receiver = Receiver(tmp_path).start()
     try:

@@ -78,3 +78,17 @@ def test_replicas_share_one_count(pg_url: str) -> None:
 
     allowed = asyncio.run(go())
     assert allowed.count(True) == 60 and allowed.count(False) == 10
+
+
+def test_a_request_below_the_key_s_role_is_not_counted(store_url: str) -> None:
+    async def go(store: Store) -> tuple[Any, ...]:
+        await store.keys.add(
+            name="f", key_hash="hf", prefix="ar_f", plan="free", role="reader", now=0.0
+        )
+        writes = [await store.keys.authorize("hf", now=100.0, role="writer") for _ in range(70)]
+        read = await store.keys.authorize("hf", now=100.0, role="reader")
+        return writes, read
+
+    writes, (key, limit) = run(store_url, go)
+    assert all(k is not None and k.role == "reader" and lim is None for k, lim in writes)
+    assert key is not None and limit is not None and limit.allowed and limit.remaining == 59
