@@ -22,7 +22,7 @@ from receiver.settings import SENDER_SCHEDULE, Settings
 @click.command()
 @click.option("--host", help="Listen address [RECEIVER_HOST, 127.0.0.1].")
 @click.option("--port", type=int, help="Listen port [RECEIVER_PORT, 4000].")
-@click.option("--db", help="SQLite file [RECEIVER_DB, ./data/receiver.db].")
+@click.option("--db", help="SQLite file or postgresql:// URL [RECEIVER_DB, ./data/receiver.db].")
 @click.option(
     "--rules",
     "rules_path",
@@ -160,7 +160,18 @@ from receiver.settings import SENDER_SCHEDULE, Settings
     " worker that dies is restarted. Needs --admin off [RECEIVER_WORKERS, 1].",
 )
 def serve(rules_path: Path | None, **flags: Any) -> None:
-    """Serve POST /v1/events, /healthz, /readyz and /metrics.
+    """Serve the whole receiver on one port.
+
+    \b
+    POST /v1/events      the signed deliveries (no API key)
+    /v1/...              the API, with a Bearer key: /v1/sessions, /v1/scores,
+                         /v1/webhooks (subscriptions), /v1/alerts (ack,
+                         resolve, snooze), /v1/events/ID/explain, and
+                         /v1/openapi.json (no key)
+    /admin               the admin page (unless --admin off)
+    /act/TOKEN           the one-click action links (with --public-url)
+    /healthz, /readyz,   the operational endpoints
+    /metrics
 
     Every flag has a RECEIVER_* environment variable; a flag wins. Signing
     secrets come only from RECEIVER_SECRETS, never from a flag, so they stay

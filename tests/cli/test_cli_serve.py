@@ -61,6 +61,23 @@ def _configuration_table() -> str:
     return table
 
 
+def test_serve_help_names_every_part_the_app_serves() -> None:
+    """Each path the app answers (every part on), by its family (/v1/NAME, or its first
+    segment), is named in `receiver serve --help`: not only /v1/events and the probes."""
+    from receiver.app import create_app
+
+    app = create_app(Settings(db=":memory:", public_url="http://receiver"))
+    # A mount's routes (the admin page's) are its own path's family.
+    paths = [getattr(route, "path", "") for route in app.routes]
+    families = {
+        "/".join(p.split("{")[0].split("/")[: 3 if p.startswith("/v1/") else 2]).rstrip("/")
+        for p in paths
+    }
+    help_text = CliRunner().invoke(cli, ["serve", "--help"], terminal_width=200).output
+    assert {"/v1/alerts", "/admin", "/act", "/metrics"} <= families
+    assert sorted(f for f in families if f not in help_text) == []
+
+
 def test_every_setting_in_the_docs_table_is_a_serve_flag() -> None:
     listed = set(re.findall(r"^\| `(RECEIVER_[A-Z_]+)` \|", _configuration_table(), flags=re.M))
     assert {"RECEIVER_NOTIFY_TIMEOUT", "RECEIVER_RETRY_FOR"} <= listed
