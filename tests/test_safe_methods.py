@@ -1,9 +1,10 @@
-"""GET, HEAD and OPTIONS change nothing, on every route of the app: the real server on a
-store holding one of everything a route can name (an alert and its one-click links, a
-silence, an event, a dead notification, a subscriber and its delivery, a second API key),
-each route asked with the ids of those rows, signed in to the admin page and with an admin
-API key, and every table of the store compared before and after. Link checkers and mail
-scanners send HEAD; a HEAD on an action link or an admin confirmation once acted.
+"""GET, HEAD and OPTIONS change nothing, on every route of the app: the real server, on
+SQLite and on PostgreSQL, with a store holding one of everything a route can name (an
+alert and its one-click links, a silence, an event, a dead notification, a subscriber and
+its delivery, a second API key), each route asked with the ids of those rows, signed in
+to the admin page and with an admin API key, and every table of the store compared before
+and after. Link checkers and mail scanners send HEAD; a HEAD on an action link or an admin
+confirmation once acted.
 
 The routes are read from the app itself (app.routes and its mounts), so a route added
 later is walked too, or the test names the path parameter it cannot fill."""
@@ -11,7 +12,6 @@ later is walked too, or the test names the path parameter it cannot fill."""
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,22 +89,22 @@ def fill(path: str, ids: dict[str, list[str]]) -> list[str]:
     return filled
 
 
-def snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table of the server's store."""
-    with sqlite3.connect(db) as conn:
-        tables = [
-            name
-            for (name,) in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        ]
-        return {t: sorted(conn.execute(f'SELECT * FROM "{t}"'), key=repr) for t in tables}
+def snapshot(server: Receiver) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the server's store (SQLite or PostgreSQL)."""
+    if server.db_url.startswith("postgresql://"):
+        listed = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+    else:
+        listed = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    tables = [str(name) for (name,) in server.query(listed)]
+    assert "alerts" in tables and "alert_actions" in tables, tables
+    return {t: sorted(server.query(f'SELECT * FROM "{t}"'), key=repr) for t in tables}
 
 
 @pytest.fixture
-def server(tmp_path: Path, http_sink: HTTPSink) -> Iterator[Receiver]:
+def server(tmp_path: Path, http_sink: HTTPSink, receiver_db: str | None) -> Iterator[Receiver]:
     gone = f"json://127.0.0.1:{free_port()}/gone"  # nothing listens: its sends die
-    found = Receiver(tmp_path, rules=RULES.format(hook=http_sink.json_url(), gone=gone))
+    rules = RULES.format(hook=http_sink.json_url(), gone=gone)
+    found = Receiver(tmp_path, rules=rules, db=receiver_db)
     found.env.update(
         RECEIVER_WEBHOOK_ALLOW_PRIVATE="on",
         RECEIVER_WEBHOOK_ALLOW_HTTP="on",
@@ -187,7 +187,7 @@ def test_no_get_head_or_options_changes_the_store(server: Receiver, http_sink: H
             "{job}": ["1"],
         }
 
-        before = snapshot(server.db)
+        before = snapshot(server)
         asked: list[tuple[str, str, int]] = []
         wrong: list[str] = []
         for path, methods in app_routes().items():
@@ -206,7 +206,7 @@ def test_no_get_head_or_options_changes_the_store(server: Receiver, http_sink: H
                     wrong.append(f"HEAD {url}: {head}, GET {get}")
                 if "GET" in methods and got["HEAD"].content:
                     wrong.append(f"HEAD {url}: a body")
-        after = snapshot(server.db)
+        after = snapshot(server)
 
     changed = sorted(t for t in before.keys() | after.keys() if before.get(t) != after.get(t))
     assert changed == [], f"{len(asked)} requests changed the tables {changed}: {wrong}"
