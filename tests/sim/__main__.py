@@ -1,0 +1,87 @@
+"""python -m tests.sim [--seeds N] [--seed N] [--replay FILE] [--out DIR]: the simulation.
+
+Runs seeds 0..N-1 (or one seed, or a scenario written by a shrink), each a random rules
+file and stream through the real pipeline (tests.sim.run) with the invariants checked
+after every step (tests.sim.invariants). A violation prints the seed, the invariant and a
+minimized case written under --out; the last line is `sim: N seeds, K violations`, and
+the exit status is 1 when K > 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from tests.sim.generate import Scenario, scenario
+from tests.sim.invariants import Violation, check
+from tests.sim.run import run_scenario
+from tests.sim.shrink import shrink, write
+
+
+def violation(s: Scenario) -> Violation | None:
+    """The invariant the scenario breaks first (None: none)."""
+    try:
+        run_scenario(s, check)
+    except Violation as found:
+        return found
+    return None
+
+
+def report(s: Scenario, found: Violation, out: Path, minimize: bool) -> None:
+    print(f"seed {s.seed}: {found.invariant}: {found.detail}")
+    if not minimize:
+        return
+    invariant = found.invariant
+
+    def fails(candidate: Scenario) -> bool:
+        again = violation(candidate)
+        return again is not None and again.invariant == invariant
+
+    small = shrink(s, fails)
+    last = violation(small) or found
+    files = write(small, out, invariant, last.detail)
+    print(f"  minimized to {len(small.ops)} operations: {last.detail}")
+    print(f"  replay: make sim SEED={s.seed}  (or python -m tests.sim --replay {files[-1]})")
+    for path in files[:-1]:
+        print(f"  {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__)
+    parser.add_argument("--seeds", type=int, default=300, help="run seeds 0..N-1")
+    parser.add_argument("--first", type=int, default=0, help="the first seed")
+    parser.add_argument("--seed", type=int, help="run this one seed")
+    parser.add_argument("--replay", type=Path, help="a scenario file a shrink wrote")
+    parser.add_argument("--out", type=Path, default=Path("sim-failures"))
+    parser.add_argument("--no-shrink", action="store_true", help="report without minimizing")
+    parser.add_argument("--trace", action="store_true", help="print the run's trace")
+    args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)  # the receiver's own warnings (template fallbacks)
+    if args.replay is not None:
+        scenarios = iter([Scenario.load(json.loads(args.replay.read_text()))])
+        count = 1
+    elif args.seed is not None:
+        scenarios = iter([scenario(args.seed)])
+        count = 1
+    else:
+        scenarios = (scenario(s) for s in range(args.first, args.first + args.seeds))
+        count = args.seeds
+    started, broken = time.perf_counter(), 0
+    for s in scenarios:
+        found = violation(s)
+        if args.trace:
+            print("\n".join(run_scenario(s).trace))
+        if found is not None:
+            broken += 1
+            report(s, found, args.out, minimize=not args.no_shrink)
+    took = time.perf_counter() - started
+    print(f"sim: {count} seeds, {broken} violations ({took:.1f}s)")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

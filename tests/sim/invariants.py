@@ -1,0 +1,275 @@
+"""The invariants, checked after every step of a run (tests.sim.run). Each is a function
+whose docstring's first line is its statement (docs/testing.md quotes them); a broken one
+raises Violation naming it.
+
+They read what the run left: the SQLite file's rows (outbox, escalations, alerts,
+events), the transitions routing applied and the sends the runner made (run.seen), and
+for "explain is true" the explanation the API gives (receiver.why.explain_event, the code
+behind GET /v1/events/:id/explain).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from receiver import why
+from receiver.rules import Rule, Ruleset
+from receiver.store.records import SENT_STATES
+from tests.sim.run import LEASE, Run
+
+SENT = (*SENT_STATES, "dead")
+# A chain started by a suppressed notification notes "<state>: waits": the decision it is.
+WAITS = {"silenced": "silenced", "muted": "quiet", "inhibited": "inhibited"}
+
+
+class Violation(AssertionError):
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(f"{invariant}: {detail}")
+        self.invariant = invariant
+        self.detail = detail
+
+
+def matched(ruleset: Ruleset, payload: dict[str, Any]) -> Iterator[Rule]:
+    """The rules that decide about payload, in order (first match wins unless continue)."""
+    for rule in ruleset.matching(payload):
+        yield rule
+        if not rule.continue_:
+            return
+
+
+def escalate_only(rule: Rule) -> bool:
+    return rule.escalate is not None and not rule.notify
+
+
+def _event_rows(run: Run) -> dict[tuple[str, str], list[tuple[int, str, str | None]]]:
+    rows: dict[tuple[str, str], list[tuple[int, str, str | None]]] = defaultdict(list)
+    for rid, eid, rule, state, reason in run.query(
+        "SELECT id, event_id, rule, state, reason FROM outbox WHERE kind = 'event'"
+    ):
+        rows[(eid, rule)].append((rid, state, reason))
+    return rows
+
+
+def _chains(run: Run) -> dict[tuple[str, int, str], tuple[float, list[dict[str, Any]]]]:
+    return {
+        (a, int(ep), r): (float(started), json.loads(log))
+        for a, ep, r, started, log in run.query(
+            "SELECT alert, episode, rule, started_at, log FROM escalations"
+        )
+    }
+
+
+def _decided(run: Run) -> Iterator[tuple[str, tuple[str, str | None, int | None, str], Rule]]:
+    """(event, its transition, rule) for every rule that decided about a routed event."""
+    for eid in run.seen.order:
+        seen = run.seen.transitions[eid]
+        for rule in matched(run.seen.rulesets[seen[3]], run.seen.bodies[eid]):
+            yield eid, seen, rule
+
+
+def nothing_vanishes(run: Run) -> None:
+    """Every event accepted is routed, and every rule it matched recorded a decision: a row, or the escalation chain it started or joined."""
+    unrouted = [e for e in run.seen.bodies if e not in run.seen.transitions]
+    if unrouted:
+        raise Violation("nothing vanishes", f"accepted, never routed: {unrouted[:5]}")
+    rows, chains = _event_rows(run), _chains(run)
+    for eid, (what, aid, ep, _), rule in _decided(run):
+        if (eid, rule.name) in rows:
+            continue
+        if escalate_only(rule):
+            if what not in ("open", "update") or (aid, ep, rule.name) in chains:
+                continue
+            raise Violation(
+                "nothing vanishes",
+                f"event {eid} opened alert {aid} (episode {ep}); rule {rule.name} escalates"
+                f" ({rule.escalate.name if rule.escalate else ''}) and recorded nothing:"
+                " no row, no chain",
+            )
+        raise Violation("nothing vanishes", f"event {eid}: rule {rule.name} wrote no row")
+
+
+def open_alerts_accounted(run: Run) -> None:
+    """Every open alert's notifying or escalating rule paged it, or recorded why not (held, silenced, quiet, inhibited, storm, throttled, digest, stale)."""
+    open_now = {(a, int(ep)) for a, ep in run.query("SELECT id, episode FROM alerts WHERE state = 'open'")}
+    rows, chains = _event_rows(run), _chains(run)
+    for eid, (what, aid, ep, _), rule in _decided(run):
+        if (aid, ep) not in open_now or what not in ("open", "update"):
+            continue
+        own = rows.get((eid, rule.name), [])
+        if any(state in SENT or reason for _, state, reason in own):
+            continue
+        if rule.escalate is not None and (aid, ep, rule.name) in chains:
+            continue
+        raise Violation(
+            "every open alert is accounted for",
+            f"alert {aid} (episode {ep}) is open; rule {rule.name} matched its event {eid}"
+            f" and neither paged nor recorded why: rows {own}",
+        )
+
+
+def _listed(found: Any) -> set[str]:
+    """The ids of the notifications an explanation lists, wherever it lists them."""
+    ids: set[str] = set()
+    if isinstance(found, dict):
+        if "notifier" in found and "id" in found:
+            ids.add(str(found["id"]))
+        for value in found.values():
+            ids |= _listed(value)
+    elif isinstance(found, list):
+        for value in found:
+            ids |= _listed(value)
+    return ids
+
+
+def _expected_escalation(run: Run, eid: str, rule: Rule, chains: Any) -> set[str] | None:
+    """The decisions an escalate-only rule's explanation may give for event eid: what its
+    chain shows (None: not an event that starts or joins a chain)."""
+    what, aid, ep, _ = run.seen.transitions[eid]
+    if what not in ("open", "update"):
+        return None
+    chain = chains.get((aid, ep, rule.name))
+    if chain is None:  # nothing started, nothing running: neither sent nor deduplicated
+        return {"storm", "stale", "throttled", "held", "silenced", "quiet", "inhibited"}
+    started_at, log = chain
+    routed = dict(run.query("SELECT id, routed_at FROM events WHERE routed_at = ?", (started_at,)))
+    starter = next(
+        (
+            e
+            for e in run.seen.order
+            if e in routed
+            and run.seen.transitions[e][1:3] == (aid, ep)
+            and run.seen.transitions[e][0] in ("open", "update")
+            and any(r.name == rule.name for r in matched(
+                run.seen.rulesets[run.seen.transitions[e][3]], run.seen.bodies[e]))
+        ),
+        None,
+    )  # fmt: skip
+    if starter != eid:
+        return {"deduplicated"}
+    note = str(log[0].get("note") or "") if log else ""
+    waited = note.removesuffix(": waits")
+    if waited in WAITS:
+        return {WAITS[waited]}
+    return {"sent", "held"}
+
+
+async def explain_is_true(run: Run, event_ids: list[str]) -> None:
+    """For every (event, rule), explain's decision (the API's, GET /v1/events/:id/explain) is what the rows and chains show, and it lists every row the event made."""
+    assert run.store is not None
+    chains = _chains(run)
+    for eid in event_ids:
+        found = await why.explain_event(run.store, eid, run.ruleset)
+        if found is None:
+            raise Violation("explain is true", f"event {eid} was routed and explain finds none")
+        listed = _listed(found)
+        what = run.seen.transitions[eid][0]
+        for rid, rule, kind, state in run.query(
+            "SELECT id, rule, kind, state FROM outbox WHERE event_id = ? ORDER BY id", (eid,)
+        ):
+            if kind == "event" or (kind == "resolved" and what == "resolve"):
+                if str(rid) not in listed:
+                    raise Violation(
+                        "explain is true",
+                        f"event {eid} made {kind} row #{rid} ({rule}, {state}) and its"
+                        f" explanation does not show it: {_summary(found)}",
+                    )
+        ruleset = run.seen.rulesets[run.seen.transitions[eid][3]]
+        for entry in found["rules"]:
+            rule = ruleset.by_name.get(entry["rule"])
+            if rule is None or not entry.get("matched") or not escalate_only(rule):
+                continue
+            if any(n.get("kind") == "event" for n in entry.get("notifications", [])):
+                continue
+            expected = _expected_escalation(run, eid, rule, chains)
+            if expected is not None and entry.get("decision") not in expected:
+                raise Violation(
+                    "explain is true",
+                    f"event {eid}: rule {rule.name} (escalate only) is explained"
+                    f" {entry.get('decision')!r} ({entry.get('reason')}); its chain shows"
+                    f" {' or '.join(sorted(expected))}",
+                )
+
+
+def _summary(found: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{r['rule']}: {r.get('decision', 'not matched')}" for r in found.get("rules", [])
+    )
+
+
+def once(run: Run) -> None:
+    """Each notification row is sent at most once per lease and never after its delivery was recorded; each escalation step pages at most once per episode and round."""
+    by_row: dict[int, list[float]] = defaultdict(list)
+    for rid, at in run.seen.sends:
+        by_row[rid].append(at)
+    for rid, times in by_row.items():
+        marked = run.seen.delivered.get(rid)
+        for before, after in zip(times, times[1:], strict=False):
+            if after - before < LEASE:
+                raise Violation("once", f"row #{rid} sent at {before} and again at {after}")
+        if marked is not None and any(t > marked for t in times):
+            raise Violation("once", f"row #{rid} sent again after its delivery was recorded")
+    for (aid, ep, rule), (_, log) in _chains(run).items():
+        seen: set[tuple[int, int]] = set()
+        for entry in log:
+            if entry.get("event") != "paged":
+                if entry.get("event") not in ("skipped", "started"):
+                    seen.clear()  # acked, reack, resumed: the step may page again
+                continue
+            key = (int(entry["step"]), int(entry["round"]))
+            if key in seen:
+                raise Violation(
+                    "once", f"alert {aid}/{ep} rule {rule}: step {key[0]} round {key[1]} paged twice"
+                )
+            seen.add(key)
+
+
+def resolved_reaches_paged(run: Run) -> None:
+    """A resolved episode's resolved messages go to exactly the targets its escalations paged, and to a resolve: true rule's targets when it notified."""
+    rows: dict[tuple[str, int, str], dict[str, set[tuple[str, int]]]] = defaultdict(
+        lambda: defaultdict(set)
+    )
+    opening = {e for e, seen in run.seen.transitions.items() if seen[0] in ("open", "update")}
+    for eid, aid, ep, rule, kind, state, notifier, target in run.query(
+        "SELECT event_id, alert, episode, rule, kind, state, notifier, target FROM outbox"
+        " WHERE alert IS NOT NULL AND episode IS NOT NULL"
+    ):
+        if kind == "event" and eid not in opening:
+            continue  # a closing (or late) event's own notification: not a page of the episode
+        if kind == "resolved" or state in SENT:
+            rows[(aid, int(ep), rule)][kind].add((notifier, int(target)))
+    for (aid, ep), digest in run.seen.resolved_by.items():
+        ruleset = run.seen.rulesets[digest]
+        for name, rule in ruleset.by_name.items():
+            kinds = rows.get((aid, ep, name))
+            if kinds is None:
+                continue
+            resolved = kinds.get("resolved", set())
+            if rule.escalate is not None:
+                paged = kinds.get("event", set()) | kinds.get("repeat", set())
+                paged |= kinds.get("escalation", set())
+                expected = {p for p in paged if p[0] in ruleset.notifiers}
+            elif rule.resolve and kinds.get("event") and not any(
+                n.startswith("schedule:") for n in rule.notify
+            ):
+                expected = {(n, i) for n in rule.notify for i in range(len(ruleset.notifiers[n].urls))}
+            else:
+                continue
+            if resolved != expected:
+                raise Violation(
+                    "resolved reaches who was paged",
+                    f"alert {aid} episode {ep}, rule {name}: resolved messages to"
+                    f" {sorted(resolved)}, paged {sorted(expected)}",
+                )
+
+
+CHECKS = (nothing_vanishes, open_alerts_accounted, once, resolved_reaches_paged)
+
+
+async def check(run: Run, final: bool, routed: list[str]) -> None:
+    """Every invariant after a step; explain for the events routed in it (all at the end)."""
+    for invariant in CHECKS:
+        invariant(run)
+    await explain_is_true(run, list(run.seen.order) if final else routed)

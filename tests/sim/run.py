@@ -1,0 +1,332 @@
+"""The runner: one scenario through the real pipeline on a virtual clock.
+
+What runs is the receiver's own code: events are accepted by the SQLite store
+(receiver.store.SQLiteStore, a real file), routed by receiver.dispatch.router.Router
+(route_pending: rules, the alert state machine, the lifecycle, the outbox), whose timers
+(Router.tick: repeats, escalation steps, what a silence held, the heartbeat) run at the
+moments the virtual clock passes; acks, resolves and snoozes go through
+receiver.dispatch.actions.perform, the one action engine. Nothing is sent: the runner is
+the notify worker, claiming due rows under their lease (store.outbox.claim_due) and
+recording each send before marking it delivered.
+
+Crashes are kill -9: the Router (all it keeps in memory) is dropped and the store closed
+and opened again from its file. "in-tx" makes the next routing or timers transaction fail
+after its work is done and before it commits (rolled back: it is re-run after the
+restart); "in-send" crashes after a row was sent and before its delivery was recorded
+(it is sent again when its lease runs out: at least once, at most once per lease).
+
+The same scenario gives the same trace, line for line: ids come from the scenario, the
+store's counters and the clock are the runner's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import math
+import sqlite3
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from receiver import events as receiver_events
+from receiver.dispatch import actions, pipeline
+from receiver.dispatch.alerts import Transition
+from receiver.dispatch.router import Router
+from receiver.metrics import Metrics
+from receiver.rules import Ruleset
+from receiver.store import SQLiteStore
+from receiver.store.records import Attempt
+from tests.sim.generate import Op, Scenario, check
+
+LEASE = 30.0  # the runner's send lease (the worker's default is 60 s; shorter finds more)
+TICK_EVERY = 5.0  # the timers look at least this often (IDLE_POLL), within a gap ...
+MAX_TICKS = 12  # ... but at most this many times a gap (an idle hour is 12 looks, not 720)
+
+
+Checker = Callable[["Run", bool, list[str]], Awaitable[None]]  # (run, final, routed now)
+
+
+class SimCrash(Exception):
+    """A kill -9 at this point (raised inside a transaction: it is rolled back)."""
+
+
+@dataclass
+class Seen:
+    """What the run observed: the transitions routing applied (committed ones only), the
+    sends, and the rules file in force, for the invariants (tests.sim.invariants)."""
+
+    transitions: dict[str, tuple[str, str | None, int | None, str]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # event ids in the order routed
+    bodies: dict[str, dict[str, Any]] = field(default_factory=dict)  # first accepted body
+    rulesets: dict[str, Ruleset] = field(default_factory=dict)  # by digest
+    sends: list[tuple[int, float]] = field(default_factory=list)  # (row id, at)
+    delivered: dict[int, float] = field(default_factory=dict)  # row id -> marked at
+    resolved_by: dict[tuple[str, int], str] = field(default_factory=dict)  # -> ruleset digest
+
+
+class Run:
+    """One scenario on one SQLite file; check(run) after every step raises a Violation."""
+
+    def __init__(
+        self, scenario: Scenario, db: Path, checker: Checker | None = None
+    ) -> None:
+        self.scenario = scenario
+        self.db = db
+        self.checker = checker
+        self.now = scenario.start
+        self.trace: list[str] = []
+        self.seen = Seen()
+        self.rulesets = [check(text) for text in scenario.rules]
+        self.ruleset = self.rulesets[0]
+        self._remember(self.ruleset)
+        self.store: SQLiteStore | None = None
+        self.router: Router | None = None
+        self.silences: list[int] = []
+        self._pending: dict[str, tuple[str, str | None, int | None, str]] = {}
+        self._crash_next_tx = False
+        self._crash_in_send = False
+        self._reader: sqlite3.Connection | None = None
+        self.step = 0
+
+    # -- the store, the router, crashes ----------------------------------------------------
+
+    def _remember(self, ruleset: Ruleset) -> None:
+        self.seen.rulesets.setdefault(ruleset.digest, ruleset)
+
+    async def open(self) -> None:
+        self.store = SQLiteStore(self.db, synchronous="off", clock=lambda: self.now)
+        await self.store.open()
+        original = self.store.transact
+
+        async def transact(fn: Callable[[Any], Any]) -> Any:
+            self._pending = {}
+
+            def wrapped(tx: Any) -> Any:
+                result = fn(tx)
+                if self._crash_next_tx:
+                    self._crash_next_tx = False
+                    raise SimCrash("kill -9 before the commit")
+                return result
+
+            result = await original(wrapped)
+            for event_id, seen in self._pending.items():  # committed: keep what it applied
+                if event_id not in self.seen.transitions:
+                    self.seen.order.append(event_id)
+                self.seen.transitions[event_id] = seen
+                if seen[0] == "resolve" and seen[1] is not None and seen[2] is not None:
+                    self.seen.resolved_by[(seen[1], seen[2])] = seen[3]
+            self._pending = {}
+            return result
+
+        self.store.transact = transact  # type: ignore[method-assign]
+        self.router = Router(
+            self.store,
+            lambda: self.ruleset,
+            metrics=Metrics(),
+            on_routed=lambda: None,
+            clock=lambda: self.now,
+        )
+
+    async def crash(self, why: str) -> None:
+        """kill -9: what the Router and the worker kept in memory is gone; the file stays."""
+        self.trace.append(f"{self.now - self.scenario.start:.3f} crash {why}")
+        assert self.store is not None
+        await self.store.close()
+        self.store = self.router = None
+        await self.open()
+
+    async def close(self) -> None:
+        if self.store is not None:
+            await self.store.close()
+        if self._reader is not None:
+            self._reader.close()
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """A read of the file, for the invariants (the runner's own connection)."""
+        if self._reader is None:
+            self._reader = sqlite3.connect(self.db)
+        return self._reader.execute(sql, params).fetchall()
+
+    # -- the steps -------------------------------------------------------------------------
+
+    async def guarded(self, work: Callable[[], Any]) -> None:
+        try:
+            await work()
+        except SimCrash as exc:
+            await self.crash(f"in a transaction ({exc})")
+
+    async def route(self) -> None:
+        assert self.router is not None
+        for _ in range(100):
+            routed = 0
+
+            async def one() -> None:
+                nonlocal routed
+                assert self.router is not None
+                routed = await self.router.route_pending()
+
+            await self.guarded(one)
+            if routed == 0 and not self._crash_next_tx:
+                return
+
+    async def tick(self) -> None:
+        async def one() -> None:
+            assert self.router is not None
+            await self.router.tick()
+
+        await self.guarded(one)
+
+    async def deliver(self) -> None:
+        """The notify worker's part: every due row claimed under a lease and sent (recorded
+        here), then marked delivered; "in-send" crashes before the mark."""
+        assert self.store is not None
+        rows = await self.store.outbox.claim_due(now=self.now, limit=1000, lease=LEASE)
+        for row in sorted(rows, key=lambda r: r.id):
+            self.seen.sends.append((row.id, self.now))
+            self.trace.append(
+                f"{self.now - self.scenario.start:.3f} send #{row.id} {row.kind} {row.rule} -> {row.notifier}"
+                f"[{row.target}] event={row.event_id}"
+            )
+            if self._crash_in_send:
+                self._crash_in_send = False
+                await self.crash("after a send, before its outcome was recorded")
+                return
+            await self.store.outbox.mark_delivered(
+                row.id, now=self.now, attempt=Attempt(self.now, 0, 200)
+            )
+            self.seen.delivered.setdefault(row.id, self.now)
+
+    async def settle(self) -> None:
+        """Route what is waiting, run the timers due now, send what is due."""
+        await self.route()
+        await self.tick()
+        await self.route()
+        await self.deliver()
+
+    async def advance(self, until: float) -> None:
+        """Move the clock to until, the timers looking at their due moments on the way."""
+        start, ticks = self.now, 0
+        gap = max(TICK_EVERY, (until - start) / MAX_TICKS)
+        while ticks < MAX_TICKS:
+            assert self.router is not None
+            due = self.router._next_step  # the router's own next escalation step
+            nxt = min(self.now + gap, due if due is not None and due > self.now else math.inf)
+            if nxt >= until:
+                break
+            self.now = nxt
+            ticks += 1
+            await self.tick()
+            await self.deliver()
+        self.now = max(self.now, until)
+
+    async def apply(self, op: Op) -> None:
+        self.trace.append(op.line())
+        kind, data = op.kind, op.data
+        assert self.store is not None
+        if kind == "event":
+            body = data["body"]
+            event = receiver_events.validate(dict(body))
+            raw = json.dumps(body, sort_keys=True).encode()
+            outcome = await self.store.events.accept(event, raw)
+            if outcome == "new":
+                self.seen.bodies[body["id"]] = body
+            self.trace.append(f"  accepted: {outcome}")
+        elif kind == "silence":
+            until = self.now + float(data["for"])
+            matchers = data["match"]
+            sid = await self.store.transact(
+                lambda tx: tx.silences.add(matchers, "sim", self.now, until)
+            )
+            self.silences.append(sid)
+        elif kind == "unsilence":
+            if self.silences:
+                sid = self.silences[data["nth"] % len(self.silences)]
+                await self.store.transact(lambda tx: tx.silences.expire(sid, self.now))
+        elif kind == "reload":
+            self.ruleset = self.rulesets[data["file"] % len(self.rulesets)]
+            self._remember(self.ruleset)
+        elif kind in ("ack", "resolve", "snooze"):
+            outcome = await actions.perform(
+                self.store, self.ruleset, data["alert"], kind, source="sim", by="sim",
+                now=self.now, seconds=data.get("seconds"),
+            )  # fmt: skip
+            self.trace.append(f"  {kind}: {outcome.result}")
+            if kind == "resolve" and outcome.result == "done" and outcome.episode is not None:
+                self.seen.resolved_by[(data["alert"], outcome.episode)] = self.ruleset.digest
+        elif kind == "crash":
+            where = data["where"]
+            if where == "between":
+                await self.crash("between steps")
+            elif where == "in-tx":
+                self._crash_next_tx = True
+            else:
+                self._crash_in_send = True
+
+    async def run(self) -> None:
+        await self.open()
+        try:
+            for op in self.scenario.ops:
+                before = len(self.seen.order)
+                await self.advance(self.scenario.start + op.at)
+                await self.apply(op)
+                await self.settle()
+                self._outcome_lines()
+                self.step += 1
+                if self.checker is not None:
+                    await self.checker(self, False, self.seen.order[before:])
+            if self.checker is not None:
+                await self.checker(self, True, [])
+        finally:
+            await self.close()
+
+    def _outcome_lines(self) -> None:
+        rows = self.query(
+            "SELECT id, event_id, rule, notifier, target, kind, state, alert, episode FROM outbox"
+            " WHERE updated_at >= ? ORDER BY id",
+            (self.now,),
+        )
+        for row in rows:
+            self.trace.append("  row " + " ".join(str(v) for v in row))
+
+    def digest(self) -> str:
+        return hashlib.sha256("\n".join(self.trace).encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def observed(run_of: Callable[[], Run | None]) -> Iterator[None]:
+    """Record each transition routing applies (receiver.dispatch.alerts.apply, as the
+    pipeline calls it), kept when its transaction commits."""
+    real = pipeline.apply
+
+    def apply(tx: Any, payload: Any, event_id: str, now: float) -> Transition:
+        transition = real(tx, payload, event_id, now)
+        current = run_of()
+        if current is not None:
+            alert = transition.alert
+            current._pending[event_id] = (
+                transition.what,
+                None if alert is None else alert.id,
+                None if alert is None else alert.episode,
+                current.ruleset.digest,
+            )
+        return transition
+
+    pipeline.apply = apply  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        pipeline.apply = real  # type: ignore[assignment]
+
+
+def run_scenario(scenario: Scenario, checker: Checker | None = None) -> Run:
+    """Run one scenario on a fresh SQLite file in a temporary directory."""
+    with tempfile.TemporaryDirectory(prefix="sim-") as tmp:
+        sim = Run(scenario, Path(tmp) / "sim.db", checker)
+        with observed(lambda: sim):
+            asyncio.run(sim.run())
+    return sim
