@@ -35,15 +35,15 @@ def report(s: Scenario, found: Violation, out: Path, minimize: bool) -> None:
     print(f"seed {s.seed}: {found.invariant}: {found.detail}")
     if not minimize:
         return
-    invariant = found.invariant
+    kind = found.kind
 
     def fails(candidate: Scenario) -> bool:
         again = violation(candidate)
-        return again is not None and again.invariant == invariant
+        return again is not None and again.kind == kind
 
     small = shrink(s, fails)
     last = violation(small) or found
-    files = write(small, out, invariant, last.detail)
+    files = write(small, out, found.invariant, last.detail)
     print(f"  minimized to {len(small.ops)} operations: {last.detail}")
     print(f"  replay: make sim SEED={s.seed}  (or python -m tests.sim --replay {files[-1]})")
     for path in files[:-1]:

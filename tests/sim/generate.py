@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
 from receiver.errors import ConfigError
 from receiver.rules import Ruleset, load_text
+
+DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 NOTIFIERS = ("chat", "mail", "pager")
 SESSIONS = ("s1", "s2", "s3", "s4", "s5")
@@ -245,7 +245,9 @@ def rules_text(r: random.Random, refused: list[str]) -> str:
         except ConfigError as exc:
             message = str(exc)
             if not _drop_refused_pair(doc, message):
-                raise GeneratorBug(f"the loader refused a generated file: {message}\n{text}")
+                raise GeneratorBug(
+                    f"the loader refused a generated file: {message}\n{text}"
+                ) from exc
             refused.append(message)
     raise GeneratorBug("a generated file kept being refused")
 

@@ -26,10 +26,11 @@ WAITS = {"silenced": "silenced", "muted": "quiet", "inhibited": "inhibited"}
 
 
 class Violation(AssertionError):
-    def __init__(self, invariant: str, detail: str) -> None:
+    def __init__(self, invariant: str, detail: str, kind: str = "") -> None:
         super().__init__(f"{invariant}: {detail}")
         self.invariant = invariant
         self.detail = detail
+        self.kind = kind or invariant  # what a shrink keeps: the same kind of failure
 
 
 def matched(ruleset: Ruleset, payload: dict[str, Any]) -> Iterator[Rule]:
@@ -71,7 +72,9 @@ def _decided(run: Run) -> Iterator[tuple[str, tuple[str, str | None, int | None,
 
 
 def nothing_vanishes(run: Run) -> None:
-    """Every event accepted is routed, and every rule it matched recorded a decision: a row, or the escalation chain it started or joined."""
+    """Every event is routed, and every rule it matched recorded a row or its chain.
+
+    (A rule that only escalates records the chain it started or joined.)"""
     unrouted = [e for e in run.seen.bodies if e not in run.seen.transitions]
     if unrouted:
         raise Violation("nothing vanishes", f"accepted, never routed: {unrouted[:5]}")
@@ -92,8 +95,12 @@ def nothing_vanishes(run: Run) -> None:
 
 
 def open_alerts_accounted(run: Run) -> None:
-    """Every open alert's notifying or escalating rule paged it, or recorded why not (held, silenced, quiet, inhibited, storm, throttled, digest, stale)."""
-    open_now = {(a, int(ep)) for a, ep in run.query("SELECT id, episode FROM alerts WHERE state = 'open'")}
+    """Every open alert's rules paged it, or recorded why not and what ends it.
+
+    (held, silenced, quiet, inhibited, storm, throttled, digest, stale: a row's reason.)"""
+    open_now = {
+        (a, int(ep)) for a, ep in run.query("SELECT id, episode FROM alerts WHERE state = 'open'")
+    }
     rows, chains = _event_rows(run), _chains(run)
     for eid, (what, aid, ep, _), rule in _decided(run):
         if (aid, ep) not in open_now or what not in ("open", "update"):
@@ -157,7 +164,10 @@ def _expected_escalation(run: Run, eid: str, rule: Rule, chains: Any) -> set[str
 
 
 async def explain_is_true(run: Run, event_ids: list[str]) -> None:
-    """For every (event, rule), explain's decision (the API's, GET /v1/events/:id/explain) is what the rows and chains show, and it lists every row the event made."""
+    """Explain's decision for every (event, rule) is what the rows and chains show.
+
+    The explanation is the API's (GET /v1/events/:id/explain), and it lists every row the
+    event made (its notifications, and the resolved messages of the alert it closed)."""
     assert run.store is not None
     chains = _chains(run)
     for eid in event_ids:
@@ -175,6 +185,7 @@ async def explain_is_true(run: Run, event_ids: list[str]) -> None:
                         "explain is true",
                         f"event {eid} made {kind} row #{rid} ({rule}, {state}) and its"
                         f" explanation does not show it: {_summary(found)}",
+                        f"explain omits a {kind} row",
                     )
         ruleset = run.seen.rulesets[run.seen.transitions[eid][3]]
         for entry in found["rules"]:
@@ -190,6 +201,7 @@ async def explain_is_true(run: Run, event_ids: list[str]) -> None:
                     f"event {eid}: rule {rule.name} (escalate only) is explained"
                     f" {entry.get('decision')!r} ({entry.get('reason')}); its chain shows"
                     f" {' or '.join(sorted(expected))}",
+                    f"explain says {entry.get('decision')} for {'/'.join(sorted(expected))}",
                 )
 
 
@@ -200,7 +212,10 @@ def _summary(found: dict[str, Any]) -> str:
 
 
 def once(run: Run) -> None:
-    """Each notification row is sent at most once per lease and never after its delivery was recorded; each escalation step pages at most once per episode and round."""
+    """A row is sent at most once a lease; a step pages at most once an episode and round.
+
+    (Never again after its delivery was recorded; an ack, reack or a silence's end lets
+    a step page again.)"""
     by_row: dict[int, list[float]] = defaultdict(list)
     for rid, at in run.seen.sends:
         by_row[rid].append(at)
@@ -221,13 +236,16 @@ def once(run: Run) -> None:
             key = (int(entry["step"]), int(entry["round"]))
             if key in seen:
                 raise Violation(
-                    "once", f"alert {aid}/{ep} rule {rule}: step {key[0]} round {key[1]} paged twice"
+                    "once",
+                    f"alert {aid}/{ep} rule {rule}: step {key[0]} round {key[1]} paged twice",
                 )
             seen.add(key)
 
 
 def resolved_reaches_paged(run: Run) -> None:
-    """A resolved episode's resolved messages go to exactly the targets its escalations paged, and to a resolve: true rule's targets when it notified."""
+    """Resolved messages go to exactly the targets paged for that episode.
+
+    (Its escalations' pages, and a resolve: true rule's targets when it notified.)"""
     rows: dict[tuple[str, int, str], dict[str, set[tuple[str, int]]]] = defaultdict(
         lambda: defaultdict(set)
     )
@@ -240,7 +258,12 @@ def resolved_reaches_paged(run: Run) -> None:
             continue  # a closing (or late) event's own notification: not a page of the episode
         if kind == "resolved" or state in SENT:
             rows[(aid, int(ep), rule)][kind].add((notifier, int(target)))
+    opened_with = {
+        (seen[1], seen[2]): seen[3] for seen in run.seen.transitions.values() if seen[0] == "open"
+    }
     for (aid, ep), digest in run.seen.resolved_by.items():
+        if opened_with.get((aid, ep)) != digest:
+            continue  # rules reloaded during the episode: who should hear is not defined
         ruleset = run.seen.rulesets[digest]
         for name, rule in ruleset.by_name.items():
             kinds = rows.get((aid, ep, name))
@@ -251,10 +274,14 @@ def resolved_reaches_paged(run: Run) -> None:
                 paged = kinds.get("event", set()) | kinds.get("repeat", set())
                 paged |= kinds.get("escalation", set())
                 expected = {p for p in paged if p[0] in ruleset.notifiers}
-            elif rule.resolve and kinds.get("event") and not any(
-                n.startswith("schedule:") for n in rule.notify
+            elif (
+                rule.resolve
+                and kinds.get("event")
+                and not any(n.startswith("schedule:") for n in rule.notify)
             ):
-                expected = {(n, i) for n in rule.notify for i in range(len(ruleset.notifiers[n].urls))}
+                expected = {
+                    (n, i) for n in rule.notify for i in range(len(ruleset.notifiers[n].urls))
+                }
             else:
                 continue
             if resolved != expected:

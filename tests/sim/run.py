@@ -72,9 +72,7 @@ class Seen:
 class Run:
     """One scenario on one SQLite file; check(run) after every step raises a Violation."""
 
-    def __init__(
-        self, scenario: Scenario, db: Path, checker: Checker | None = None
-    ) -> None:
+    def __init__(self, scenario: Scenario, db: Path, checker: Checker | None = None) -> None:
         self.scenario = scenario
         self.db = db
         self.checker = checker
@@ -189,8 +187,8 @@ class Run:
         for row in sorted(rows, key=lambda r: r.id):
             self.seen.sends.append((row.id, self.now))
             self.trace.append(
-                f"{self.now - self.scenario.start:.3f} send #{row.id} {row.kind} {row.rule} -> {row.notifier}"
-                f"[{row.target}] event={row.event_id}"
+                f"{self.now - self.scenario.start:.3f} send #{row.id} {row.kind} {row.rule}"
+                f" -> {row.notifier}[{row.target}] event={row.event_id}"
             )
             if self._crash_in_send:
                 self._crash_in_send = False

@@ -129,7 +129,9 @@ def write(s: Scenario, out: Path, invariant: str, detail: str) -> list[Path]:
         path.write_text(text)
         paths.append(path)
     stream = out / f"seed-{s.seed}.stream.jsonl"
-    stream.write_text("".join(json.dumps({"at": o.at, "kind": o.kind, **o.data}) + "\n" for o in s.ops))
+    stream.write_text(
+        "".join(json.dumps({"at": o.at, "kind": o.kind, **o.data}) + "\n" for o in s.ops)
+    )
     whole = out / f"seed-{s.seed}.json"
     whole.write_text(json.dumps({"invariant": invariant, "detail": detail, **s.dump()}, indent=1))
     return [*paths, stream, whole]
