@@ -12,8 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
+import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.sim.generate import Scenario, scenario
@@ -29,6 +32,20 @@ def violation(s: Scenario) -> Violation | None:
     except Violation as found:
         return found
     return None
+
+
+def _seed(seed: int) -> tuple[int, Violation | None]:
+    logging.disable(logging.WARNING)
+    return seed, violation(scenario(seed))
+
+
+def seeds(first: int, count: int, jobs: int) -> Iterator[tuple[int, Violation | None]]:
+    """Each seed's first violation (or None), in seed order; jobs processes at once."""
+    if jobs <= 1 or count < 2:
+        yield from map(_seed, range(first, first + count))
+        return
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield from pool.imap(_seed, range(first, first + count), chunksize=4)
 
 
 def report(s: Scenario, found: Violation, out: Path, minimize: bool) -> None:
@@ -59,27 +76,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("sim-failures"))
     parser.add_argument("--no-shrink", action="store_true", help="report without minimizing")
     parser.add_argument("--trace", action="store_true", help="print the run's trace")
+    parser.add_argument(
+        "--minimize", type=int, default=5, help="kinds of failure to minimize (default 5)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)"
+    )
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)  # the receiver's own warnings (template fallbacks)
-    if args.replay is not None:
-        scenarios = iter([Scenario.load(json.loads(args.replay.read_text()))])
-        count = 1
-    elif args.seed is not None:
-        scenarios = iter([scenario(args.seed)])
-        count = 1
-    else:
-        scenarios = (scenario(s) for s in range(args.first, args.first + args.seeds))
-        count = args.seeds
     started, broken = time.perf_counter(), 0
-    for s in scenarios:
-        found = violation(s)
+    if args.replay is not None or args.seed is not None:
+        if args.replay is not None:
+            one = Scenario.load(json.loads(args.replay.read_text()))
+        else:
+            one = scenario(args.seed)
         if args.trace:
-            print("\n".join(run_scenario(s).trace))
+            print("\n".join(run_scenario(one).trace))
+        count, found = 1, violation(one)
         if found is not None:
+            broken = 1
+            report(one, found, args.out, minimize=not args.no_shrink)
+    else:
+        count = args.seeds
+        failed = [(s, f) for s, f in seeds(args.first, count, args.jobs) if f is not None]
+        kinds: set[str] = set()
+        for seed, found in failed:
             broken += 1
-            report(s, found, args.out, minimize=not args.no_shrink)
+            # The first seed of each kind of failure is minimized (up to --minimize); the
+            # others are listed: `make sim SEED=N` minimizes any one of them.
+            new = found.kind not in kinds and len(kinds) < args.minimize
+            kinds.add(found.kind)
+            report(scenario(seed), found, args.out, minimize=new and not args.no_shrink)
     took = time.perf_counter() - started
-    print(f"sim: {count} seeds, {broken} violations ({took:.1f}s)")
+    print(f"{took:.1f}s, {took / max(count, 1) * 1000:.0f} ms a seed")
+    print(f"sim: {count} seeds, {broken} violations")
     return 1 if broken else 0
 
 

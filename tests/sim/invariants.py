@@ -32,6 +32,9 @@ class Violation(AssertionError):
         self.detail = detail
         self.kind = kind or invariant  # what a shrink keeps: the same kind of failure
 
+    def __reduce__(self) -> tuple[type[Violation], tuple[str, str, str]]:
+        return (Violation, (self.invariant, self.detail, self.kind))  # across processes
+
 
 def matched(ruleset: Ruleset, payload: dict[str, Any]) -> Iterator[Rule]:
     """The rules that decide about payload, in order (first match wins unless continue)."""

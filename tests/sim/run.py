@@ -44,8 +44,8 @@ from receiver.store.records import Attempt
 from tests.sim.generate import Op, Scenario, check
 
 LEASE = 30.0  # the runner's send lease (the worker's default is 60 s; shorter finds more)
-TICK_EVERY = 5.0  # the timers look at least this often (IDLE_POLL), within a gap ...
-MAX_TICKS = 12  # ... but at most this many times a gap (an idle hour is 12 looks, not 720)
+TICK_EVERY = 60.0  # the timers look at least this often within a gap (besides when due) ...
+MAX_TICKS = 16  # ... but at most this many times a gap; and at each moment one falls due
 
 
 Checker = Callable[["Run", bool, list[str]], Awaitable[None]]  # (run, final, routed now)
@@ -183,6 +183,8 @@ class Run:
         """The notify worker's part: every due row claimed under a lease and sent (recorded
         here), then marked delivered; "in-send" crashes before the mark."""
         assert self.store is not None
+        if not self.query("SELECT 1 FROM outbox WHERE state IN ('pending', 'held', 'sending')"):
+            return  # nothing to claim: no store cycle
         rows = await self.store.outbox.claim_due(now=self.now, limit=1000, lease=LEASE)
         for row in sorted(rows, key=lambda r: r.id):
             self.seen.sends.append((row.id, self.now))
@@ -206,18 +208,42 @@ class Run:
         await self.route()
         await self.deliver()
 
+    def next_due(self) -> float:
+        """The next moment a timer or a send falls due after now, read from the file: a
+        held or pending row, a lease that runs out, a repeat, an escalation step, a digest
+        that closes, a silence that ends, the heartbeat."""
+        now = self.now
+        (found,) = self.query(
+            "SELECT min(t) FROM ("
+            " SELECT min(next_at) AS t FROM outbox WHERE state IN ('pending', 'held')"
+            "  AND next_at > ?1"
+            " UNION ALL SELECT min(lease_until) FROM outbox WHERE state = 'sending'"
+            "  AND lease_until > ?1"
+            " UNION ALL SELECT min(next_repeat_at) FROM notices WHERE next_repeat_at > ?1"
+            " UNION ALL SELECT min(next_at) FROM escalations WHERE next_at > ?1"
+            " UNION ALL SELECT min(closes_at) FROM groups WHERE state = 'open' AND closes_at > ?1"
+            " UNION ALL SELECT min(ends_at) FROM silences WHERE expired_at IS NULL"
+            "  AND ends_at > ?1)",
+            (now,),
+        )[0]
+        due = math.inf if found is None else float(found)
+        beat = self.ruleset.heartbeat
+        if beat is not None:
+            (last,) = self.query("SELECT max(received_at) FROM events")[0]
+            at = (last or self.scenario.start) + beat.silent_for
+            if at > now:
+                due = min(due, at)
+        return due
+
     async def advance(self, until: float) -> None:
-        """Move the clock to until, the timers looking at their due moments on the way."""
-        start, ticks = self.now, 0
-        gap = max(TICK_EVERY, (until - start) / MAX_TICKS)
-        while ticks < MAX_TICKS:
-            assert self.router is not None
-            due = self.router._next_step  # the router's own next escalation step
-            nxt = min(self.now + gap, due if due is not None and due > self.now else math.inf)
+        """Move the clock to until, the timers running at each moment one falls due on the
+        way (and TICK_EVERY after the last look, as the idle router does, at most
+        MAX_TICKS times a gap)."""
+        for _ in range(MAX_TICKS):
+            nxt = min(self.next_due(), self.now + TICK_EVERY)
             if nxt >= until:
                 break
-            self.now = nxt
-            ticks += 1
+            self.now = nxt + 0.001  # just past it: what is due at that moment is due
             await self.tick()
             await self.deliver()
         self.now = max(self.now, until)
