@@ -18,34 +18,60 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from tests.sim import agree
 from tests.sim.generate import Scenario, scenario
 from tests.sim.invariants import Violation, check
-from tests.sim.run import run_scenario
+from tests.sim.run import Run, run_scenario
 from tests.sim.shrink import shrink, write
 
 
-def violation(s: Scenario) -> Violation | None:
-    """The invariant the scenario breaks first (None: none)."""
+def violation(s: Scenario, *, through: bool = False) -> Violation | None:
+    """The invariant the scenario breaks first (None: none); one seed in agree.EVERY is
+    also run on the memory store (stores agree). through: run to the end whatever breaks
+    (what a clean run costs: --through)."""
+    states: list[tuple[list[Any], list[Any]]] = []
+    first: list[Violation] = []
+
+    async def checker(run: Run, final: bool, routed: list[str]) -> None:
+        try:
+            await check(run, final, routed)
+        except Violation as found:
+            if not through:
+                raise
+            first.append(found)
+        if final:
+            states.append(agree.final_state(run))
+
     try:
-        run_scenario(s, check)
+        run = run_scenario(s, checker)
+        if s.seed % agree.EVERY == 0:
+            agree.stores_agree(s, (run, states[0]))
     except Violation as found:
         return found
-    return None
+    return first[0] if first else None
 
 
-def _seed(seed: int) -> tuple[int, Violation | None]:
+def _seed(seed: int, through: bool = False) -> tuple[int, Violation | None]:
     logging.disable(logging.WARNING)
-    return seed, violation(scenario(seed))
+    return seed, violation(scenario(seed), through=through)
 
 
-def seeds(first: int, count: int, jobs: int) -> Iterator[tuple[int, Violation | None]]:
+def _seed_through(seed: int) -> tuple[int, Violation | None]:
+    return _seed(seed, True)
+
+
+def seeds(
+    first: int, count: int, jobs: int, through: bool = False
+) -> Iterator[tuple[int, Violation | None]]:
     """Each seed's first violation (or None), in seed order; jobs processes at once."""
+    one = _seed_through if through else _seed
     if jobs <= 1 or count < 2:
-        yield from map(_seed, range(first, first + count))
+        yield from map(one, range(first, first + count))
         return
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        yield from pool.imap(_seed, range(first, first + count), chunksize=4)
+        yield from pool.imap(one, range(first, first + count), chunksize=4)
 
 
 def report(s: Scenario, found: Violation, out: Path, minimize: bool) -> None:
@@ -77,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-shrink", action="store_true", help="report without minimizing")
     parser.add_argument("--trace", action="store_true", help="print the run's trace")
     parser.add_argument(
+        "--through", action="store_true", help="run every seed to its end (to time it)"
+    )
+    parser.add_argument(
         "--minimize", type=int, default=5, help="kinds of failure to minimize (default 5)"
     )
     parser.add_argument(
@@ -98,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
             report(one, found, args.out, minimize=not args.no_shrink)
     else:
         count = args.seeds
-        failed = [(s, f) for s, f in seeds(args.first, count, args.jobs) if f is not None]
+        drawn = seeds(args.first, count, args.jobs, args.through)
+        failed = [(s, f) for s, f in drawn if f is not None]
+        print(f"{count} seeds run in {time.perf_counter() - started:.1f}s")
         kinds: set[str] = set()
         for seed, found in failed:
             broken += 1

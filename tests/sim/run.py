@@ -40,7 +40,7 @@ from receiver.dispatch.router import Router
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
 from receiver.store import SQLiteStore
-from receiver.store.records import Attempt
+from receiver.store.records import Attempt, OutboxRow
 from tests.sim.generate import Op, Scenario, check
 
 LEASE = 30.0  # the runner's send lease (the worker's default is 60 s; shorter finds more)
@@ -90,6 +90,9 @@ class Run:
         self._crash_in_send = False
         self._reader: sqlite3.Connection | None = None
         self.step = 0
+        # What ran when: (time, "op" | "route" | "tick" | "deliver", op index), for another
+        # store to run the same (tests.sim.agree).
+        self.schedule: list[tuple[float, str, int]] = []
 
     # -- the store, the router, crashes ----------------------------------------------------
 
@@ -160,6 +163,7 @@ class Run:
 
     async def route(self) -> None:
         assert self.router is not None
+        self.schedule.append((self.now, "route", 0))
         for _ in range(100):
             routed = 0
 
@@ -173,6 +177,8 @@ class Run:
                 return
 
     async def tick(self) -> None:
+        self.schedule.append((self.now, "tick", 0))
+
         async def one() -> None:
             assert self.router is not None
             await self.router.tick()
@@ -181,11 +187,20 @@ class Run:
 
     async def deliver(self) -> None:
         """The notify worker's part: every due row claimed under a lease and sent (recorded
-        here), then marked delivered; "in-send" crashes before the mark."""
+        here), then marked delivered, claiming again while a claim finds rows (a row waits
+        for the earlier ones of its alert to its target); "in-send" crashes before a mark."""
         assert self.store is not None
-        if not self.query("SELECT 1 FROM outbox WHERE state IN ('pending', 'held', 'sending')"):
-            return  # nothing to claim: no store cycle
-        rows = await self.store.outbox.claim_due(now=self.now, limit=1000, lease=LEASE)
+        self.schedule.append((self.now, "deliver", 0))
+        for _ in range(20):
+            if not self.query("SELECT 1 FROM outbox WHERE state IN ('pending', 'held', 'sending')"):
+                return  # nothing to claim: no store cycle
+            rows = await self.store.outbox.claim_due(now=self.now, limit=1000, lease=LEASE)
+            if not rows or not await self._send(rows):
+                return
+
+    async def _send(self, rows: list[OutboxRow]) -> bool:
+        """Send claimed rows; False when a crash came in the middle."""
+        assert self.store is not None
         for row in sorted(rows, key=lambda r: r.id):
             self.seen.sends.append((row.id, self.now))
             self.trace.append(
@@ -195,11 +210,12 @@ class Run:
             if self._crash_in_send:
                 self._crash_in_send = False
                 await self.crash("after a send, before its outcome was recorded")
-                return
+                return False
             await self.store.outbox.mark_delivered(
                 row.id, now=self.now, attempt=Attempt(self.now, 0, 200)
             )
             self.seen.delivered.setdefault(row.id, self.now)
+        return True
 
     async def settle(self) -> None:
         """Route what is waiting, run the timers due now, send what is due."""
@@ -294,9 +310,10 @@ class Run:
     async def run(self) -> None:
         await self.open()
         try:
-            for op in self.scenario.ops:
+            for index, op in enumerate(self.scenario.ops):
                 before = len(self.seen.order)
                 await self.advance(self.scenario.start + op.at)
+                self.schedule.append((self.now, "op", index))
                 await self.apply(op)
                 await self.settle()
                 self._outcome_lines()
