@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from receiver import why
+from tests.sim import agree, invariants
 from tests.sim.__main__ import violation
 from tests.sim.generate import T0, Op, Scenario, scenario
 from tests.sim.invariants import Violation, check, explain_is_true, nothing_vanishes
@@ -116,3 +118,10 @@ def test_explain_is_true_sees_a_wrong_decision(monkeypatch: pytest.MonkeyPatch) 
     )
     assert found.invariant == "explain is true"
     assert "evt_1" in found.detail and "deduplicated" in found.detail
+
+
+def test_the_docs_state_each_invariant_as_its_docstring_does() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
+    for invariant in (*invariants.CHECKS, invariants.explain_is_true, agree.stores_agree):
+        statement = (invariant.__doc__ or "").splitlines()[0]
+        assert f"| {statement} |" in page, f"docs/testing.md does not state {statement!r}"
