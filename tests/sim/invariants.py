@@ -16,6 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from receiver import why
+from receiver.dispatch.alerts import opener
+from receiver.dispatch.inhibition import suppression
+from receiver.dispatch.silences import active_silences
 from receiver.rules import Rule, Ruleset
 from receiver.store.records import SENT_STATES
 from tests.sim.run import LEASE, Run
@@ -295,7 +298,77 @@ def resolved_reaches_paged(run: Run) -> None:
                 )
 
 
-CHECKS = (nothing_vanishes, open_alerts_accounted, once, resolved_reaches_paged)
+def wake_exactly_what_was_held(run: Run) -> None:
+    """What a silence, quiet hours or an inhibition held is notified once, if still open.
+
+    (A woken notification, "was silenced since ...", comes at most once a hold, and never
+    for an episode that resolved first; at the end, what nothing holds any more waits for
+    nothing: checked by wake_at_the_end.)"""
+    woke: dict[tuple[Any, ...], int] = defaultdict(int)
+    for rid, aid, ep, rule, notifier, target, body, created in run.query(
+        "SELECT id, alert, episode, rule, notifier, target, body, created_at FROM outbox"
+        " WHERE kind = 'event' AND alert IS NOT NULL AND instr(body, char(10) || 'was ') > 0"
+    ):
+        since = body.rsplit("\n", 1)[-1]
+        if not since.startswith("was ") or " since " not in since:
+            continue
+        key = (aid, ep, rule, notifier, target, since)
+        woke[key] += 1
+        if woke[key] > 1:
+            raise Violation(
+                "wake exactly what was held", f"row #{rid}: {aid}/{ep} {rule} woken twice ({since})"
+            )
+        resolved = run.seen.resolved_at.get((aid, int(ep)))
+        if resolved is not None and created > resolved:
+            raise Violation(
+                "wake exactly what was held",
+                f"row #{rid}: {aid} episode {ep} resolved at {resolved - run.scenario.start:.0f}"
+                f" and was woken at {created - run.scenario.start:.0f} ({since})",
+                "woken after it resolved",
+            )
+
+
+async def wake_at_the_end(run: Run) -> None:
+    """At the end, no open alert's notice or chain waits for a hold that has ended."""
+    assert run.store is not None
+    ruleset = run.ruleset
+    now = run.now
+
+    def waiting(tx: Any) -> list[str]:
+        silences = active_silences(tx.silences.active(now))
+        stuck = []
+        for what, aid, ep, name, why_ in run.query(
+            "SELECT 'notice', alert, episode, rule, suppressed_why FROM notices"
+            " WHERE suppressed_since IS NOT NULL UNION ALL"
+            " SELECT 'chain', alert, episode, rule, suppressed_why FROM escalations"
+            " WHERE suppressed_since IS NOT NULL AND next_at IS NULL"
+        ):
+            alert = tx.alerts.get(aid)
+            rule = ruleset.by_name.get(name)
+            if alert is None or alert.state != "open" or alert.episode != ep or rule is None:
+                continue
+            held = suppression(tx, ruleset, rule, opener(tx, alert), silences, now, aid)
+            if held is None:
+                stuck.append(f"{what} of {aid}/{ep} rule {name} (was {why_})")
+        tx.alerts.forget()
+        return stuck
+
+    stuck = await run.store.transact(waiting)
+    if stuck:
+        raise Violation(
+            "wake exactly what was held",
+            f"nothing holds them any more and they still wait: {stuck[:3]}",
+            "never woken",
+        )
+
+
+CHECKS = (
+    nothing_vanishes,
+    open_alerts_accounted,
+    once,
+    resolved_reaches_paged,
+    wake_exactly_what_was_held,
+)
 
 
 async def check(run: Run, final: bool, routed: list[str]) -> None:
@@ -303,3 +376,5 @@ async def check(run: Run, final: bool, routed: list[str]) -> None:
     for invariant in CHECKS:
         invariant(run)
     await explain_is_true(run, list(run.seen.order) if final else routed)
+    if final:
+        await wake_at_the_end(run)

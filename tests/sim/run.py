@@ -67,6 +67,7 @@ class Seen:
     sends: list[tuple[int, float]] = field(default_factory=list)  # (row id, at)
     delivered: dict[int, float] = field(default_factory=dict)  # row id -> marked at
     resolved_by: dict[tuple[str, int], str] = field(default_factory=dict)  # -> ruleset digest
+    resolved_at: dict[tuple[str, int], float] = field(default_factory=dict)  # -> when
 
 
 class Run:
@@ -121,6 +122,7 @@ class Run:
                 self.seen.transitions[event_id] = seen
                 if seen[0] == "resolve" and seen[1] is not None and seen[2] is not None:
                     self.seen.resolved_by[(seen[1], seen[2])] = seen[3]
+                    self.seen.resolved_at.setdefault((seen[1], seen[2]), self.now)
             self._pending = {}
             return result
 
@@ -298,6 +300,7 @@ class Run:
             self.trace.append(f"  {kind}: {outcome.result}")
             if kind == "resolve" and outcome.result == "done" and outcome.episode is not None:
                 self.seen.resolved_by[(data["alert"], outcome.episode)] = self.ruleset.digest
+                self.seen.resolved_at.setdefault((data["alert"], outcome.episode), self.now)
         elif kind == "crash":
             where = data["where"]
             if where == "between":

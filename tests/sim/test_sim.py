@@ -122,6 +122,10 @@ def test_explain_is_true_sees_a_wrong_decision(monkeypatch: pytest.MonkeyPatch) 
 
 def test_the_docs_state_each_invariant_as_its_docstring_does() -> None:
     page = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
-    for invariant in (*invariants.CHECKS, invariants.explain_is_true, agree.stores_agree):
+    every = (
+        *invariants.CHECKS, invariants.explain_is_true, invariants.wake_at_the_end,
+        agree.stores_agree,
+    )  # fmt: skip
+    for invariant in every:
         statement = (invariant.__doc__ or "").splitlines()[0]
         assert f"| {statement} |" in page, f"docs/testing.md does not state {statement!r}"
