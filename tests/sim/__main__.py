@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.sim import agree
+from tests.sim import agree, backtest
 from tests.sim.generate import Scenario, scenario
 from tests.sim.invariants import Violation, check
 from tests.sim.run import Run, run_scenario
@@ -29,7 +29,8 @@ from tests.sim.shrink import shrink, write
 
 def violation(s: Scenario, *, through: bool = False) -> Violation | None:
     """The invariant the scenario breaks first (None: none); one seed in agree.EVERY is
-    also run on the memory store (stores agree). through: run to the end whatever breaks
+    also run on the memory store (stores agree), and one in backtest.EVERY replayed by
+    `receiver backtest`'s code (backtest is the server). through: run to the end whatever breaks
     (what a clean run costs: --through)."""
     states: list[tuple[list[Any], list[Any]]] = []
     first: list[Violation] = []
@@ -48,6 +49,8 @@ def violation(s: Scenario, *, through: bool = False) -> Violation | None:
         run = run_scenario(s, checker)
         if s.seed % agree.EVERY == 0:
             agree.stores_agree(s, (run, states[0]))
+        if s.seed % backtest.EVERY == 1:
+            backtest.backtest_is_the_server(s)
     except Violation as found:
         return found
     return first[0] if first else None
