@@ -116,8 +116,21 @@ def shrink(s: Scenario, fails: Fails) -> Scenario:
     """The smallest scenario found that still fails (fails(s) must hold)."""
     budget = _Budget(fails)
     s = _ddmin_ops(s, budget)
+    s = _one_file(s, budget)
     s = _shrink_rules(s, budget)
     return _ddmin_ops(s, budget)  # rules cut may let more operations go
+
+
+def _one_file(s: Scenario, fails: Fails) -> Scenario:
+    """The first rules file alone, when the failure needs no reload (the others are then
+    not written)."""
+    reloads = [o for o in s.ops if o.kind == "reload"]
+    if len(s.rules) == 1:
+        return s
+    if not reloads:
+        return Scenario(s.seed, s.start, s.rules[:1], s.ops)
+    alone = Scenario(s.seed, s.start, s.rules[:1], [o for o in s.ops if o.kind != "reload"])
+    return alone if fails(alone) else s
 
 
 def write(s: Scenario, out: Path, invariant: str, detail: str) -> list[Path]:
