@@ -129,3 +129,37 @@ def test_the_docs_state_each_invariant_as_its_docstring_does() -> None:
     for invariant in every:
         statement = (invariant.__doc__ or "").splitlines()[0]
         assert f"| {statement} |" in page, f"docs/testing.md does not state {statement!r}"
+
+
+def test_stores_agree_sees_a_row_the_memory_store_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Scenario(2, T0, [RULES], [_drop(1, "s1"), _drop(2, "s2"), Op(60.0, "tick")])
+    agree.stores_agree(s)  # the same rows, as it should be
+    real = agree.MemoryRun.run
+
+    async def lossy(self: agree.MemoryRun) -> None:
+        await real(self)
+        rows = self.store.tx.tables.rows
+        del rows[max(rows)]  # the memory store lost its newest row
+
+    monkeypatch.setattr(agree.MemoryRun, "run", lossy)
+    with pytest.raises(Violation) as found:
+        agree.stores_agree(s)
+    assert found.value.invariant == "stores agree"
+
+
+def test_backtest_is_the_server_sees_a_page_the_backtest_would_not_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = Scenario(3, T0, [RULES], [_drop(1, "s1"), Op(60.0, "tick")])
+    backtest.backtest_is_the_server(s)  # they agree, as they should
+    real = backtest.Backtest.finish
+
+    def fewer(self: Any) -> Any:
+        result = real(self)
+        result.rules["page"].sent -= 1  # the backtest's report says one page fewer
+        return result
+
+    monkeypatch.setattr(backtest.Backtest, "finish", fewer)
+    with pytest.raises(Violation) as found:
+        backtest.backtest_is_the_server(s)
+    assert found.value.invariant == "backtest is the server"
