@@ -78,7 +78,7 @@ def backtest_is_the_server(s: Scenario) -> None:
     kept = [
         Silence(int(i), json.loads(m), r, a, b, e, created_at=c) for i, m, r, a, b, e, c in silences
     ]
-    replay = Backtest(check(same.rules[0]), start=same.start, end=end + 1, silences=kept)
+    replay = Backtest(check(same.rules[0]), start=same.start, end=end, silences=kept)
     for eid, body, received in events:
         payload = load_stored(body)
         replay.route(StoredEvent(eid, str(payload.get("type")), body, received), payload)

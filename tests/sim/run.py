@@ -36,7 +36,7 @@ from typing import Any
 from receiver import events as receiver_events
 from receiver.dispatch import actions, pipeline
 from receiver.dispatch.alerts import Transition
-from receiver.dispatch.router import Router
+from receiver.dispatch.router import WAKE_EVERY, Router
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
 from receiver.store import SQLiteStore
@@ -90,6 +90,7 @@ class Run:
         self._pending: dict[str, tuple[str, str | None, int | None, str]] = {}
         self._crash_next_tx = False
         self._crash_in_send = False
+        self._look_again: float | None = None
         self._reader: sqlite3.Connection | None = None
         self.step = 0
         # What ran when: (time, "op" | "route" | "tick" | "deliver", op index), for another
@@ -221,11 +222,13 @@ class Run:
         return True
 
     async def settle(self) -> None:
-        """Route what is waiting, run the timers due now, send what is due."""
+        """Route what is waiting, run the timers due now, send what is due; the timers look
+        again WAKE_EVERY later (what a source or silence that ended held is woken then)."""
         await self.route()
         await self.tick()
         await self.route()
         await self.deliver()
+        self._look_again = self.now + WAKE_EVERY
 
     def next_due(self) -> float:
         """The next moment a timer or a send falls due after now, read from the file: a
@@ -261,6 +264,8 @@ class Run:
         idle = 0
         for _ in range(MAX_DUE):
             due = self.next_due()
+            if self._look_again is not None:  # the router's next look after a turn
+                due, self._look_again = min(due, self._look_again), None
             nxt = min(due, self.now + TICK_EVERY) if idle < MAX_TICKS else due
             if nxt > until:
                 break
@@ -330,6 +335,7 @@ class Run:
                 self.step += 1
                 if self.checker is not None:
                     await self.checker(self, False, self.seen.order[before:])
+            await self.advance(self.now + WAKE_EVERY)  # the router's last look
             if self.checker is not None:
                 await self.checker(self, True, [])
         finally:
