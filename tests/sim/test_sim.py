@@ -9,6 +9,9 @@ A seed that fails here is replayed, minimized and written as files by
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +42,22 @@ def test_a_seed_gives_the_same_history_byte_for_byte() -> None:
     assert first.digest() == second.digest()
     assert len(first.trace) > 50
     assert run_scenario(scenario(6)).digest() != first.digest()
+
+
+def test_a_seed_replays_the_same_in_another_process() -> None:
+    # `make sim SEED=N` on another day: a new process, another string hash seed.
+    def trace(hash_seed: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.sim", "--seed", "5", "--trace", "--no-shrink"],
+            capture_output=True, text=True, timeout=100, check=False,
+            cwd=Path(__file__).parents[2], env={**os.environ, "PYTHONHASHSEED": hash_seed},
+        )  # fmt: skip
+        assert "sim: 1 seeds" in done.stdout, done.stderr
+        return [line for line in done.stdout.splitlines() if "ms a seed" not in line]
+
+    first = trace("1")
+    assert len(first) > 50
+    assert trace("2") == first
 
 
 RULES = """
