@@ -20,7 +20,7 @@ from receiver import __version__, signature
 from receiver.events import sample
 from tests.harness import Receiver
 from tests.otlp import OTLPSink, Span, tree
-from tests.servers import HTTPSink
+from tests.servers import HTTPSink, SMTPSink
 
 pytestmark = pytest.mark.e2e
 
@@ -138,6 +138,7 @@ def test_one_event_is_one_trace_from_the_sender_to_each_send(
         "receiver.session.id": "s-42",
         "receiver.result": "accepted",
     }
+    assert verify.attributes == {} and store.attributes == {}
     assert route.attributes == {
         "receiver.event.id": "evt_traced",
         "receiver.event.type": "score.drop",
@@ -481,3 +482,29 @@ def test_no_secret_or_token_reaches_any_span(tmp_path: Path, http_sink: HTTPSink
     failed = [s for s in sends if s.attributes["receiver.outcome"] == "retry"]
     assert {s.name for s in failed} == {"notify chat", f"webhook {hook['id']}"}
     assert all(s.attributes["error.type"] == "500" for s in failed)
+
+
+def test_a_mail_send_names_its_server_and_no_http_method(
+    tmp_path: Path, smtp_sink: SMTPSink
+) -> None:
+    """A target apprise reaches without HTTP (mail here): the span has the notifier's URL
+    without its password, the SMTP server's address and port, and no HTTP method or
+    status (none was observable)."""
+    url = smtp_sink.mailto_url()
+    with OTLPSink() as otlp:
+        server = Receiver(tmp_path, rules=RULES.format(chat=url), env=traced_env(otlp)).start()
+        send(server, sample("score.drop", id="evt_mailed"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        smtp_sink.wait_for(1)
+        spans = otlp.wait_for(
+            lambda spans: any(s.name == "notify chat" for s in spans), "the mail's span"
+        )
+        server.stop()
+    mail = one(spans, "notify chat")
+    assert {k: v for k, v in mail.attributes.items() if not k.startswith("receiver.")} == {
+        "url.full": f"mailto://REDACTED:REDACTED@127.0.0.1:{smtp_sink.port}/"
+        "?mode=insecure&from=receiver%40example.com&to=team%40example.com",
+        "server.address": "127.0.0.1",
+        "server.port": smtp_sink.port,
+    }
+    assert mail.attributes["receiver.outcome"] == "delivered"
+    assert smtp_sink.password not in str(mail.attributes)
