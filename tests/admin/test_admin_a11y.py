@@ -9,6 +9,7 @@ The module's server, browser and sign-in are tests/admin/test_admin_browser.py's
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,10 +39,29 @@ NAMED = ("empty-table-header",)
 
 
 @pytest.fixture(scope="module")
-def pages(server: Receiver, sink: HTTPSink, subscribers: dict[str, str]) -> list[str]:
+def pages(
+    browser: Any,
+    server: Receiver,
+    sink: HTTPSink,
+    signed_in: dict[str, Any],
+    subscribers: dict[str, str],
+) -> list[str]:
     """A path of every page of the admin, with something on each: an event with its
     notification, subscriber deliveries and an alert with an escalation, a quarantined
-    body, a silence, a job, the confirmations."""
+    body, a silence, a bulk retry's job, the confirmations."""
+    context = browser.new_context(viewport=DESKTOP, storage_state=signed_in)
+    try:
+        tab = Tab(context, server.url)
+        tab.go("/admin/silences")
+        tab.page.get_by_label("Matchers").fill(f"userId={uid('quiet')}")
+        tab.page.get_by_label("Reason").fill("an accessibility check")
+        tab.follow(tab.page.get_by_role("button", name="Silence"))
+        tab.go("/admin/bulk-retry")
+        tab.follow(tab.page.get_by_role("button", name="Confirm"), re.compile(r".*/jobs/\d+$"))
+        job = tab.page.url.removeprefix(server.url)
+    finally:
+        context.close()
+    ((silence,),) = server.query("SELECT max(id) FROM silences")
     esc, plain = drop(userId=uid("esc")), drop()
     for event in (esc, plain):
         assert server.send(event).status_code == 202
@@ -79,6 +99,8 @@ def pages(server: Receiver, sink: HTTPSink, subscribers: dict[str, str]) -> list
         f"/admin/alerts/{alert}/ack",
         "/admin/report",
         "/admin/silences",
+        f"/admin/silences/{silence}/expire",
+        job,
         "/admin/rules",
         "/admin/webhooks",
         f"/admin/webhooks/{hook}/delete",
@@ -125,6 +147,19 @@ def test_every_admin_page_has_no_serious_or_critical_axe_violation(
         wide_tab.go(path)
         if bad := violations(wide_tab.page):
             found[path] = bad
+    # The pages a form answers with: the rules' explanation of a pasted event, and a
+    # message (a delivered notification is not retried: nothing changes).
+    page = wide_tab.page
+    wide_tab.go("/admin/rules")
+    page.get_by_label("Event JSON").fill(json.dumps(drop()))
+    wide_tab.follow(page.get_by_role("button", name="Explain"))
+    if bad := violations(page):
+        found["/admin/rules (explained)"] = bad
+    wide_tab.go(next(p for p in pages if p.endswith("/retry")))
+    wide_tab.follow(page.get_by_role("button", name="Confirm"))
+    assert page.get_by_role("heading", name="Not retried").is_visible()
+    if bad := violations(page):
+        found["(message) Not retried"] = bad
     signed_out = browser.new_context(viewport=viewport)
     try:
         login = signed_out.new_page()
