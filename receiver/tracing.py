@@ -282,13 +282,18 @@ def current_headers() -> dict[str, str]:
     return outbound(_CURRENT.get())
 
 
+def recording() -> bool:
+    """Whether the current span records (tracing on and the trace sampled): what a channel
+    asks before working out attributes that only a recorded span keeps."""
+    span = _CURRENT.get() if on else None
+    return span is not None and span.is_recording()
+
+
 def describe(name: str | None, attributes: Mapping[str, Any]) -> None:
     """Rename the current span (unless name is None) and add attributes (a channel naming
     what it sends to)."""
-    if not on:
-        return
-    span = _CURRENT.get()
-    if span is not None and span.is_recording():
+    span = _CURRENT.get() if recording() else None
+    if span is not None:
         if name is not None:
             span.update_name(name)
         span.set_attributes(_clean(attributes))

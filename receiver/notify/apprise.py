@@ -51,7 +51,7 @@ class AppriseChannel:
         return f"{row.label} for event {row.event_id} (rule {row.rule})"
 
     async def send(self, row: OutboxRow) -> Result:
-        exchange = Exchange() if tracing.on else None
+        exchange = Exchange() if tracing.recording() else None
         try:
             url = self._url(row)
             title, body = await self._texts(row)

@@ -251,7 +251,7 @@ class Targets:
         on its own and its outcome is dropped.
         """
         if exchange is not None:
-            exchange.url = shown_url(url, url_secrets(url))
+            exchange.url = shown_url(url, self._register(url))
         if _scheme(url) == "console":
             _log_console(label, title, body)
             return None
