@@ -9,7 +9,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,10 @@ from receiver.admin.jobs import Jobs
 from receiver.api.webhooks import delivery
 from receiver.events import date_or_why, iso_epoch
 from receiver.logs import LogLimiter
+from receiver.notify.redaction import shown_url, url_secrets
 from receiver.notify.webhook import WebhookChannel
 from receiver.store import Store
-from receiver.store.records import OutboxRow
+from receiver.store.records import WEBHOOK_NOTIFIER, OutboxRow, Webhook
 from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.admin")
@@ -78,6 +79,23 @@ def row_id(text: str | None) -> int | None:
     """A row id from the URL: 1 to 18 ASCII digits (what a store's integer holds), else
     None; "²" passes str.isdigit but not int(), and 10**30 passes int() but no store."""
     return int(text) if text and re.fullmatch(r"[0-9]{1,18}", text) else None
+
+
+class Targets:
+    """What a page shows for a row's (notifier, target): the notifier's label, "oncall[0]";
+    for a subscriber delivery, its subscriber's id and URL without secrets
+    (redaction.shown_url), never "@subscriber[3]" (an index the page knows nothing of)."""
+
+    def __init__(self, hooks: Iterable[Webhook]) -> None:
+        self._hooks = {hook.id: hook for hook in hooks}
+
+    def __call__(self, notifier: str, target: int) -> str:
+        if notifier != WEBHOOK_NOTIFIER:
+            return f"{notifier}[{target}]"
+        hook = self._hooks.get(target)
+        if hook is None:
+            return "a deleted subscriber"
+        return f"{hook.public_id} {shown_url(hook.url, url_secrets(hook.url))}"
 
 
 def shown_delivery(row: OutboxRow) -> dict[str, Any]:
@@ -231,6 +249,10 @@ class Admin:
             "dead": counts["dead"],
             "size": await self.store.stats.size(),
         }
+
+    async def targets(self) -> Targets:
+        """The pages' names of notification targets (Targets), subscribers read now."""
+        return Targets(await self.store.webhooks.all())
 
     async def view(
         self, request: Request, session: Session, template: str, context: Mapping[str, Any]

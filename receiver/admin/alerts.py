@@ -59,7 +59,8 @@ async def report(admin: Admin, request: Request, session: Session) -> Response:
         "report.html",
         {"found": found, "since": since, "flapping": REPORT_FLAPPING, "error": error,
          "rules": noise.lines(found, 0), "notifiers": noise.lines(found, 1),
-         "chart": report_chart(noise.days(found)), "seconds": noise.seconds},
+         "chart": report_chart(noise.days(found)), "seconds": noise.seconds,
+         "target": await admin.targets()},
     )  # fmt: skip
 
 
@@ -91,6 +92,7 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
             "paged": list(reversed(rows)),
             "actions": await admin.store.alerts.actions([alert.id]),
             "escalations": [escalation(c) for c in await admin.store.alerts.chains(alert.id)],
+            "target": await admin.targets(),
         },
     )
 

@@ -428,8 +428,8 @@ def _route_spans(
                 tracing.EVENT_ID: event.id,
                 tracing.EVENT_TYPE: event.type,
                 tracing.SESSION_ID: session if isinstance(session, str) else None,
-                "rules.matched": len({d.rule for d in decisions}),
-                "replay": event.replay,
+                tracing.RULES_MATCHED: len({d.rule for d in decisions}),
+                tracing.REPLAY: event.replay,
             },
         )
     return spans

@@ -285,10 +285,16 @@ class Worker:
             # Abandoned at shutdown (cancelled), or a failure to record the outcome.
             tracing.end(span, {tracing.OUTCOME: "abandoned"}, error="not finished")
             raise
+        failed = outcome != "delivered"
         tracing.end(
             span,
-            {tracing.STATUS: result.status, tracing.OUTCOME: outcome},
-            error=None if outcome == "delivered" else (result.error or "failed"),
+            {
+                tracing.STATUS: result.status,
+                tracing.OUTCOME: outcome,
+                # A failure's answer is its error.type; one with none, the channel's own.
+                tracing.ERROR_TYPE: str(result.status) if failed and result.status else None,
+            },
+            error=(result.error or "failed") if failed else None,
         )
 
     async def _attempt(self, channel: Channel, row: OutboxRow) -> tuple[Result, str]:
@@ -310,6 +316,7 @@ class Worker:
                 exc_info=exc,
             )
             result = Result.retry(f"unexpected error: {type(exc).__name__}")
+            tracing.describe(None, {tracing.ERROR_TYPE: tracing.error_type(exc)})
         took = time.perf_counter() - started
         now = self.clock()
         attempt = Attempt(
@@ -381,7 +388,8 @@ def _attempt_span(channel: Channel, row: OutboxRow, parent: str | None) -> Any:
             tracing.NOTIFIER: row.notifier,
             tracing.ATTEMPT: row.attempts,
             tracing.KIND: row.kind,
-            "outbox.id": row.id,
+            tracing.OUTBOX_ID: row.id,
+            tracing.RESEND_COUNT: row.attempts - 1 if row.attempts > 1 else None,
         },
     )
 
