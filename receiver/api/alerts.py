@@ -151,11 +151,19 @@ class AlertsAPI:
                 f"state must be one of open, resolved; got {state[:40]!r}", headers=headers
             )
         limit = limit_param(request.query_params)
+        cursor = _text(request, "cursor") or None  # cursor= is the first page
+        if cursor is not None and await self.store.alerts.get(cursor) is None:
+            # as /v1/sessions does: a cursor is the id of the previous page's last alert
+            raise InvalidParameterError(
+                f"cursor {cursor[:100]!r} names no alert: pass the cursor of the previous"
+                " page unchanged, with the same filters",
+                headers=headers,
+            )
         found = await self.store.alerts.page(
             state=state,
             rule=_text(request, "rule"),
             session=_text(request, "session"),
-            after=_text(request, "cursor"),
+            after=cursor,
             limit=limit + 1,
         )
         page = found[:limit]
