@@ -152,7 +152,8 @@ class AlertsAPI:
             )
         limit = limit_param(request.query_params)
         cursor = _text(request, "cursor") or None  # cursor= is the first page
-        if cursor is not None and await self.store.alerts.get(cursor) is None:
+        named = None if cursor is None else await self.store.alerts.get(cursor)
+        if cursor is not None and (named is None or not named.opened):
             # as /v1/sessions does: a cursor is the id of the previous page's last alert
             raise InvalidParameterError(
                 f"cursor {cursor[:100]!r} names no alert: pass the cursor of the previous"
@@ -179,7 +180,7 @@ class AlertsAPI:
         found = None
         if "\x00" not in wanted and len(wanted) <= MAX_TEXT:
             found = await self.store.alerts.get(wanted)
-        if found is None:
+        if found is None or not found.opened:
             raise AlertNotFoundError(f"no alert has the id {wanted[:100]!r}", headers=headers)
         return found
 

@@ -163,7 +163,8 @@ def check(case: schemathesis.Case, auth: dict[str, str]) -> int:
 def cursors(server: Receiver) -> dict[str, list[str]]:
     """The cursors a page of each list can answer: a list's cursor is the id of its page's
     last item, so it names a stored one (a cursor naming none is a 400, tested below)."""
-    alerts = [str(row[0]) for row in server.query("SELECT id FROM alerts ORDER BY id")]
+    opened = "SELECT id FROM alerts WHERE episode > 0 ORDER BY id"
+    alerts = [str(row[0]) for row in server.query(opened)]
     assert alerts, "the rules opened no alert"
     return {"/v1/sessions": list(SESSIONS), "/v1/alerts": alerts}
 
@@ -271,7 +272,8 @@ def test_alert_pages_follow_their_cursors_and_refuse_an_unknown_one(
     server: Receiver, api_schema: Any, auth: dict[str, str], cursors: dict[str, list[str]]
 ) -> None:
     operation = api_schema["/v1/alerts"]["GET"]
-    everything = server.get("/v1/alerts", auth["Authorization"][7:]).json()["alerts"]
+    answer = server.get("/v1/alerts", auth["Authorization"].removeprefix("Bearer "))
+    everything = answer.json()["alerts"]
     assert [a["id"] for a in everything] == cursors["/v1/alerts"]
     first = operation.Case(query={"limit": 1, "cursor": ""}).call(headers=auth)
     assert first.status_code == 200  # an empty cursor is the first page
@@ -284,6 +286,21 @@ def test_alert_pages_follow_their_cursors_and_refuse_an_unknown_one(
         assert refused.json()["error"]["code"] == "invalid_parameter"
         assert "names no alert" in refused.json()["error"]["message"]
     assert check(operation.Case(query={"session": "s" * 501}), auth) == 400  # maxLength
+
+
+def test_an_alert_that_never_opened_is_not_listed_and_resolved_ones_have_a_time(
+    server: Receiver, api_schema: Any, auth: dict[str, str]
+) -> None:
+    """s5 only had session.stopped: its row (kept so that a late drop is stale) is no
+    alert; s3's drop was resolved by its session.stopped, at that event's time."""
+    answer = server.get("/v1/alerts", auth["Authorization"].removeprefix("Bearer "))
+    listed = {a["id"]: a for a in answer.json()["alerts"]}
+    assert "session:s5" not in listed and listed["session:s3"]["state"] == "resolved"
+    assert all(a["resolvedAt"] for a in listed.values() if a["state"] == "resolved"), listed
+    one = api_schema["/v1/alerts/{id}"]["GET"]
+    assert check(one.Case(path_parameters={"id": "session:s5"}), auth) == 404
+    cursor = api_schema["/v1/alerts"]["GET"].Case(query={"cursor": "session:s5"})
+    assert check(cursor, auth) == 400
 
 
 def test_a_session_id_with_a_nul_is_not_found(api_schema: Any, auth: dict[str, str]) -> None:
