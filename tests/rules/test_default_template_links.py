@@ -4,6 +4,7 @@ links work; the resolved message of an event that closes the alert names its pag
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,3 +94,20 @@ def test_without_a_public_url_the_default_message_has_no_links(
     message = first.json["message"]
     assert message.endswith(f"event e1 at {event['timestamp']}")
     assert "Ack" not in message and "/act/" not in message
+
+
+def test_deliveries_json_shows_the_stored_message_without_its_tokens(
+    server: Receiver, http_sink: HTTPSink
+) -> None:
+    """The outbox keeps the body as sent, live tokens included (docs/SECURITY.md says
+    so); `receiver deliveries --json` prints it with each token as /act/***."""
+    server.send(sample("score.drop", id="e1", sessionId="sess_1", score=12))
+    [sent] = http_sink.wait_for(1)
+    token = link(sent.json["message"], "Ack").rsplit("/", 1)[1]
+    [(stored,)] = server.query("SELECT body FROM outbox WHERE rule = 'drop'")
+    assert token in stored
+    out = server.cli("deliveries", "--json")
+    assert out.returncode == 0, out.stderr
+    [row] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert f"Ack: {server.url}/act/***\n" in row["body"]
+    assert "/act/***" not in row["title"] and token not in out.stdout
