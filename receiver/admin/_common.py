@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -50,9 +51,18 @@ SECURITY_HEADERS = {
 FILTER_WINDOW = 86400.0
 
 
-def _when(ts: float | None) -> str:
-    """A stored time as the pages show it; one no date can show (a row written by hand, or
-    by an older version without the duration cap) says so instead of failing the page."""
+def _when(ts: float | str | None) -> str:
+    """A time as every page shows it, "2026-11-23 10:02:00" in UTC: epoch seconds as the
+    store keeps them, or ISO 8601 text as events and the API carry it, so that one page
+    never shows two forms. One no date can show (a row written by hand, or by an older
+    version without the duration cap) says so instead of failing the page; text that is
+    no time is shown as it is."""
+    if isinstance(ts, str):
+        try:
+            moment = datetime.fromisoformat(ts.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return ts or "-"
+        ts = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
     if not ts:
         return "-"
     return date_or_why(ts, lambda t: iso_epoch(t)[:19].replace("T", " "))

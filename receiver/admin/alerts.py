@@ -78,7 +78,7 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
     """One alert (where a message's links.alert leads): its state, who was paged when,
     what was done to it and by whom, and its action buttons."""
     alert = await admin.store.alerts.get(request.path_params["id"])
-    if alert is None:
+    if alert is None or not alert.opened:
         return await admin.missing(request, session, "alert")
     acks = await admin.store.alerts.acks([alert.id])
     rows = await admin.store.outbox.page(OutboxQuery(alert=alert.id, limit=100))

@@ -151,11 +151,20 @@ class AlertsAPI:
                 f"state must be one of open, resolved; got {state[:40]!r}", headers=headers
             )
         limit = limit_param(request.query_params)
+        cursor = _text(request, "cursor") or None  # cursor= is the first page
+        named = None if cursor is None else await self.store.alerts.get(cursor)
+        if cursor is not None and (named is None or not named.opened):
+            # as /v1/sessions does: a cursor is the id of the previous page's last alert
+            raise InvalidParameterError(
+                f"cursor {cursor[:100]!r} names no alert: pass the cursor of the previous"
+                " page unchanged, with the same filters",
+                headers=headers,
+            )
         found = await self.store.alerts.page(
             state=state,
             rule=_text(request, "rule"),
             session=_text(request, "session"),
-            after=_text(request, "cursor"),
+            after=cursor,
             limit=limit + 1,
         )
         page = found[:limit]
@@ -171,7 +180,7 @@ class AlertsAPI:
         found = None
         if "\x00" not in wanted and len(wanted) <= MAX_TEXT:
             found = await self.store.alerts.get(wanted)
-        if found is None:
+        if found is None or not found.opened:
             raise AlertNotFoundError(f"no alert has the id {wanted[:100]!r}", headers=headers)
         return found
 

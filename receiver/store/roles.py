@@ -232,7 +232,8 @@ class Alerts(Protocol):
         after: str | None = None,
         limit: int = 50,
     ) -> list[Alert]:
-        """Alerts by id after `after`: in state, of a session, or noticed by a rule."""
+        """Alerts by id after `after`: in state, of a session, or noticed by a rule; never
+        one that has not opened (episode 0)."""
 
     async def snooze(self, alert_id: str, *, until: float) -> int | None:
         """Put an open alert's repeats off until `until` (then the timers notify again if
