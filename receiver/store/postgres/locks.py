@@ -83,4 +83,3 @@ class Locks:
                 continue
             for part in parts:
                 self.st.q(f"SELECT pg_advisory_xact_lock({_ARGUMENTS[kind]})", part)
-

@@ -17,7 +17,7 @@ from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.locks import Key, Locks
 from receiver.store.postgres.schema import lock_key
-from receiver.store.records import Alert, StoredEvent
+from receiver.store.records import Alert, Chain, Notice, StoredEvent
 from receiver.store.routing import (
     SQLTxDigests,
     SQLTxSilences,
@@ -160,6 +160,44 @@ class PostgresTxAlerts(SQLTxAlerts):
         self.forget()
 
 
+# The timers read what is due FOR UPDATE (SKIP LOCKED), and routing changes a notice or a
+# chain under its alert's lock: so the timers lock the alerts first, then their rows, as
+# routing does. The other way round, each held what the other waited for.
+
+
+class PostgresTxNotices(SQLTxNotices):
+    """tx.notices on PostgreSQL: the due repeats' alerts locked before their rows."""
+
+    def __init__(self, st: PostgresStatements, ahead: ReadAhead, locks: Locks) -> None:
+        super().__init__(st, ahead)
+        self.locks = locks
+
+    def due(self, now: float, limit: int = 100) -> list[Notice]:
+        alerts = self.st.q(
+            "SELECT alert FROM notices WHERE next_repeat_at IS NOT NULL AND next_repeat_at <= ?"
+            " LIMIT ?",
+            (now, limit),
+        )
+        self.locks.take(("alert", alert) for (alert,) in alerts)
+        return super().due(now, limit)
+
+
+class PostgresTxEscalations(SQLTxEscalations):
+    """tx.escalations on PostgreSQL: the due chains' alerts locked before their rows."""
+
+    def __init__(self, st: PostgresStatements, locks: Locks) -> None:
+        super().__init__(st)
+        self.locks = locks
+
+    def due(self, now: float, limit: int = 100) -> list[Chain]:
+        alerts = self.st.q(
+            "SELECT alert FROM escalations WHERE next_at IS NOT NULL AND next_at <= ?"
+            " ORDER BY next_at LIMIT ?",
+            (now, limit),
+        )
+        self.locks.take(("alert", alert) for (alert,) in alerts)
+        return super().due(now, limit)
+
 
 class PostgresTx:
     """A Tx on one PostgreSQL connection in a transaction: its roles share it, and its
@@ -177,8 +215,8 @@ class PostgresTx:
         self.sessions = SQLTxSessions(st)
         self.outbox = SQLTxOutbox(st, ahead)
         self.alerts = PostgresTxAlerts(st, ahead, self.locks)
-        self.notices = SQLTxNotices(st, ahead)
-        self.escalations = SQLTxEscalations(st)
+        self.notices = PostgresTxNotices(st, ahead, self.locks)
+        self.escalations = PostgresTxEscalations(st, self.locks)
         self.inhibitors = SQLTxInhibitors(st)
         self.digests = PostgresTxDigests(st, self.locks)
         self.throttle = SQLTxThrottle(st)
