@@ -5,29 +5,18 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from receiver.ops import STORE_DEADLINE
 from tests.harness import Receiver, eventually, http_client
-from tests.pg import ThrowawayPgBouncer, ThrowawayPostgres
+from tests.pg import ThrowawayPgBouncer
 
 pytestmark = pytest.mark.e2e
 
 # What a Kubernetes probe waits by default (timeoutSeconds: 1); deploy/k8s says so too.
 PROBE_TIMEOUT = 1.0
-
-
-@pytest.fixture
-def bouncer(postgres: ThrowawayPostgres) -> Iterator[ThrowawayPgBouncer]:
-    """A PgBouncer of the test's own: pausing the session's would stall other tests."""
-    own = ThrowawayPgBouncer(postgres).start()
-    try:
-        yield own
-    finally:
-        own.stop()
 
 
 def _timed(url: str) -> tuple[int, str, float]:
@@ -37,8 +26,9 @@ def _timed(url: str) -> tuple[int, str, float]:
 
 
 def test_probes_answer_while_the_database_hangs(
-    tmp_path: Path, pg_url: str, bouncer: ThrowawayPgBouncer
+    tmp_path: Path, pg_url: str, own_bouncer: ThrowawayPgBouncer
 ) -> None:
+    bouncer = own_bouncer
     env = {"RECEIVER_DB_PREPARE_THRESHOLD": "off"}
     server = Receiver(tmp_path, db=bouncer.url(pg_url), env=env).start()
     try:
