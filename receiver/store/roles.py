@@ -108,9 +108,11 @@ class Outbox(Protocol):
         limit: int,
         lease: float,
         lanes: Mapping[tuple[str, int], int] | None = None,
+        reclaim: bool = True,
     ) -> list[OutboxRow]:
         """Lease due rows, oldest due first: up to lanes[(notifier, target)] of each target
-        named, and up to limit of all other targets (of every target when lanes is None)."""
+        named, and up to limit of all other targets (of every target when lanes is None).
+        A row being sent whose lease ran out is due again, unless reclaim is False."""
 
     async def release(self, row_ids: Sequence[int], *, now: float) -> int:
         """Give back claimed rows that were never sent: pending, due now, attempt uncounted."""
