@@ -206,7 +206,7 @@ class Pipeline:
             self.failed[rule.name] = (count + len(decisions), decisions[0].error)
         if alert is None:
             return
-        if rule.escalate is not None and state in UNPAGED:
+        if rule.escalate is not None and not rule.notify and state in UNPAGED:
             self._unpaged(event_id, rule, decisions[0], alert, state, reason, group)
         if transition.what not in ("open", "update"):
             return
@@ -230,10 +230,11 @@ class Pipeline:
         reason: str | None,
         group: int | None,
     ) -> None:
-        """The pages the rule's chain would send first, kept with the state that stopped
-        them (never sent), when its alert's episode has no chain of the rule yet (a late
-        event's always): so every alert has a row saying what became of it. A chain held
-        back by a storm never starts; a suppressed one waits (escalations.start)."""
+        """A rule that only escalates has no notification of its own to keep: the pages its
+        chain would send first are kept instead, with the state that stopped them (never
+        sent), when its alert's episode has no chain of the rule yet (a late event's
+        always), so every alert has a row saying what became of it. A chain held back by
+        a storm never starts; a suppressed one waits (escalations.start)."""
         assert rule.escalate is not None
         if state != "stale" and any(
             c.rule == rule.name for c in self.tx.escalations.of(alert.id, alert.episode)
