@@ -65,7 +65,7 @@ async def explain_event(store: Store, event_id: str, current: Ruleset) -> dict[s
     # escalates started one, or found its alert's already running (deduplicated).
     aid = alert_id(payload)
     chains = await store.alerts.chains(aid) if aid is not None else []
-    seen = _Seen(aid, row.routed_at, chains)
+    seen = _Seen(row.id, aid, row.routed_at, chains)
     return {
         "event": row.id,
         "type": row.type,
@@ -83,17 +83,21 @@ class _Seen:
     """What explain knows of the event beside a rule's rows: its alert, when it was
     routed, and the chains its routing started (by rule)."""
 
+    event: str
     alert: str | None
     routed_at: float | None
     chains: Sequence[Chain]
 
     def chain(self, rule: str, *, started: bool) -> Chain | None:
-        """The rule's chain that the event's routing started (or, not started: one that
-        ran before it)."""
+        """The rule's chain that the event started (or, not started: one that ran before
+        it). Its log names the event that started it; a chain from before it did, by its
+        start being the event's routing."""
         for c in self.chains:
-            if c.rule == rule and (c.started_at == self.routed_at) is started:
-                if started or self.routed_at is None or c.started_at < self.routed_at:
-                    return c
+            if c.rule != rule or (self.routed_at is not None and c.started_at > self.routed_at):
+                continue
+            by = (c.log or [{}])[0].get("eventId")
+            if (by == self.event if by is not None else c.started_at == self.routed_at) is started:
+                return c
         return None
 
 

@@ -76,11 +76,13 @@ def test_a_rule_that_only_escalates_is_explained_as_what_stopped_its_chain(
     routed.send(drop(routed, "d_sent", "s_sent"))  # the storm's first two (max 2) page
     routed.send(drop(routed, "d_sent2", "s_sent2"))
     routed.send(drop(routed, "d_storm", "s_storm"))
+    routed.send(drop(routed, "d_again", "s_sent"))  # its chain runs: no alert new, no count
     expected = {
         "d_silenced": ("deep", "silenced", "silence #1: deploy; escalation page waits"),
         "d_inhibited": ("deep", "inhibited", "by covers (i1, open since "),
         "d_quiet": ("quiet-page", "quiet", "muted outside the active window (mon,tue"),
         "d_sent": ("deep", "sent", "escalation page started: its steps page (see the alert)"),
+        "d_again": ("deep", "deduplicated", "escalation page was already running for its"),
         "d_storm": ("deep", "storm", "over 2 in 30m; in storm message #1; escalation page not"),
     }
     for event_id, (rule, decision, reason) in expected.items():
@@ -89,7 +91,9 @@ def test_a_rule_that_only_escalates_is_explained_as_what_stopped_its_chain(
         kept = [(n["kind"], n["notifier"], n["state"]) for n in entry["notifications"]]
         paged = [("escalation", "pager", "pending")]  # its chain's first step, at once
         state = {"quiet": "muted"}.get(decision, decision)
-        if decision == "storm":  # the first held back carries the storm message, held
+        if decision == "deduplicated":  # the chain d_sent started pages
+            paged = []
+        elif decision == "storm":  # the first held back carries the storm message, held
             paged = [("storm", "pager", "held"), ("escalation", "pager", "storm")]
         elif decision != "sent":  # the first step's page, kept with what stopped it
             paged = [("escalation", "pager", state)]

@@ -64,11 +64,13 @@ def start(
     state: str,
     why: str | None = None,
     release_at: float | None = None,
+    event: str | None = None,
 ) -> None:
     """Start the rule's chain for the alert's episode (once): its first step after its
     `after`, counted from now, or from release_at when the rule holds its notification
     (hold, a deferred active window). A notification silenced or muted starts the chain
-    suppressed: it waits for the silence to end."""
+    suppressed: it waits for the silence to end. event: the event that starts it (its
+    log says so, for explain)."""
     policy = rule.escalate
     assert policy is not None
     suppressed = state in SUPPRESSED
@@ -85,7 +87,14 @@ def start(
             now,
             now if suppressed else None,
             (why or state) if suppressed else None,
-            [{"at": now, "event": "started", "note": _started(state, base, suppressed)}],
+            [
+                {
+                    "at": now,
+                    "event": "started",
+                    "note": _started(state, base, suppressed),
+                    **({"eventId": event} if event is not None else {}),
+                }
+            ],
         )
     )
     if not suppressed:

@@ -213,8 +213,9 @@ class Pipeline:
         why = reason.split(" (", 1)[0] if state == "inhibited" and reason else state
         if rule.escalate is not None and state not in ("stale", "grouped", "storm"):
             escalations.start(
-                self.tx, rule, alert, self.now, state=state, why=why, release_at=next_at
-            )
+                self.tx, rule, alert, self.now, state=state, why=why, release_at=next_at,
+                event=event_id,
+            )  # fmt: skip
         elif state in ("pending", "held") and (rule.resolve or rule.repeat):
             self.tx.notices.add(alert.id, alert.episode, rule.name, self.now, rule.repeat)
         if state in escalations.SUPPRESSED:  # notified when that ends, if still open
@@ -236,9 +237,7 @@ class Pipeline:
         always), so every alert has a row saying what became of it. A chain held back by
         a storm never starts; a suppressed one waits (escalations.start)."""
         assert rule.escalate is not None
-        if state != "stale" and any(
-            c.rule == rule.name for c in self.tx.escalations.of(alert.id, alert.episode)
-        ):
+        if state != "stale" and self._paging(rule, alert):
             return  # its chain runs (or waits) already: this event changes nothing there
         then = "not started" if state in ("storm", "stale") else "waits"
         note = f"{reason or state}; escalation {rule.escalate.name} {then}"
@@ -248,6 +247,13 @@ class Pipeline:
                 group_id=group if state == "storm" else None, alert=alert.id,
                 episode=alert.episode,
             )  # fmt: skip
+
+    def _paging(self, rule: Rule, alert: Alert | None) -> bool:
+        """Whether a rule that only escalates has a chain for the alert's episode already:
+        an event of it then pages no one new, so a storm does not count it either."""
+        if rule.escalate is None or rule.notify or alert is None:
+            return False
+        return any(c.rule == rule.name for c in self.tx.escalations.of(alert.id, alert.episode))
 
     def _state(
         self,
@@ -282,7 +288,7 @@ class Pipeline:
             rule.name, first.throttle_key or "", self.now, first.throttle_seconds
         ):
             return "throttled", f"throttled: key {first.throttle_key!r}", None, None
-        if rule.storm is not None:
+        if rule.storm is not None and not self._paging(rule, transition.alert):
             rows = [_notification(d) for d in decisions if d.notifier != ESCALATE_ONLY]
             if rule.escalate is not None:  # its storm message goes to whom it pages first too
                 first_pages = escalations.first_pages(self.ruleset, rule, first, self.now)
