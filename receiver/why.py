@@ -22,7 +22,7 @@ import yaml
 from receiver.dispatch.alerts import alert_id
 from receiver.errors import ConfigError
 from receiver.events import iso_epoch, load_stored
-from receiver.rules import Ruleset, load_text
+from receiver.rules import Rule, Ruleset, format_duration, load_text
 from receiver.rules.rule import ESCALATE_ONLY
 from receiver.rules.verdict import RuleOutcome
 from receiver.store import Store
@@ -153,7 +153,10 @@ def _states(
         return [_without_rows(ruleset, verdict, seen)]
     first = own[0]
     decision = _routed_as(first)
-    states = [_state(decision, first.created_at, _plain(decision, first.reason))]
+    reason = first.reason
+    if first.state == "cancelled":  # its reason now says why it was cancelled
+        reason = _held_reason(ruleset.by_name.get(verdict.rule))
+    states = [_state(decision, first.created_at, _plain(decision, reason))]
     if decision == "held" and first.state == "cancelled":
         states.append(_state("cancelled", first.updated_at, first.reason))
     elif decision == "held" and first.state != "held":  # released since
@@ -162,6 +165,15 @@ def _states(
         if r.kind == "event" and r.created_at > routed:
             states.append(_state(DECISIONS.get(r.state, r.state), r.created_at, r.reason))
     return states
+
+
+def _held_reason(rule: Rule | None) -> str:
+    """What routing said of a notification it held, as Pipeline._state says it."""
+    if rule is not None and rule.hold is not None:
+        return f"hold {format_duration(rule.hold)}"
+    if rule is not None and rule.active is not None and rule.active.defer:
+        return f"deferred to the active window ({rule.active.text})"
+    return "held"
 
 
 def _decided_by_routing(row: OutboxRow) -> bool:

@@ -221,3 +221,24 @@ def test_the_start_line_counts_one_rule_as_one_rule(
     with caplog.at_level(logging.INFO, logger="receiver"):
         _announce(Settings(), RulesHolder(Path("rules.yaml"), routed.ruleset))
     assert "; 1 rule from rules.yaml" in caplog.text
+
+
+HOLD = """
+rules:
+  - name: page
+    match: {type: score.drop}
+    notify: [chat]
+    hold: 5m
+"""
+
+
+@pytest.mark.parametrize("routed", [HOLD], indirect=True)
+def test_a_held_notification_a_resolve_cancelled_shows_both_states(routed: Routed) -> None:
+    routed.send(drop(routed, "d1", "s1"))
+    routed.advance(60)
+    routed.send(event(routed, "score.recover", "r1", "s1"))
+    entry = matched(routed.explain("d1"), "page")
+    assert (entry["decision"], entry["reason"]) == ("held", "hold 5m")
+    held, cancelled = entry["states"]
+    assert cancelled["decision"] == "cancelled" and held["at"] < cancelled["at"]
+    assert cancelled["reason"] == "cancelled: resolved before it was sent"
