@@ -194,8 +194,14 @@ SCHEMAS: dict[str, Any] = {
                             "items": {
                                 "type": "object",
                                 "required": [
-                                    "id", "notifier", "target", "kind", "state", "reason",
-                                    "createdAt", "updatedAt",
+                                    "id",
+                                    "notifier",
+                                    "target",
+                                    "kind",
+                                    "state",
+                                    "reason",
+                                    "createdAt",
+                                    "updatedAt",
                                 ],
                                 "properties": {
                                     "id": {"type": "string"},
