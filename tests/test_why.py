@@ -242,3 +242,15 @@ def test_a_held_notification_a_resolve_cancelled_shows_both_states(routed: Route
     held, cancelled = entry["states"]
     assert cancelled["decision"] == "cancelled" and held["at"] < cancelled["at"]
     assert cancelled["reason"] == "cancelled: resolved before it was sent"
+
+
+def test_explain_now_says_a_storm_holds_chains_back(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(HEAD + ESCALATE_ONLY)
+    args = ["explain", "--rules", str(rules), "--db", str(tmp_path / "none.db")]
+    out = CliRunner().invoke(cli, [*args, "--type", "score.drop", "--user", "u_deep"])
+    assert out.exit_code == 0, out.output
+    assert (
+        "deep: storm guard: past 2 in 30m the rest are held back and not paged (no chain"
+        " starts), counted in one storm message" in " ".join(out.output.split())
+    )
