@@ -263,11 +263,11 @@ def _announce(settings: Settings, holder: RulesHolder) -> None:
             "development secret. Not for production: set RECEIVER_SECRETS."
         )
     log.info(
-        "receiving on http://%s:%d/v1/events; store %s; %d rules from %s",
+        "receiving on http://%s:%d/v1/events; store %s; %s from %s",
         settings.host,
         settings.port,
         redact_url(settings.db),
-        len(holder.current.rules),
+        holder.current.counted,
         (
             f"the built-in rules (no {settings.rules}: every event to the console;"
             " `receiver init` writes a starter file)"

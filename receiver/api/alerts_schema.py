@@ -186,11 +186,35 @@ SCHEMAS: dict[str, Any] = {
                             ],
                         },
                         "reason": {"type": "string"},
+                        "states": {
+                            "type": "array",
+                            "description": "routing's decision first, then each state the"
+                            " rule's notification went through since, with its time",
+                            "items": {
+                                "type": "object",
+                                "required": ["decision", "at", "reason"],
+                                "properties": {
+                                    "decision": {"type": "string"},
+                                    "at": _TIME,
+                                    "reason": {"type": "string"},
+                                },
+                                "additionalProperties": False,
+                            },
+                        },
                         "notifications": {
                             "type": "array",
                             "items": {
                                 "type": "object",
-                                "required": ["id", "notifier", "target", "kind", "state", "reason"],
+                                "required": [
+                                    "id",
+                                    "notifier",
+                                    "target",
+                                    "kind",
+                                    "state",
+                                    "reason",
+                                    "createdAt",
+                                    "updatedAt",
+                                ],
                                 "properties": {
                                     "id": {"type": "string"},
                                     "notifier": {"type": "string"},
@@ -198,6 +222,8 @@ SCHEMAS: dict[str, Any] = {
                                     "kind": {"type": "string"},
                                     "state": {"type": "string"},
                                     "reason": {"type": "string", "nullable": True},
+                                    "createdAt": _TIME,
+                                    "updatedAt": _TIME,
                                 },
                                 "additionalProperties": False,
                             },
@@ -257,6 +283,10 @@ SCHEMAS: dict[str, Any] = {
                         "round": {"type": "integer"},
                         "to": {"type": "array", "items": {"type": "string"}},
                         "note": {"type": "string"},
+                        "eventId": {
+                            "type": "string",
+                            "description": "started: the event that started the chain",
+                        },
                     },
                     "additionalProperties": False,
                 },
