@@ -319,7 +319,15 @@ class PostgresStore:
         return await self._call(lambda conn: fn(functools.partial(query, conn)))
 
     async def read(self, fn: Callable[[Query], T]) -> T:
-        return await self.statements(fn, write=False)
+        """fn(query) in one snapshot, as on SQLite: under READ COMMITTED each statement
+        sees its own, and a session read that folds the events not routed yet into the
+        projection counted an event routed between its two statements twice."""
+
+        def snapshot(conn: Any) -> T:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return fn(functools.partial(query, conn))
+
+        return await self._call(snapshot)
 
     async def _replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False
