@@ -128,6 +128,7 @@ async def act(admin: Admin, request: Request, session: Session) -> Response:
         source="admin",
         by=session.key_name,
         now=admin.clock(),
+        links=admin.router.link_source,
     )
     if outcome.result == "missing":
         return await admin.missing(request, session, "alert")

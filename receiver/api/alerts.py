@@ -22,6 +22,7 @@ from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.errors import AlertNotFoundError, EventNotFoundError, InvalidParameterError
 from receiver.events import iso_epoch
+from receiver.links import LinkSource
 from receiver.rules.escalations import Policy
 from receiver.store import Store
 from receiver.store.records import Ack, Action, Alert, Chain, OutboxQuery, OutboxRow
@@ -113,10 +114,12 @@ class AlertsAPI:
         rules: Callable[[], Any],  # receiver.reloader.RulesHolder: resolve renders with it
         wake_worker: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
+        links: LinkSource | None = None,  # a resolve's messages carry them, if on
     ) -> None:
         self.store = store
         self.access = access
         self.rules = rules
+        self.links = links
         self.wake_worker = wake_worker
         self.clock = clock
 
@@ -213,6 +216,7 @@ class AlertsAPI:
                 by=key.name,
                 now=self.clock(),
                 seconds=seconds,
+                links=self.links,
             )
             if outcome.result == "missing":
                 raise AlertNotFoundError(f"no alert has the id {alert.id[:100]!r}", headers=headers)

@@ -16,7 +16,9 @@ from receiver.cli._common import db_option, echo, load_rules, rules_option, when
 from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.events import date_or_why
+from receiver.links import source
 from receiver.rules.match import parse_matchers
+from receiver.settings import Settings
 from receiver.store import Store
 from receiver.store.base import Tx
 from receiver.store.records import Ack, Alert
@@ -67,13 +69,24 @@ def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
 def _act(
     db: str, rules_path: Path | None, alert_id: str, action: str, by: str, seconds: float | None
 ) -> None:
-    """Do an action through receiver.dispatch.actions, as the server's API would."""
+    """Do an action through receiver.dispatch.actions, as the server's API would (a
+    resolve's messages carry the one-click links when RECEIVER_PUBLIC_URL is set)."""
     ruleset = load_rules(rules_path) if action == "resolve" else None
+    settings = Settings() if action == "resolve" else None
     now = time.time()
 
     async def act(store: Store) -> actions.Outcome:
+        links = source(settings, store) if settings is not None else None
         return await actions.perform(
-            store, ruleset, alert_id, action, source="cli", by=by, now=now, seconds=seconds
+            store,
+            ruleset,
+            alert_id,
+            action,
+            source="cli",
+            by=by,
+            now=now,
+            seconds=seconds,
+            links=links,
         )
 
     outcome = with_store(db, act)

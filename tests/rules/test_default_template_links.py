@@ -1,6 +1,7 @@
 """The built-in templates carry the one-click action links: a rule with no title or body on
 the real server (RECEIVER_PUBLIC_URL set) sends a message whose Ack, Snooze and Resolve
-links work; the resolved message of an event that closes the alert names its page."""
+links work; every resolved message, of an event that closes the alert or of an operator's
+resolve (a link, the CLI), names its page."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ def test_a_default_template_message_carries_working_action_links(
 
     [by_link] = eventually(resolved, "the resolved message of the resolve link")
     assert "ended by link (link)" in by_link and "/act/" not in by_link
+    assert link(by_link, "Alert") == f"{server.url}/admin/alerts/session:sess_1"
 
     # An episode closed by its event: the resolved message names the alert's page, and
     # has nothing left to act on.
@@ -79,6 +81,15 @@ def test_a_default_template_message_carries_working_action_links(
     assert "ended by score.recover" in closing
     assert link(closing, "Alert") == f"{server.url}/admin/alerts/session:sess_1"
     assert "/act/" not in closing
+
+    # Resolved from the CLI (RECEIVER_PUBLIC_URL in its environment): the page too.
+    server.send(sample("score.drop", id="e4", sessionId="sess_1", score=10))
+    eventually(lambda: len(http_sink.requests) >= 5, "the third episode's message")
+    out = server.cli("alerts", "resolve", "session:sess_1")
+    assert out.returncode == 0, out.stderr
+    by_cli = eventually(lambda: resolved()[2:], "the resolved message of the CLI's resolve")[0]
+    assert "(cli)" in by_cli
+    assert link(by_cli, "Alert") == f"{server.url}/admin/alerts/session:sess_1"
 
 
 def test_without_a_public_url_the_default_message_has_no_links(
