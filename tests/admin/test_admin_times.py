@@ -1,7 +1,7 @@
 """One time format on each admin page: every time shown, whether the store keeps it as
 epoch seconds or as an event's ISO text (an alert's opened and last event, an escalation's
-next look and log, an event's timestamp and routing, a session's score history, a
-subscriber's last delivery), reads "2026-11-23 10:02:00" (UTC), never "2026-11-23T10:02:00Z"
+next look and log, an event's timestamp and routing, a later state in its Why table, a
+session's score history, a subscriber's last delivery), reads "2026-11-23 10:02:00" (UTC), never "2026-11-23T10:02:00Z"
 beside it. Payloads, messages and a form's example JSON are shown as they came."""
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ escalations:
       - after: 1h
         notify: [hook]
 rules:
+  - name: held
+    match: {{type: score.drop, sessionId: sess_h}}
+    notify: [hook]
+    hold: 1h
   - name: page-oncall
     match: {{type: score.drop}}
     escalate: wake
@@ -62,12 +66,21 @@ def test_every_admin_page_shows_its_times_in_one_format(
             await until(lambda: len(http_sink.requests) >= 2, "the page and the delivery")
             acked = await admin.post("/admin/alerts/session:sess_t/ack", {})
             assert acked.status_code == 303
+            # A recover cancels the held rule's row: the Why table's later state, timed.
+            await admin.send(events.sample("score.drop", id="evt_h1", sessionId="sess_h"))
+            await admin.send(events.sample("score.recover", id="evt_h2", sessionId="sess_h"))
+
+            async def cancelled() -> bool:
+                return "then cancelled at" in await admin.page("/admin/events/evt_h1")
+
+            await until(cancelled, "the held row's cancel in the Why table")
             pages = {}
             for path in (
                 "/admin/alerts",
                 "/admin/alerts/session:sess_t",
                 "/admin/events",
                 "/admin/events/evt_t1",
+                "/admin/events/evt_h1",
                 "/admin/sessions",
                 "/admin/sessions/sess_t",
                 "/admin/notifications",
