@@ -1,8 +1,9 @@
 """One time format on each admin page: every time shown, whether the store keeps it as
 epoch seconds or as an event's ISO text (an alert's opened and last event, an escalation's
 next look and log, an event's timestamp and routing, a later state in its Why table, a
-session's score history, a subscriber's last delivery), reads "2026-11-23 10:02:00" (UTC), never "2026-11-23T10:02:00Z"
-beside it. Payloads, messages and a form's example JSON are shown as they came."""
+session's score history, a subscriber's last delivery), reads "2026-11-23 10:02:00"
+(UTC), never "2026-11-23T10:02:00Z" beside it. Payloads, messages and a form's example
+JSON are shown as they came."""
 
 from __future__ import annotations
 
