@@ -40,9 +40,7 @@ def test_alerts_are_got_and_paged_by_state_session_and_rule(store_url: str) -> N
             [x.id for x in await a.page(state="resolved")],
         )
 
-    got, missing, every, first, rest, of_s1, by_rule, resolved, of_s3, closed = run(
-        store_url, go
-    )
+    got, missing, every, first, rest, of_s1, by_rule, resolved, of_s3, closed = run(store_url, go)
     assert got == Alert("session:s1", "open", 1, "2026-01-01T00:00:01Z", "t1", "e1")
     assert missing is None
     assert every == ["intervention:s1:i1", "session:s1", "session:s10", "session:s2"]
