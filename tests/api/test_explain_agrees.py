@@ -81,6 +81,18 @@ def silence(server: InProcessReceiver, matchers: dict[str, str], reason: str) ->
     asyncio.run(add())
 
 
+# A later state's time: ISO in the API and the CLI, the page's one format on the admin page
+# ("2026-11-23 10:01:00 UTC"); the same instant to the second.
+_AT = re.compile(
+    r"^then (\w+) at (\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:\.\d+)?(?:Z| UTC) — "
+)
+
+
+def _at(state: str) -> str:
+    """A later state with its time in one form, to compare where each shows it."""
+    return _AT.sub(r"then \1 at \2 \3 — ", state)
+
+
 def cli_ok(*args: str) -> str:
     done = CliRunner().invoke(cli, list(args))
     assert done.exit_code == 0, done.output
@@ -97,7 +109,8 @@ def from_api(server: InProcessReceiver, key: str, event_id: str) -> list[tuple[s
     said = []
     for r in found.json()["rules"]:
         later = tuple(
-            f"then {s['decision']} at {s['at']} — {s['reason']}" for s in r.get("states", [])[1:]
+            _at(f"then {s['decision']} at {s['at']} — {s['reason']}")
+            for s in r.get("states", [])[1:]
         )
         said.append((r["rule"], r.get("decision", "not matched"), r["reason"], *later))
     return said
@@ -114,7 +127,7 @@ def from_cli(server: InProcessReceiver, event_id: str) -> list[tuple[str, ...]]:
         elif found := re.fullmatch(r"\d+\. ([\w.-]+): (\w+) — (.*)", line):
             said.append((found[1], found[2], found[3]))
         elif line.startswith("     then "):
-            said[-1] = (*said[-1], line.strip())
+            said[-1] = (*said[-1], _at(line.strip()))
     return said
 
 
@@ -130,7 +143,10 @@ def from_admin(server: InProcessReceiver, cookie: str, event_id: str) -> list[tu
     ):
         first, *later = reason.split("<br>")
         said.append(
-            tuple(html.unescape(re.sub(r"<[^>]+>", "", c)) for c in (rule, decision, first, *later))
+            tuple(
+                _at(html.unescape(re.sub(r"<[^>]+>", "", c)))
+                for c in (rule, decision, first, *later)
+            )
         )
     return said
 
