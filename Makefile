@@ -27,9 +27,11 @@ run: $(VENV)/.installed
 
 # The whole chain for a minute on free loopback ports: a fake upstream service, a receiver
 # registered there with enrichment, a Slack/email stand-in; a summary at the end. Stops by
-# itself and leaves nothing running. DEMO_ARGS="--seconds 20" for a shorter run.
+# itself and leaves nothing running. DEMO_ARGS="--seconds 20" for a shorter run;
+# DEMO_PORT=4000 (or DEMO_ARGS="--port 4000") puts the receiver on that port, to open its
+# admin page and API while it runs.
 demo: $(VENV)/.installed
-	$(BIN)/python -m receiver.simulator.demo $(DEMO_ARGS)
+	$(BIN)/python -m receiver.simulator.demo $(if $(DEMO_PORT),--port $(DEMO_PORT)) $(DEMO_ARGS)
 
 # Three workers, a test file each at a time (module fixtures such as the browser tests'
 # one server stay in one worker): most tests wait on servers, not on the CPU.
@@ -89,9 +91,11 @@ lint: $(VENV)/.installed-dev
 
 # The documentation site (mkdocs.yml, docs/) into site/. --strict: a broken link or anchor, a
 # page left out of the navigation, or docs/settings.yaml disagreeing with receiver/settings.py
-# fails it. .ci/run calls it.
+# fails it; then .ci/linkcheck.py fails it on any internal link or image of the built pages
+# that does not resolve (raw HTML in a page included). .ci/run calls it.
 docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	$(BIN)/python .ci/linkcheck.py site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -29,6 +29,7 @@ from receiver.dispatch.router import Router
 from receiver.errors import ConfigError
 from receiver.ingest import IngestEndpoint
 from receiver.links import LinkSource
+from receiver.links import source as link_source
 from receiver.logs import redact_url
 from receiver.metrics import Metrics
 from receiver.notify.backoff import Backoff
@@ -91,7 +92,12 @@ def create_app(
                 per_key=settings.webhooks_per_key,
             ).routes(),
             *AlertsAPI(
-                store, parts.access, rules=parts.holder, wake_worker=worker.wake, clock=clock
+                store,
+                parts.access,
+                rules=parts.holder,
+                wake_worker=worker.wake,
+                clock=clock,
+                links=parts.links,
             ).routes(),
             *(admin.routes() if admin is not None else []),
             *(
@@ -167,7 +173,7 @@ class _Parts:
             clock=clock,
         )
         targets, webhooks, worker, upstream = _notify(settings, store, holder, metrics, clock)
-        links = _links(settings, store, clock)
+        links = link_source(settings, store, clock)
         router = Router(
             store, holder, metrics=metrics, on_routed=worker.wake, clock=clock, links=links
         )
@@ -263,11 +269,11 @@ def _announce(settings: Settings, holder: RulesHolder) -> None:
             "development secret. Not for production: set RECEIVER_SECRETS."
         )
     log.info(
-        "receiving on http://%s:%d/v1/events; store %s; %d rules from %s",
+        "receiving on http://%s:%d/v1/events; store %s; %s from %s",
         settings.host,
         settings.port,
         redact_url(settings.db),
-        len(holder.current.rules),
+        holder.current.counted,
         (
             f"the built-in rules (no {settings.rules}: every event to the console;"
             " `receiver init` writes a starter file)"
@@ -316,15 +322,6 @@ def _notify(
     return targets, webhooks, worker, upstream
 
 
-def _links(
-    settings: Settings, store: Store, clock: Callable[[], float] = time.time
-) -> LinkSource | None:
-    """The one-click action links (receiver.links), when RECEIVER_PUBLIC_URL is set."""
-    if settings.public_url is None:
-        return None
-    return LinkSource(store, base=settings.public_url, ttl=settings.link_ttl, clock=clock)
-
-
 def _enricher(
     settings: Settings, store: Store, holder: RulesHolder
 ) -> tuple[Callable[[OutboxRow], Awaitable[tuple[str, str] | None]] | None, Any]:
@@ -336,7 +333,9 @@ def _enricher(
     client = client_for(settings, store, timeout=settings.upstream_timeout)
     if client is None:
         return None, None
-    enricher = Enricher(client, timeout=settings.upstream_timeout, links=_links(settings, store))
+    enricher = Enricher(
+        client, timeout=settings.upstream_timeout, links=link_source(settings, store)
+    )
 
     async def enrich(row: OutboxRow) -> tuple[str, str] | None:
         return await enricher.texts(row, holder.current, store)

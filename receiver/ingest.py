@@ -74,7 +74,7 @@ class IngestEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         if tracing.on:
-            span = tracing.start_ingest(scope["headers"])
+            span = tracing.start_ingest(scope)
             with tracing.current(span):
                 answer = await self._respond(scope, receive, span)
             tracing.end(

@@ -27,6 +27,7 @@ from urllib.parse import quote
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
 from receiver.rules.templates import NO_LINKS
+from receiver.settings import Settings
 from receiver.store import Store
 from receiver.store.base import Tx
 from receiver.store.records import ACTIONS
@@ -149,3 +150,13 @@ class LinkSource:
         if self._links is None:
             self._links = await load(self.store, base=self.base, ttl=self.ttl, clock=self.clock)
         return self._links
+
+
+def source(
+    settings: Settings, store: Store, clock: Callable[[], float] = time.time
+) -> LinkSource | None:
+    """The one-click action links of settings (RECEIVER_PUBLIC_URL, RECEIVER_LINK_TTL), or
+    None when RECEIVER_PUBLIC_URL is not set."""
+    if settings.public_url is None:
+        return None
+    return LinkSource(store, base=settings.public_url, ttl=settings.link_ttl, clock=clock)

@@ -150,12 +150,21 @@ def _action_links(r: CollectorRegistry) -> dict[str, Counter]:
 
 class BacklogCollector:
     """The backlog gauges, from the snapshot taken for the scrape under way; none at all
-    while the store could not be read (a stale figure would look like the truth)."""
+    while the store could not be read (a stale figure would look like the truth), but
+    their age: how long ago the store last answered (0 while it does)."""
 
     def __init__(self) -> None:
         self.snapshot: Backlog | None = None
+        self.age: float | None = None  # seconds since the last snapshot read (None: never)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
+        if self.age is not None:
+            yield GaugeMetricFamily(
+                "receiver_backlog_age_seconds",
+                "Seconds since the backlog gauges were last read from the store (0 when"
+                " read for this scrape; they are left out while it cannot be read).",
+                value=0.0 if self.snapshot is not None else self.age,
+            )
         b = self.snapshot
         if b is None:
             return

@@ -53,21 +53,21 @@ class RulesHolder:
             return False
         if self.builtin:
             log.info(
-                "rules loaded from %s: %d rules, replacing the built-in rules",
+                "rules loaded from %s: %s, replacing the built-in rules",
                 self.path,
-                len(fresh.rules),
+                fresh.counted,
             )
         elif self.last_error is not None:
             # The refusal was logged as an error; say as plainly that it is over, even when
             # the file is back to the rules that kept running.
             log.info(
-                "rules reload recovered: %s is valid again, %d rules in force (digest %s)",
+                "rules reload recovered: %s is valid again, %s in force (digest %s)",
                 self.path,
-                len(fresh.rules),
+                fresh.counted,
                 fresh.digest,
             )
         elif fresh.digest != self.current.digest:
-            log.info("rules reloaded from %s: %d rules", self.path, len(fresh.rules))
+            log.info("rules reloaded from %s: %s", self.path, fresh.counted)
         self.current, self.loaded_at, self.last_error = fresh, time.time(), None
         self.builtin = False
         metrics.reloads["ok"].inc()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -44,6 +45,9 @@ SENDER_SCHEDULE = ",".join(format_duration(delay) for delay in SENDER_RETRIES)
 # The PostgreSQL driver's own default: a statement run this many times on one connection is
 # prepared there.
 DB_PREPARE_THRESHOLD = 5
+# A URL's user part, "user:pw@" after the scheme: RECEIVER_PUBLIC_URL refuses one, and its
+# error shows it as "***@".
+_USERINFO = re.compile(r"(?<=://)[^/]*@")
 
 
 def parse_secrets(text: str) -> list[str]:
@@ -260,17 +264,32 @@ class Settings(BaseSettings):
     @classmethod
     def _public_url(cls, value: str | None) -> str | None:
         """Blank means unset; otherwise an http(s) URL with a host and no query or
-        fragment (a path is kept: a receiver behind a prefix)."""
+        fragment (a path is kept: a receiver behind a prefix), no user name or password
+        (every message would hand them out), no space or control character. An error
+        never shows a password: the URL's user part is shown as ***."""
         if value is None or not value.strip():
             return None
         url = value.strip().rstrip("/")
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        # Up to the last "@" before the path: a password holding "#" or "?" would end
+        # urlsplit's netloc early.
+        shown, at = _USERINFO.subn("***@", url, count=1)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(
-                f"must be an http(s) URL such as https://alerts.example.com; got {url[:80]!r}"
+                f"must be an http(s) URL such as https://alerts.example.com; got {shown[:80]!r}"
+            )
+        if at:
+            raise ValueError(
+                "must carry no user name or password (every message's links would show"
+                f" them); got {shown[:80]!r}"
+            )
+        if any(c.isspace() or not c.isprintable() for c in url):
+            raise ValueError(
+                f"must contain no space or control character (encode a space as %20); got"
+                f" {shown[:80]!r}"
             )
         if parts.query or parts.fragment or "?" in url or "#" in url:
-            raise ValueError(f"must have no query or fragment; got {url[:80]!r}")
+            raise ValueError(f"must have no query or fragment; got {shown[:80]!r}")
         return url
 
     @property

@@ -39,6 +39,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -53,24 +54,40 @@ SERVICE_NAME = "attention-receiver"
 ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 # Span names and the attributes an operator filters on, fixed (dashboards and queries
-# name them).
+# name them): OpenTelemetry's semantic conventions where they have a name, ours under
+# "receiver." (docs/operations.md#tracing has the table).
 INGEST = "POST /v1/events"
+INGEST_ROUTE = "/v1/events"
 VERIFY = "verify"
 STORE = "store"
 ROUTE = "route"
-EVENT_ID = "event.id"
-EVENT_TYPE = "event.type"
-SESSION_ID = "session.id"
-RULE = "rule.name"
-NOTIFIER = "notifier"
-SUBSCRIBER = "subscriber"
-ATTEMPT = "attempt"
+EVENT_ID = "receiver.event.id"
+EVENT_TYPE = "receiver.event.type"
+SESSION_ID = "receiver.session.id"
+RULE = "receiver.rule"
+RULES_MATCHED = "receiver.rules_matched"
+REPLAY = "receiver.replay"
+NOTIFIER = "receiver.notifier"
+SUBSCRIBER = "receiver.subscriber"
+ATTEMPT = "receiver.attempt"
+OUTBOX_ID = "receiver.outbox.id"
+DECISION = "receiver.decision"  # what routing did: pending (sent), held, silenced, ...
+REASON = "receiver.decision_reason"
+RESULT = "receiver.result"  # ingest: accepted, duplicate, conflict, or the error code
+OUTCOME = "receiver.outcome"  # a send: delivered, retry, dead
+KIND = "receiver.notification.kind"  # event, resolved, repeat, escalation, digest, ...
+# OpenTelemetry's (HTTP, URL, server and error semantic conventions).
+METHOD = "http.request.method"
 STATUS = "http.response.status_code"
-DECISION = "decision"  # what routing did: pending (sent), held, silenced, inhibited, ...
-REASON = "decision.reason"
-RESULT = "result"  # ingest: accepted, duplicate, conflict, or the error code
-OUTCOME = "outcome"  # a send: delivered, retry, dead
-KIND = "notification.kind"  # event, resolved, repeat, escalation, digest, ...
+RESEND_COUNT = "http.request.resend_count"
+HTTP_ROUTE = "http.route"
+URL_FULL = "url.full"
+URL_PATH = "url.path"
+URL_SCHEME = "url.scheme"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+ERROR_TYPE = "error.type"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 on = False  # whether spans are made (configure() decides)
 _provider: TracerProvider | None = None
@@ -116,7 +133,7 @@ def configure(mode: str, metrics: Metrics | None = None) -> bool:
     # collector must not hold the process.
     _provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
     _provider.add_span_processor(BatchSpanProcessor(_counted(OTLPSpanExporter(), metrics)))
-    _tracer = _provider.get_tracer("receiver")
+    _tracer = _provider.get_tracer("receiver", __version__)  # the instrumentation scope
     on = True
     log.info(
         "tracing on: spans to %s (sampler %s)",
@@ -175,8 +192,6 @@ def _endpoint() -> str:
 
 def _strip_credentials(url: str) -> str:
     """url without a user part or query (a collector's token may ride in either)."""
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = f":{parts.port}" if parts.port else ""
@@ -267,14 +282,51 @@ def current_headers() -> dict[str, str]:
     return outbound(_CURRENT.get())
 
 
-def describe(name: str, attributes: Mapping[str, Any]) -> None:
-    """Rename the current span and add attributes (a channel naming what it sends to)."""
-    if not on:
-        return
-    span = _CURRENT.get()
-    if span is not None and span.is_recording():
-        span.update_name(name)
+def recording() -> bool:
+    """Whether the current span records (tracing on and the trace sampled): what a channel
+    asks before working out attributes that only a recorded span keeps."""
+    span = _CURRENT.get() if on else None
+    return span is not None and span.is_recording()
+
+
+def describe(name: str | None, attributes: Mapping[str, Any]) -> None:
+    """Rename the current span (unless name is None) and add attributes (a channel naming
+    what it sends to)."""
+    span = _CURRENT.get() if recording() else None
+    if span is not None:
+        if name is not None:
+            span.update_name(name)
         span.set_attributes(_clean(attributes))
+
+
+def client_request(
+    method: str | None, url: str | None, error_type: str | None = None
+) -> dict[str, Any]:
+    """The semantic conventions' attributes of a client's request: http.request.method,
+    url.full, server.address and server.port (from url, the scheme's default port for
+    http and https), error.type. url must already be free of secrets
+    (receiver.notify.redaction.shown_url); None values are left out.
+
+    >>> client_request("POST", "https://h.example/REDACTED")[SERVER_PORT]
+    443
+    """
+    attributes: dict[str, Any] = {METHOD: method, URL_FULL: url, ERROR_TYPE: error_type}
+    if url:
+        parts = urlsplit(url)
+        with contextlib.suppress(ValueError):
+            port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+            if parts.hostname and parts.hostname != "redacted":  # a host that is a token
+                attributes |= {SERVER_ADDRESS: parts.hostname, SERVER_PORT: port}
+    return _clean(attributes)
+
+
+def error_type(exc: BaseException) -> str:
+    """error.type of a request that ended in exc: its class's full name.
+
+    >>> error_type(ConnectionRefusedError())
+    'builtins.ConnectionRefusedError'
+    """
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
 
 def _remote(kept: str | None) -> Any:
@@ -352,15 +404,21 @@ def start(
     return _tracer.start_span(name, _context(parent), kind, attributes=_clean(attributes))
 
 
-def start_ingest(headers: Iterable[tuple[bytes, bytes]]) -> Span | None:
-    """The ingest span of one request (SERVER), continuing its traceparent if valid."""
+def start_ingest(scope: Mapping[str, Any]) -> Span | None:
+    """The ingest span of one request (SERVER, its ASGI scope), continuing its
+    traceparent if valid."""
     if not on or _tracer is None:
         return None
     return _tracer.start_span(
         INGEST,
-        _incoming(headers),
+        _incoming(scope["headers"]),
         _load().SpanKind.SERVER,
-        attributes={"http.request.method": "POST", "url.path": "/v1/events"},
+        attributes={
+            METHOD: "POST",
+            URL_PATH: INGEST_ROUTE,
+            URL_SCHEME: scope.get("scheme", "http"),
+            HTTP_ROUTE: INGEST_ROUTE,
+        },
     )
 
 

@@ -164,6 +164,19 @@ def pgbouncer(postgres: ThrowawayPostgres) -> Iterator[ThrowawayPgBouncer]:
 
 
 @pytest.fixture
+def own_bouncer(
+    pgbouncer: ThrowawayPgBouncer, postgres: ThrowawayPostgres
+) -> Iterator[ThrowawayPgBouncer]:
+    """A PgBouncer of the test's own, for a test that pauses, stops or restarts it (the
+    session's serves the other tests); its admin console takes PAUSE, RESUME, KILL."""
+    own = ThrowawayPgBouncer(postgres).start()
+    try:
+        yield own
+    finally:
+        own.stop()
+
+
+@pytest.fixture
 def bouncer_url(pgbouncer: ThrowawayPgBouncer, postgres: ThrowawayPostgres) -> Iterator[str]:
     """A new, empty PostgreSQL database, reached through PgBouncer in transaction mode;
     dropped after the test."""

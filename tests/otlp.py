@@ -44,6 +44,8 @@ class Span:
     error: str | None  # the status message of a span marked failed
     service: str
     trace_state: str
+    scope: str = ""  # the instrumentation scope's name and version
+    scope_version: str = ""
 
     @property
     def ms(self) -> float:
@@ -77,6 +79,8 @@ def decode(body: bytes) -> list[Span]:
                         error=s.status.message if s.status.code == 2 else None,
                         service=str(resource.get("service.name", "")),
                         trace_state=s.trace_state,
+                        scope=scope_spans.scope.name,
+                        scope_version=scope_spans.scope.version,
                     )
                 )
     return spans
@@ -150,7 +154,10 @@ class OTLPSink:
             time.sleep(0.05)
 
 
-_SHOWN = ("event.id", "rule.name", "decision", "notifier", "subscriber", "attempt", "outcome")
+_SHOWN = tuple(
+    f"receiver.{name}"
+    for name in ("event.id", "rule", "decision", "notifier", "subscriber", "attempt", "outcome")
+)
 
 
 def tree(spans: Sequence[Span], trace_id: str, *, timed: bool = True) -> str:

@@ -250,6 +250,7 @@ class ThrowawayPgBouncer:
             f"listen_port = {self.port}\n"
             "unix_socket_dir =\n"  # none: nothing left in /tmp
             "auth_type = trust\n"
+            f"admin_users = {user}\n"  # admin(): PAUSE, RESUME
             f"auth_file = {self.dir / 'userlist.txt'}\n"
             "pool_mode = transaction\n"
             f"default_pool_size = {self.pool_size}\n"
@@ -293,6 +294,22 @@ class ThrowawayPgBouncer:
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+    def admin(self, command: str) -> None:
+        """Run a command on the admin console: PAUSE (queries wait, the database seems to
+        hang, until RESUME), RESUME, KILL db (connections dropped, refused until RESUME)."""
+        import psycopg
+
+        user = unquote(urlsplit(self.server.admin_url).username or "postgres")
+        with psycopg.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user=user,
+            dbname="pgbouncer",
+            autocommit=True,
+            cursor_factory=psycopg.ClientCursor,  # the console speaks the simple protocol
+        ) as conn:
+            conn.execute(command)
 
     def logs(self) -> str:
         log = self.dir / "pgbouncer.log" if self.dir else None

@@ -268,7 +268,11 @@ rules:
 
 
 def test_rendering_the_texts_changes_no_count(tmp_path: Path) -> None:
-    grouped = rule("    group: {by: [type], wait: 5m, max: 3}\n    resolve: true\n")
+    # A digest, and resolved messages (of a rule of their own: a grouping rule resolves
+    # nothing, and `receiver check` refuses resolve beside group).
+    grouped = rule("    group: {by: [type], wait: 5m, max: 3}\n    continue: true\n") + (
+        "  - name: page\n    match: {type: score.drop}\n    notify: chat\n    resolve: true\n"
+    )
     stream = [ev("score.drop", f"e{i}", i, f"s{i % 4}") for i in range(12)]
     stream += [ev("score.recover", "r1", 20, "s1")]
     clock = [START]

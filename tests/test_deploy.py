@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from receiver.app import create_app
+from receiver.ops import STORE_DEADLINE
 from receiver.rules import parse_duration
 from receiver.settings import Settings
 
@@ -114,6 +115,9 @@ def test_k8s_deployment_fits_the_receiver(routes: set[str]) -> None:
         assert ref["name"] == secret["metadata"]["name"] and ref["key"] in secret["stringData"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz" in routes
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz" in routes
+    # /readyz's store check has its own deadline, well inside the probe's.
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["timeoutSeconds"] >= 2 * STORE_DEADLINE
     [port] = container["ports"]
     assert str(port["containerPort"]) == env["RECEIVER_PORT"]["value"]
     pause = float(container["lifecycle"]["preStop"]["exec"]["command"][-1])

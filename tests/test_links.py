@@ -8,9 +8,11 @@ import re
 import time
 
 import pytest
+from click.testing import CliRunner
 from itsdangerous import URLSafeTimedSerializer
 from pydantic import ValidationError
 
+from receiver.cli import cli
 from receiver.links import SALT, Claim, LinkError, LinkExpiredError, Links
 from receiver.rules import templates
 from receiver.settings import Settings
@@ -121,6 +123,47 @@ def test_templates_can_test_links_that_are_off() -> None:
 def test_the_public_url_is_checked(value: str, problem: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(problem)):
         Settings(public_url=value)
+
+
+@pytest.mark.parametrize(
+    ("value", "problem", "shown"),
+    [
+        pytest.param("https://ops:s3cret-pw@alerts.example.com", "no user name or password",
+                     "https://***@alerts.example.com", id="user-and-password"),
+        pytest.param("https://ops@alerts.example.com/r", "no user name or password",
+                     "https://***@alerts.example.com/r", id="user"),
+        pytest.param("https://ops:s3cret#pw@alerts.example.com", "no user name or password",
+                     "https://***@alerts.example.com", id="password-with-a-hash"),
+        pytest.param("ftp://ops:s3cret-pw@alerts.example.com", "http(s) URL",
+                     "ftp://***@alerts.example.com", id="another-scheme-too"),
+        pytest.param("https://alerts.example.com/on call", "no space or control character",
+                     "https://alerts.example.com/on call", id="space"),
+        pytest.param("https://alerts .example.com", "no space or control character",
+                     "https://alerts .example.com", id="space-in-the-host"),
+        pytest.param("https://alerts.example.com/\tx", "no space or control character",
+                     "https://alerts.example.com/\tx", id="tab"),
+    ],
+)  # fmt: skip
+def test_a_public_url_with_credentials_or_spaces_is_refused_without_the_password(
+    value: str, problem: str, shown: str
+) -> None:
+    with pytest.raises(ValidationError) as refused:
+        Settings(public_url=value)
+    message = str(refused.value.errors()[0]["msg"])
+    assert problem in message and repr(shown) in message
+    assert "s3cret" not in message
+
+
+def test_receiver_serve_names_the_refused_public_url_without_the_password() -> None:
+    # RECEIVER_WORKERS=0 too, so that a server never starts here: serve lists every problem
+    env = {"RECEIVER_PUBLIC_URL": "https://ops:s3cret-pw@alerts.example.com",
+           "RECEIVER_WORKERS": "0"}  # fmt: skip
+    result = CliRunner().invoke(cli, ["serve"], env=env)
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert line.startswith("Error: invalid settings: ")
+    assert "RECEIVER_PUBLIC_URL (--public-url): must carry no user name or password" in line
+    assert "'https://***@alerts.example.com'" in line and "s3cret" not in line
 
 
 def test_the_public_url_and_link_ttl_read_as_users_write_them() -> None:

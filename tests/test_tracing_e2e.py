@@ -8,6 +8,7 @@ off nothing is exported and no header is added."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -15,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from receiver import signature
+from receiver import __version__, signature
 from receiver.events import sample
 from tests.harness import Receiver
 from tests.otlp import OTLPSink, Span, tree
-from tests.servers import HTTPSink
+from tests.servers import HTTPSink, SMTPSink
 
 pytestmark = pytest.mark.e2e
 
@@ -27,6 +28,9 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SENDER_SPAN = "00f067aa0ba902b7"
 UNSAMPLED = "0af7651916cd43dd8448eb211c80319c"
 OTHER = "5b8aa5a2d2c872e8321cf37308d69df2"
+# The namespaces of OpenTelemetry's semantic conventions that the spans use; the rest of
+# their attributes are the receiver's own, under "receiver.".
+SEMANTIC = ("http.", "url.", "server.", "error.")
 
 RULES = """
 notifiers:
@@ -119,33 +123,59 @@ def test_one_event_is_one_trace_from_the_sender_to_each_send(
     assert rule.parent_id == route.span_id and webhook.parent_id == route.span_id
     assert notify.parent_id == rule.span_id
     assert ingest.service == "receiver-under-test"
-    # What an operator filters on.
-    assert (ingest.attributes | route.attributes).items() >= {
-        "event.id": "evt_traced",
-        "event.type": "score.drop",
-        "session.id": "s-42",
+    # The instrumentation scope names the receiver and its version.
+    assert {(s.scope, s.scope_version) for s in mine} == {("receiver", __version__)}
+    # What an operator filters on: the semantic conventions' names, and ours under receiver.
+    port = int(http_sink.url.rsplit(":", 1)[1])
+    assert ingest.attributes == {
+        "http.request.method": "POST",
+        "url.path": "/v1/events",
+        "url.scheme": "http",
+        "http.route": "/v1/events",
         "http.response.status_code": 202,
-        "result": "accepted",
-    }.items()
-    assert (
-        rule.attributes.items()
-        >= {"rule.name": "drops", "decision": "pending", "notifier": "chat"}.items()
-    )
-    assert (
-        notify.kind == "client"
-        and notify.attributes.items()
-        >= {
-            "event.id": "evt_traced",
-            "rule.name": "drops",
-            "notifier": "chat",
-            "attempt": 1,
-            "http.response.status_code": 200,
-            "outcome": "delivered",
-        }.items()
-    )
-    assert (
-        webhook.attributes.items()
-        >= {"subscriber": hook, "attempt": 1, "outcome": "delivered"}.items()
+        "receiver.event.id": "evt_traced",
+        "receiver.event.type": "score.drop",
+        "receiver.session.id": "s-42",
+        "receiver.result": "accepted",
+    }
+    assert verify.attributes == {} and store.attributes == {}
+    assert route.attributes == {
+        "receiver.event.id": "evt_traced",
+        "receiver.event.type": "score.drop",
+        "receiver.session.id": "s-42",
+        "receiver.rules_matched": 1,  # receiver.replay too, for a replayed event
+    }
+    assert rule.attributes == {
+        "receiver.rule": "drops",
+        "receiver.decision": "pending",
+        "receiver.notifier": "chat",
+    }
+    sent = {
+        "http.request.method": "POST",
+        "server.address": "127.0.0.1",
+        "server.port": port,
+        "http.response.status_code": 200,
+        "receiver.event.id": "evt_traced",
+        "receiver.attempt": 1,
+        "receiver.outcome": "delivered",
+    }
+    assert notify.kind == "client" and notify.attributes == sent | {
+        "url.full": f"http://127.0.0.1:{port}/REDACTED",  # a path can be a token
+        "receiver.rule": "drops",
+        "receiver.notifier": "chat",
+        "receiver.notification.kind": "event",
+        "receiver.outbox.id": notify.attributes["receiver.outbox.id"],
+    }
+    assert webhook.kind == "client" and webhook.attributes == sent | {
+        "url.full": f"http://127.0.0.1:{port}/REDACTED",
+        "receiver.subscriber": hook,
+        "receiver.notifier": "@subscriber",
+        "receiver.rule": "webhook",
+        "receiver.notification.kind": "webhook",
+        "receiver.outbox.id": webhook.attributes["receiver.outbox.id"],
+    }
+    assert all(
+        k.startswith(SEMANTIC) or k.startswith("receiver.") for s in mine for k in s.attributes
     )
     # Each outbound request's parent is the span of its send: the target's tracing
     # continues ours.
@@ -194,7 +224,7 @@ def test_log_lines_of_an_event_carry_its_trace_and_span(
         spans = otlp.spans
     # A refusal is a span too, failed at its step, with the code an operator searches for.
     refusal = [s for s in spans if s.trace_id == OTHER]
-    assert one(refusal, "POST /v1/events").attributes["result"] == "invalid_signature"
+    assert one(refusal, "POST /v1/events").attributes["receiver.result"] == "invalid_signature"
     assert one(refusal, "POST /v1/events").attributes["http.response.status_code"] == 401
     assert one(refusal, "verify").error == "invalid_signature"
     assert not [s for s in refusal if s.name in ("store", "route")]
@@ -230,15 +260,20 @@ def test_a_retry_hours_later_after_a_restart_is_in_the_same_trace(
         server.stop()
         spans = otlp.spans
     first, second = sorted(
-        (s for s in spans if s.name == "notify chat"), key=lambda s: s.attributes["attempt"]
+        (s for s in spans if s.name == "notify chat"),
+        key=lambda s: s.attributes["receiver.attempt"],
     )
     rule = one(spans, "rule drops")
     assert first.trace_id == second.trace_id == TRACE
     assert first.parent_id == second.parent_id == rule.span_id  # under the same decision
-    assert (first.attributes["attempt"], second.attributes["attempt"]) == (1, 2)
+    assert (first.attributes["receiver.attempt"], second.attributes["receiver.attempt"]) == (1, 2)
     assert first.attributes["http.response.status_code"] == 503 and first.error
-    assert first.attributes["outcome"] == "retry"
-    assert second.attributes["outcome"] == "delivered" and second.error is None
+    assert first.attributes["receiver.outcome"] == "retry"
+    assert first.attributes["error.type"] == "503"  # a failed answer's type is its status
+    assert "http.request.resend_count" not in first.attributes
+    assert second.attributes["receiver.outcome"] == "delivered" and second.error is None
+    assert second.attributes["http.request.resend_count"] == 1
+    assert "error.type" not in second.attributes
     assert trace_of(http_sink.requests[-1].headers["traceparent"])[:2] == (TRACE, second.span_id)
 
 
@@ -316,8 +351,8 @@ def test_a_step_the_timers_queue_is_a_child_of_its_events_ingest(
         spans = otlp.spans
     ingest, notify = one(spans, "POST /v1/events"), one(spans, "notify chat")
     assert notify.trace_id == TRACE and notify.parent_id == ingest.span_id
-    assert notify.attributes["notification.kind"] == "escalation"
-    assert one(spans, "rule deep").attributes["decision"] == "pending"
+    assert notify.attributes["receiver.notification.kind"] == "escalation"
+    assert one(spans, "rule deep").attributes["receiver.decision"] == "pending"
     assert trace_of(page.headers["traceparent"])[:2] == (TRACE, notify.span_id)
 
 
@@ -364,3 +399,112 @@ def test_a_collector_that_hangs_costs_no_notification_and_no_time_past_the_grace
         assert server.stop() == 0  # the harness kills, and fails, a stop that outlasts the grace
     finally:
         collector.close()
+
+
+SECRET_RULES = """
+notifiers:
+  chat: "{chat}"
+rules:
+  - name: drops
+    match: {{type: score.drop}}
+    notify: [chat]
+    resolve: true
+    title: "drop {{{{ sessionId }}}}"
+    body: "ack: {{{{ links.ack }}}} resolve: {{{{ links.resolve }}}}"
+"""
+
+
+def test_no_secret_or_token_reaches_any_span(tmp_path: Path, http_sink: HTTPSink) -> None:
+    """A notifier URL's password, path and query tokens, a subscriber URL's tokens, the
+    signing secrets and the one-click links' tokens are in no attribute (nor status) of
+    any span, a failed attempt's included; url.full shows where each request went."""
+    port = http_sink.port
+    chat = (
+        f"json://ops:pw-hunter2@127.0.0.1:{port}/notify/chat-path-token"
+        "?-key=param-token&+X-Token=header-token"
+    )
+    hook_url = f"{http_sink.url}/sub/sub-path-token?token=sub-query-token&format=json"
+    with OTLPSink() as otlp:
+        env = traced_env(
+            otlp, RECEIVER_PUBLIC_URL="http://receiver.example", RECEIVER_RETRY_INITIAL="1h"
+        )
+        server = Receiver(tmp_path, rules=SECRET_RULES.format(chat=chat), env=env).start()
+        added = server.cli("webhooks", "add", "--url", hook_url, "--json")
+        assert added.returncode == 0, added.stderr
+        hook = json.loads(added.stdout)
+        http_sink.fail_with(500)  # each first attempt fails: the failure's span too
+        send(server, sample("score.drop", id="evt_secret"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        sends = {"notify chat", f"webhook {hook['id']}"}
+        otlp.wait_for(lambda spans: sends <= {s.name for s in spans}, "the failed attempts")
+        server.stop()
+        with sqlite3.connect(server.db) as conn:  # the retries are due (an hour on)
+            conn.execute("UPDATE outbox SET next_at = 0 WHERE state = 'pending'")
+        http_sink.ok()
+        server.start()
+        otlp.wait_for(
+            lambda spans: (
+                sends
+                <= {s.name for s in spans if s.attributes.get("receiver.outcome") == "delivered"}
+            ),
+            "the delivered attempts",
+        )
+        server.stop()
+        spans = otlp.spans
+    bodies = [r.body.decode() for r in http_sink.requests if r.path.startswith("/notify")]
+    tokens = {m for body in bodies for m in re.findall(r"/act/([A-Za-z0-9._~-]+)", body)}
+    assert len(tokens) == 2, bodies  # the ack and resolve links went out
+    secrets = {
+        "pw-hunter2",
+        "chat-path-token",
+        "param-token",
+        "header-token",
+        "sub-path-token",
+        "sub-query-token",
+        hook["secret"],
+        server.secret,
+        *tokens,
+    }
+    shown = [
+        (s.name, str(value))
+        for s in spans
+        for value in (*s.attributes.values(), s.error or "", s.name)
+    ]
+    leaks = [(name, value) for name, value in shown for secret in secrets if secret in value]
+    assert leaks == []
+    sends = [s for s in spans if s.kind == "client"]
+    assert all(s.attributes["http.request.method"] == "POST" for s in sends)
+    assert {s.attributes["url.full"] for s in sends if s.name == "notify chat"} == {
+        f"http://127.0.0.1:{port}/REDACTED/REDACTED?key=REDACTED"
+    }
+    assert {s.attributes["url.full"] for s in sends if s.name.startswith("webhook ")} == {
+        f"http://127.0.0.1:{port}/REDACTED/REDACTED?token=REDACTED&format=json"
+    }
+    failed = [s for s in sends if s.attributes["receiver.outcome"] == "retry"]
+    assert {s.name for s in failed} == {"notify chat", f"webhook {hook['id']}"}
+    assert all(s.attributes["error.type"] == "500" for s in failed)
+
+
+def test_a_mail_send_names_its_server_and_no_http_method(
+    tmp_path: Path, smtp_sink: SMTPSink
+) -> None:
+    """A target apprise reaches without HTTP (mail here): the span has the notifier's URL
+    without its password, the SMTP server's address and port, and no HTTP method or
+    status (none was observable)."""
+    url = smtp_sink.mailto_url()
+    with OTLPSink() as otlp:
+        server = Receiver(tmp_path, rules=RULES.format(chat=url), env=traced_env(otlp)).start()
+        send(server, sample("score.drop", id="evt_mailed"), f"00-{TRACE}-{SENDER_SPAN}-01")
+        smtp_sink.wait_for(1)
+        spans = otlp.wait_for(
+            lambda spans: any(s.name == "notify chat" for s in spans), "the mail's span"
+        )
+        server.stop()
+    mail = one(spans, "notify chat")
+    assert {k: v for k, v in mail.attributes.items() if not k.startswith("receiver.")} == {
+        "url.full": f"mailto://REDACTED:REDACTED@127.0.0.1:{smtp_sink.port}/"
+        "?mode=insecure&from=receiver%40example.com&to=team%40example.com",
+        "server.address": "127.0.0.1",
+        "server.port": smtp_sink.port,
+    }
+    assert mail.attributes["receiver.outcome"] == "delivered"
+    assert smtp_sink.password not in str(mail.attributes)

@@ -9,8 +9,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -26,9 +27,10 @@ from receiver.admin.jobs import Jobs
 from receiver.api.webhooks import delivery
 from receiver.events import date_or_why, iso_epoch
 from receiver.logs import LogLimiter
+from receiver.notify.redaction import shown_url, url_secrets
 from receiver.notify.webhook import WebhookChannel
 from receiver.store import Store
-from receiver.store.records import OutboxRow
+from receiver.store.records import WEBHOOK_NOTIFIER, OutboxRow, Webhook
 from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.admin")
@@ -49,9 +51,18 @@ SECURITY_HEADERS = {
 FILTER_WINDOW = 86400.0
 
 
-def _when(ts: float | None) -> str:
-    """A stored time as the pages show it; one no date can show (a row written by hand, or
-    by an older version without the duration cap) says so instead of failing the page."""
+def _when(ts: float | str | None) -> str:
+    """A time as every page shows it, "2026-11-23 10:02:00" in UTC: epoch seconds as the
+    store keeps them, or ISO 8601 text as events and the API carry it, so that one page
+    never shows two forms. One no date can show (a row written by hand, or by an older
+    version without the duration cap) says so instead of failing the page; text that is
+    no time is shown as it is."""
+    if isinstance(ts, str):
+        try:
+            moment = datetime.fromisoformat(ts.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return ts or "-"
+        ts = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
     if not ts:
         return "-"
     return date_or_why(ts, lambda t: iso_epoch(t)[:19].replace("T", " "))
@@ -78,6 +89,23 @@ def row_id(text: str | None) -> int | None:
     """A row id from the URL: 1 to 18 ASCII digits (what a store's integer holds), else
     None; "²" passes str.isdigit but not int(), and 10**30 passes int() but no store."""
     return int(text) if text and re.fullmatch(r"[0-9]{1,18}", text) else None
+
+
+class Targets:
+    """What a page shows for a row's (notifier, target): the notifier's label, "oncall[0]";
+    for a subscriber delivery, its subscriber's id and URL without secrets
+    (redaction.shown_url), never "@subscriber[3]" (an index the page knows nothing of)."""
+
+    def __init__(self, hooks: Iterable[Webhook]) -> None:
+        self._hooks = {hook.id: hook for hook in hooks}
+
+    def __call__(self, notifier: str, target: int) -> str:
+        if notifier != WEBHOOK_NOTIFIER:
+            return f"{notifier}[{target}]"
+        hook = self._hooks.get(target)
+        if hook is None:
+            return "a deleted subscriber"
+        return f"{hook.public_id} {shown_url(hook.url, url_secrets(hook.url))}"
 
 
 def shown_delivery(row: OutboxRow) -> dict[str, Any]:
@@ -231,6 +259,10 @@ class Admin:
             "dead": counts["dead"],
             "size": await self.store.stats.size(),
         }
+
+    async def targets(self) -> Targets:
+        """The pages' names of notification targets (Targets), subscribers read now."""
+        return Targets(await self.store.webhooks.all())
 
     async def view(
         self, request: Request, session: Session, template: str, context: Mapping[str, Any]

@@ -173,6 +173,7 @@ class ActPages:
             by="link",
             now=self.clock(),
             episode=claim.episode,
+            links=self.links,
         )
         log.info("link: %s %s: %s", claim.action, claim.alert, outcome.result)
         self.counted["stale" if outcome.result == "missing" else outcome.result].inc()

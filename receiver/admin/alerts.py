@@ -59,7 +59,8 @@ async def report(admin: Admin, request: Request, session: Session) -> Response:
         "report.html",
         {"found": found, "since": since, "flapping": REPORT_FLAPPING, "error": error,
          "rules": noise.lines(found, 0), "notifiers": noise.lines(found, 1),
-         "chart": report_chart(noise.days(found)), "seconds": noise.seconds},
+         "chart": report_chart(noise.days(found)), "seconds": noise.seconds,
+         "target": await admin.targets()},
     )  # fmt: skip
 
 
@@ -77,7 +78,7 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
     """One alert (where a message's links.alert leads): its state, who was paged when,
     what was done to it and by whom, and its action buttons."""
     alert = await admin.store.alerts.get(request.path_params["id"])
-    if alert is None:
+    if alert is None or not alert.opened:
         return await admin.missing(request, session, "alert")
     acks = await admin.store.alerts.acks([alert.id])
     rows = await admin.store.outbox.page(OutboxQuery(alert=alert.id, limit=100))
@@ -91,6 +92,7 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
             "paged": list(reversed(rows)),
             "actions": await admin.store.alerts.actions([alert.id]),
             "escalations": [escalation(c) for c in await admin.store.alerts.chains(alert.id)],
+            "target": await admin.targets(),
         },
     )
 
@@ -126,6 +128,7 @@ async def act(admin: Admin, request: Request, session: Session) -> Response:
         source="admin",
         by=session.key_name,
         now=admin.clock(),
+        links=admin.router.link_source,
     )
     if outcome.result == "missing":
         return await admin.missing(request, session, "alert")

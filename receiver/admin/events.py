@@ -101,8 +101,11 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
     explanation = admin.rules.current.explain(payload).format() if isinstance(payload, dict) else ""
     rows = await admin.store.outbox.page(OutboxQuery(limit=200, event_id=row.id))
     notifications = [r for r in rows if r.notifier != WEBHOOK_NOTIFIER]
+    target = await admin.targets()
     deliveries = [
-        {"row": r.id, **shown_delivery(r)} for r in rows if r.notifier == WEBHOOK_NOTIFIER
+        {"row": r.id, "to": target(r.notifier, r.target), **shown_delivery(r)}
+        for r in rows
+        if r.notifier == WEBHOOK_NOTIFIER
     ]
     routed = await why.explain_event(admin.store, row.id, admin.rules.current)
     return await admin.view(
@@ -110,7 +113,8 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
         session,
         "event.html",
         {"row": row, "body": body, "payload": payload, "explanation": explanation,
-         "notifications": notifications, "deliveries": deliveries, "why": routed},
+         "notifications": notifications, "deliveries": deliveries, "why": routed,
+         "target": target},
     )  # fmt: skip
 
 

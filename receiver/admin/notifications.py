@@ -41,7 +41,8 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
         session,
         "notifications.html",
         {"rows": rows, "state": state or "", "notifier": notifier or "",
-         "states": OUTBOX_STATES, "notifiers": notifiers, "next": next_page},
+         "states": OUTBOX_STATES, "notifiers": notifiers, "next": next_page,
+         "target": await admin.targets()},
     )  # fmt: skip
 
 
@@ -62,7 +63,11 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
         request,
         session,
         "notification.html",
-        {"n": rows[0], "attempts": log_of.get(rows[0].id, [])},
+        {
+            "n": rows[0],
+            "attempts": log_of.get(rows[0].id, []),
+            "target": await admin.targets(),
+        },
     )
 
 

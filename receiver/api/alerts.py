@@ -22,6 +22,7 @@ from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.errors import AlertNotFoundError, EventNotFoundError, InvalidParameterError
 from receiver.events import iso_epoch
+from receiver.links import LinkSource
 from receiver.rules.escalations import Policy
 from receiver.store import Store
 from receiver.store.records import Ack, Action, Alert, Chain, OutboxQuery, OutboxRow
@@ -113,10 +114,12 @@ class AlertsAPI:
         rules: Callable[[], Any],  # receiver.reloader.RulesHolder: resolve renders with it
         wake_worker: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
+        links: LinkSource | None = None,  # a resolve's messages carry them, if on
     ) -> None:
         self.store = store
         self.access = access
         self.rules = rules
+        self.links = links
         self.wake_worker = wake_worker
         self.clock = clock
 
@@ -151,11 +154,20 @@ class AlertsAPI:
                 f"state must be one of open, resolved; got {state[:40]!r}", headers=headers
             )
         limit = limit_param(request.query_params)
+        cursor = _text(request, "cursor") or None  # cursor= is the first page
+        named = None if cursor is None else await self.store.alerts.get(cursor)
+        if cursor is not None and (named is None or not named.opened):
+            # as /v1/sessions does: a cursor is the id of the previous page's last alert
+            raise InvalidParameterError(
+                f"cursor {cursor[:100]!r} names no alert: pass the cursor of the previous"
+                " page unchanged, with the same filters",
+                headers=headers,
+            )
         found = await self.store.alerts.page(
             state=state,
             rule=_text(request, "rule"),
             session=_text(request, "session"),
-            after=_text(request, "cursor"),
+            after=cursor,
             limit=limit + 1,
         )
         page = found[:limit]
@@ -171,7 +183,7 @@ class AlertsAPI:
         found = None
         if "\x00" not in wanted and len(wanted) <= MAX_TEXT:
             found = await self.store.alerts.get(wanted)
-        if found is None:
+        if found is None or not found.opened:
             raise AlertNotFoundError(f"no alert has the id {wanted[:100]!r}", headers=headers)
         return found
 
@@ -204,6 +216,7 @@ class AlertsAPI:
                 by=key.name,
                 now=self.clock(),
                 seconds=seconds,
+                links=self.links,
             )
             if outcome.result == "missing":
                 raise AlertNotFoundError(f"no alert has the id {alert.id[:100]!r}", headers=headers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from receiver.api.alerts import MAX_TEXT
 from receiver.api.sessions import MAX_LIMIT
 from receiver.store.records import ACTIONS, RECORDED_ACTIONS, RECORDED_SOURCES
 
@@ -29,6 +30,17 @@ _REFUSED = {
 }
 _NOT_FOUND = {"404": _answer("alert_not_found", "Error")}
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+# A filter or cursor as api.alerts._text takes it: no NUL (no stored id holds one), at most
+# MAX_TEXT characters.
+_FILTER = {"type": "string", "maxLength": MAX_TEXT, "pattern": "^[^\\u0000]*$"}
+# A snooze as parse_duration reads it, within MAX_SPAN, in the form format_duration writes:
+# days up to 365, then hours 0-23, minutes and seconds 0-59, each at most once, in that
+# order ("1h30m", "2d", "45s"). The server also reads "90m" as 1h30m; the document names
+# the form that no limit can refuse, so that every request it allows is accepted.
+SNOOZE_FOR = (
+    "^(?:365d|(?:(?:36[0-4]|3[0-5][0-9]|[12][0-9]{2}|[1-9]?[0-9])d)?"
+    "(?:(?:1?[0-9]|2[0-3])h)?(?:[1-5]?[0-9]m)?(?:[1-5]?[0-9]s)?)$"
+)
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -174,11 +186,35 @@ SCHEMAS: dict[str, Any] = {
                             ],
                         },
                         "reason": {"type": "string"},
+                        "states": {
+                            "type": "array",
+                            "description": "routing's decision first, then each state the"
+                            " rule's notification went through since, with its time",
+                            "items": {
+                                "type": "object",
+                                "required": ["decision", "at", "reason"],
+                                "properties": {
+                                    "decision": {"type": "string"},
+                                    "at": _TIME,
+                                    "reason": {"type": "string"},
+                                },
+                                "additionalProperties": False,
+                            },
+                        },
                         "notifications": {
                             "type": "array",
                             "items": {
                                 "type": "object",
-                                "required": ["id", "notifier", "target", "kind", "state", "reason"],
+                                "required": [
+                                    "id",
+                                    "notifier",
+                                    "target",
+                                    "kind",
+                                    "state",
+                                    "reason",
+                                    "createdAt",
+                                    "updatedAt",
+                                ],
                                 "properties": {
                                     "id": {"type": "string"},
                                     "notifier": {"type": "string"},
@@ -186,6 +222,8 @@ SCHEMAS: dict[str, Any] = {
                                     "kind": {"type": "string"},
                                     "state": {"type": "string"},
                                     "reason": {"type": "string", "nullable": True},
+                                    "createdAt": _TIME,
+                                    "updatedAt": _TIME,
                                 },
                                 "additionalProperties": False,
                             },
@@ -245,6 +283,10 @@ SCHEMAS: dict[str, Any] = {
                         "round": {"type": "integer"},
                         "to": {"type": "array", "items": {"type": "string"}},
                         "note": {"type": "string"},
+                        "eventId": {
+                            "type": "string",
+                            "description": "started: the event that started the chain",
+                        },
                     },
                     "additionalProperties": False,
                 },
@@ -293,7 +335,15 @@ SCHEMAS: dict[str, Any] = {
     "SnoozeRequest": {
         "type": "object",
         "required": ["for"],
-        "properties": {"for": {"type": "string", "example": "1h"}},
+        "properties": {
+            "for": {
+                "type": "string",
+                "minLength": 2,
+                "pattern": SNOOZE_FOR,
+                "example": "1h",
+                "description": "how long: days up to 365d, then hours, minutes, seconds",
+            }
+        },
     },
 }
 
@@ -328,14 +378,18 @@ PATHS: dict[str, Any] = {
             "summary": "Alerts by id (role reader)",
             "parameters": [
                 _query("state", {"type": "string", "enum": ["open", "resolved"]}, "only these"),
-                _query("rule", {"type": "string"}, "only alerts this rule notified about"),
-                _query("session", {"type": "string"}, "only this session's alerts"),
+                _query("rule", _FILTER, "only alerts this rule notified about"),
+                _query("session", _FILTER, "only this session's alerts"),
                 _query(
                     "limit",
                     {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
                     "alerts a page",
                 ),
-                _query("cursor", {"type": "string"}, "the previous page's cursor"),
+                _query(
+                    "cursor",
+                    _FILTER,
+                    "the previous page's cursor (empty: the first page; naming no alert: 400)",
+                ),
             ],  # fmt: skip
             "responses": {
                 "200": _answer("OK", "AlertList"),

@@ -141,6 +141,8 @@ _ERRORS = {
     "429": _error("rate_limited: the key's plan limit is reached; see Retry-After"),
 }
 _SESSION_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+# Free text as api.sessions.text_param takes it: no NUL (no stored id holds one).
+_TEXT = {"type": "string", "pattern": "^[^\\u0000]*$"}
 # What api.sessions.instant_param takes: 2026-05-01 or 2026-05-01T12:00:00Z.
 _INSTANT = {
     "anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]
@@ -188,7 +190,7 @@ def document(version: str) -> dict[str, Any]:
                 "List sessions, newest startedAt first",
                 "SessionList",
                 [
-                    _query("userId", {"type": "string"}, "only this user's sessions"),
+                    _query("userId", _TEXT, "only this user's sessions"),
                     _query(
                         "status", {"type": "string", "enum": list(STATUSES)}, "only this status"
                     ),
@@ -204,7 +206,12 @@ def document(version: str) -> dict[str, Any]:
                         },
                         "sessions a page",
                     ),
-                    _query("cursor", {"type": "string"}, "the previous page's cursor"),
+                    _query(
+                        "cursor",
+                        _TEXT,
+                        "the previous page's cursor (empty: the first page; one naming no"
+                        " session: 400)",
+                    ),
                 ],
                 "400",
             ),

@@ -69,14 +69,18 @@ def instant_param(params: Mapping[str, str], name: str, *, end_of_day: bool) -> 
         if len(value) == 10:
             day = datetime.fromisoformat(value).replace(tzinfo=UTC)
             return iso(day + timedelta(days=1, microseconds=-1) if end_of_day else day)
-        return iso(datetime.fromisoformat(value.replace("Z", "+00:00")))
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        try:
+            return iso(moment)
+        except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC: the
+            # first instant there is (a valid time is a bound, past the calendar's ends too)
+            offset = moment.utcoffset() or timedelta()
+            return iso(datetime.min if offset > timedelta() else datetime.max)
     except ValueError:
         raise InvalidParameterError(
             f"{name} must be an ISO 8601 date or timestamp, such as 2026-05-01 or"
             f" 2026-05-01T12:00:00Z; got {value[:40]!r}"
         ) from None
-    except OverflowError:  # 0001-01-01T00:00:00+01:00 is before year 1 in UTC
-        raise InvalidParameterError(f"{name}: {value[:40]!r} is out of range in UTC") from None
 
 
 def text_param(params: Mapping[str, str], name: str) -> str | None:
@@ -112,7 +116,7 @@ class SessionsAPI:
             status=choice(params, "status", STATUSES, None),
             start_from=instant_param(params, "from", end_of_day=False),
             start_to=instant_param(params, "to", end_of_day=True),
-            cursor=text_param(params, "cursor"),
+            cursor=text_param(params, "cursor") or None,  # cursor= is the first page
         )
         try:
             page = await self.store.sessions.page(query)

@@ -11,18 +11,27 @@ from typing import Any
 
 import click
 
+from receiver.api.alerts import describe
 from receiver.cli._common import db_option, echo, load_rules, rules_option, when, with_store
 from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.events import date_or_why
+from receiver.links import source
 from receiver.rules.match import parse_matchers
+from receiver.settings import Settings
 from receiver.store import Store
 from receiver.store.base import Tx
+from receiver.store.records import Ack, Alert
 
 
 @click.group(invoke_without_command=True)
 @db_option
-@click.option("--json", "as_json", is_flag=True, help="One JSON document: an array of alerts.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON document: an array of alerts, each as GET /v1/alerts shows it.",
+)
 @click.pass_context
 def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
     """List the alerts open now: sessions whose attention dropped, interventions not resolved.
@@ -36,45 +45,48 @@ def alerts(ctx: click.Context, db: str, as_json: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
 
-    async def read(store: Store) -> list[dict[str, Any]]:
+    async def read(store: Store) -> list[tuple[Alert, list[str], Ack | None]]:
         found = await store.transact(_open_alerts)
-        acks = await store.alerts.acks(row["alert"] for row in found)
-        for row in found:
-            ack = acks.get((row["alert"], row["episode"]))
-            row["acked_by"] = ack.acked_by if ack else None
-            row["acked_at"] = ack.acked_at if ack else None
-        return found
+        acks = await store.alerts.acks(alert.id for alert, _ in found)
+        return [(alert, rules, acks.get((alert.id, alert.episode))) for alert, rules in found]
 
     found = with_store(db, read)
-    if as_json:
-        click.echo(json.dumps(found, indent=2))  # JSON escapes control characters
+    if as_json:  # the API's own shape (JSON escapes control characters)
+        click.echo(json.dumps([describe(alert, ack) for alert, _, ack in found], indent=2))
         return
     if not found:
         echo("no open alerts")
         return
-    for row in found:
-        rules = ", ".join(row["notified"]) or "no rule notified"
-        acked = (
-            f"; acknowledged by {row['acked_by']} at {when(row['acked_at'])}"
-            if row["acked_by"]
-            else ""
-        )
+    for alert, notified, ack in found:
+        rules = ", ".join(notified) or "no rule notified"
+        acked = f"; acknowledged by {ack.acked_by} at {when(ack.acked_at)}" if ack else ""
         echo(
-            f"{row['alert']}  open since {row['opened_ts']} (event {row['opened_event']}, "
-            f"episode {row['episode']}); last event {row['last_ts']}; {rules}{acked}"
+            f"{alert.id}  open since {alert.opened_ts} (event {alert.opened_event}, "
+            f"episode {alert.episode}); last event {alert.last_ts}; {rules}{acked}"
         )
 
 
 def _act(
     db: str, rules_path: Path | None, alert_id: str, action: str, by: str, seconds: float | None
 ) -> None:
-    """Do an action through receiver.dispatch.actions, as the server's API would."""
+    """Do an action through receiver.dispatch.actions, as the server's API would (a
+    resolve's messages carry the one-click links when RECEIVER_PUBLIC_URL is set)."""
     ruleset = load_rules(rules_path) if action == "resolve" else None
+    settings = Settings() if action == "resolve" else None
     now = time.time()
 
     async def act(store: Store) -> actions.Outcome:
+        links = source(settings, store) if settings is not None else None
         return await actions.perform(
-            store, ruleset, alert_id, action, source="cli", by=by, now=now, seconds=seconds
+            store,
+            ruleset,
+            alert_id,
+            action,
+            source="cli",
+            by=by,
+            now=now,
+            seconds=seconds,
+            links=links,
         )
 
     outcome = with_store(db, act)
@@ -139,18 +151,9 @@ def snooze(db: str, alert_id: str, duration: str, by: str) -> None:
     _act(db, None, alert_id, "snooze", by, seconds)
 
 
-def _open_alerts(tx: Tx) -> list[dict[str, Any]]:
-    return [
-        {
-            "alert": a.id,
-            "episode": a.episode,
-            "opened_ts": a.opened_ts,
-            "opened_event": a.opened_event,
-            "last_ts": a.last_ts,
-            "notified": [n.rule for n in tx.notices.of(a.id, a.episode)],
-        }
-        for a in tx.alerts.list_open()
-    ]
+def _open_alerts(tx: Tx) -> list[tuple[Alert, list[str]]]:
+    """The open alerts, each with the rules that notified about its episode."""
+    return [(a, [n.rule for n in tx.notices.of(a.id, a.episode)]) for a in tx.alerts.list_open()]
 
 
 @click.group()

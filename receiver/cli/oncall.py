@@ -54,7 +54,14 @@ def oncall(
     for index, item in enumerate(chosen):
         if index:
             echo()
-        echo_lines(_report(item, at, count))
+        try:
+            lines = _report(item, at, count)
+        except OverflowError:  # the local time or a handoff past year 9999 (or before year 1)
+            raise click.ClickException(
+                f'--at {at_text}: in schedule "{item.name}" ({item.zone.key}) that time or its '
+                "next handoffs fall outside the years a date can show (1 to 9999)"
+            ) from None
+        echo_lines(lines)
 
 
 def _report(schedule: Schedule, at: float, count: int) -> list[str]:

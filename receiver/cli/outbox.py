@@ -17,7 +17,7 @@ from receiver.cli._common import (
     when,
     with_store,
 )
-from receiver.logs import escape
+from receiver.logs import escape, redact_url
 from receiver.store import Store
 from receiver.store.base import OUTBOX_STATES
 from receiver.store.records import Attempt
@@ -66,6 +66,8 @@ def deliveries(
     if as_json:
         for row in rows:
             shown = {**row.__dict__, "state": _state(row.state)}
+            # A one-click link's token is a capability: shown as /act/***, as logs show it.
+            shown.update({k: redact_url(row.__dict__[k]) for k in ("title", "body")})
             if attempts:
                 shown["attempt_log"] = [a.__dict__ for a in logs.get(row.id, [])]
             echo(json.dumps(shown))

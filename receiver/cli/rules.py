@@ -80,8 +80,7 @@ def init(path: Path) -> None:
     except OSError as exc:
         reason = (exc.strerror or str(exc)).lower()
         raise click.ClickException(f"cannot write {path}: {reason}") from exc
-    count = len(rules.load_builtin().rules)
-    echo(f"wrote {path}: {count} rules, every event to the console")
+    echo(f"wrote {path}: {rules.load_builtin().counted}, every event to the console")
     if path.resolve() == DEFAULT_RULES.resolve():
         echo(
             "next: edit it, run `receiver check`, then `receiver serve` (a server"

@@ -16,6 +16,7 @@ from receiver.dispatch.alerts import opener
 from receiver.dispatch.pipeline import Pipeline
 from receiver.durations import format_duration
 from receiver.events import iso_epoch
+from receiver.links import Links, LinkSource
 from receiver.rules import Ruleset
 from receiver.store import Store
 from receiver.store.base import Tx
@@ -49,13 +50,17 @@ async def perform(
     now: float,
     seconds: float | None = None,
     episode: int | None = None,
+    links: LinkSource | None = None,
 ) -> Outcome:
     """Do action (ack | resolve | snooze for `seconds`) to the alert, and record it;
     ruleset: the rules that render a resolve's messages (only resolve needs them).
 
     episode: the episode a link was made for; when the alert has moved on (resolved, or
     opened again since), the link's episode is over: nothing changes, and it is recorded
-    as "stale"."""
+    as "stale".
+
+    links: the one-click links (RECEIVER_PUBLIC_URL), if on: a resolve's messages carry
+    them as routing's do."""
     alert = await store.alerts.get(alert_id)
     if alert is None:
         return Outcome(alert_id, action, "missing", f"there is no alert {alert_id!r}")
@@ -70,8 +75,8 @@ async def perform(
     elif action == "resolve":
         if ruleset is None:
             raise ValueError("resolving needs the rules that render its messages")
-        rs = ruleset
-        outcome = await store.transact(lambda tx: _resolve(tx, rs, alert_id, source, by, now))
+        rs, made = ruleset, await links.get() if links is not None else None
+        outcome = await store.transact(lambda tx: _resolve(tx, rs, alert_id, source, by, now, made))
     elif action == "snooze":
         outcome = await _snooze(
             store, alert_id, alert.episode, now, SNOOZE_LINK if seconds is None else seconds
@@ -133,7 +138,15 @@ async def _snooze(store: Store, alert_id: str, episode: int, now: float, seconds
     return Outcome(alert_id, "snooze", "done", message, snoozed, until)
 
 
-def _resolve(tx: Tx, ruleset: Ruleset, alert_id: str, source: str, by: str, now: float) -> Outcome:
+def _resolve(
+    tx: Tx,
+    ruleset: Ruleset,
+    alert_id: str,
+    source: str,
+    by: str,
+    now: float,
+    links: Links | None,
+) -> Outcome:
     """Close the alert now as its closing event would: held rows cancelled, resolved
     messages to everyone its episode notified."""
     alert = tx.alerts.get(alert_id)
@@ -146,5 +159,5 @@ def _resolve(tx: Tx, ruleset: Ruleset, alert_id: str, source: str, by: str, now:
     tx.alerts.save(alert, now)
     # The resolved message's "ended by {{ type }} at {{ timestamp }}": who resolved it.
     payload = {**opener(tx, alert), "type": f"{by} ({source})", "timestamp": ts}
-    Pipeline(tx, ruleset, now).resolve(alert, payload)
+    Pipeline(tx, ruleset, now, links=links).resolve(alert, payload)
     return Outcome(alert_id, "resolve", "done", f"{alert_id} resolved", alert.episode)

@@ -35,9 +35,9 @@ from receiver.dispatch.silences import Active
 from receiver.durations import format_duration
 from receiver.links import Links
 from receiver.logs import LogLimiter
-from receiver.rules import Rule, Ruleset
+from receiver.rules import Decision, Rule, Ruleset
 from receiver.rules.escalations import Policy
-from receiver.rules.rule import ESCALATE_ONLY
+from receiver.rules.rule import ESCALATE_ONLY, Rendered
 from receiver.rules.schedules import PREFIX
 from receiver.rules.templates import DEFAULT_BODY, DEFAULT_TITLE
 from receiver.store import systemic
@@ -64,11 +64,13 @@ def start(
     state: str,
     why: str | None = None,
     release_at: float | None = None,
+    event: str | None = None,
 ) -> None:
     """Start the rule's chain for the alert's episode (once): its first step after its
     `after`, counted from now, or from release_at when the rule holds its notification
     (hold, a deferred active window). A notification silenced or muted starts the chain
-    suppressed: it waits for the silence to end."""
+    suppressed: it waits for the silence to end. event: the event that starts it (its
+    log says so, for explain)."""
     policy = rule.escalate
     assert policy is not None
     suppressed = state in SUPPRESSED
@@ -85,11 +87,41 @@ def start(
             now,
             now if suppressed else None,
             (why or state) if suppressed else None,
-            [{"at": now, "event": "started", "note": f"{state}: waits" if suppressed else ""}],
+            [
+                {
+                    "at": now,
+                    "event": "started",
+                    "note": _started(state, base, suppressed),
+                    **({"eventId": event} if event is not None else {}),
+                }
+            ],
         )
     )
     if not suppressed:
         tx.notices.add(alert.id, alert.episode, rule.name, now, rule.repeat)
+
+
+def _started(state: str, base: float, suppressed: bool) -> str:
+    """The note of a chain's start: whether it waits, and for what (explain reads it)."""
+    if suppressed:
+        return f"{state}: waits"
+    return f"held: its first step counts from {_clock(base)}" if state == "held" else ""
+
+
+def first_pages(ruleset: Ruleset, rule: Rule, first: Decision, now: float) -> list[Notification]:
+    """The pages the rule's chain would send at its first step, with the texts of its
+    notification first (the event's): kept, never sent, when the event starts no chain
+    (silenced, quiet, inhibited, stale, held back by a storm), so that every alert has a
+    row that says what became of it."""
+    policy = rule.escalate
+    assert policy is not None
+    known = [t for t in policy.steps[0].notify if _defined(ruleset, t)]
+    rendered = Rendered(first.title, first.body, None, None, first.fallback, first.error)
+    where = f"escalation {policy.name}: step 1 of {len(policy.steps)}"
+    return [
+        Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{where}")
+        for d in ruleset.on_call(rule.decisions_for(known, rendered, ruleset.notifiers), now)
+    ]
 
 
 def run(
@@ -353,7 +385,7 @@ def _wake_notice(
         n = Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{since}")
         tx.outbox.add(
             alert.opened_event or "-", n, state="pending", now=now, alert=alert.id,
-            episode=alert.episode,
+            episode=alert.episode, reason=since,
         )  # fmt: skip
     tx.notices.woke(notice, now, rule.repeat)
     counts["woke"] += 1

@@ -83,6 +83,12 @@ def _rule_notes(ruleset: Ruleset, name: str, now: float, *, opening: bool) -> li
         notes.append("a resolved message when the alert resolves")
     if rule.repeat is not None:
         notes.append(f"repeated every {format_duration(rule.repeat)} while open")
+    if rule.storm is not None:
+        over = "held back and not paged (no chain starts)" if rule.escalate else "held back"
+        notes.append(
+            f"storm guard: past {rule.storm.max} in {format_duration(rule.storm.per)} the rest"
+            f" are {over}, counted in one storm message"
+        )
     if rule.escalate is not None and opening:
         notes.append(
             f"escalation {rule.escalate.name} starts if the alert opens now (a chain already"

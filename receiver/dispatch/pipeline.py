@@ -33,6 +33,9 @@ REPLAY_PREFIX = "[replay] "  # before the title of every notification an operato
 _RULE = operator.attrgetter("rule")  # a decision's rule, to group decisions by
 
 UNTITLED = Rendered("", "", None, None, fallback=False)  # a notification whose texts nobody reads
+# The states of an escalating rule's notification that page nobody at once: its chain's
+# first pages are then kept with that state (Pipeline._unpaged).
+UNPAGED = ("stale", "silenced", "muted", "inhibited", "storm")
 
 
 class Pipeline:
@@ -201,17 +204,56 @@ class Pipeline:
         if decisions[0].error is not None:
             count = self.failed.get(rule.name, (0, ""))[0]
             self.failed[rule.name] = (count + len(decisions), decisions[0].error)
-        if alert is None or transition.what not in ("open", "update"):
+        if alert is None:
+            return
+        if rule.escalate is not None and not rule.notify and state in UNPAGED:
+            self._unpaged(event_id, rule, decisions[0], alert, state, reason, group)
+        if transition.what not in ("open", "update"):
             return
         why = reason.split(" (", 1)[0] if state == "inhibited" and reason else state
         if rule.escalate is not None and state not in ("stale", "grouped", "storm"):
             escalations.start(
-                self.tx, rule, alert, self.now, state=state, why=why, release_at=next_at
-            )
+                self.tx, rule, alert, self.now, state=state, why=why, release_at=next_at,
+                event=event_id,
+            )  # fmt: skip
         elif state in ("pending", "held") and (rule.resolve or rule.repeat):
             self.tx.notices.add(alert.id, alert.episode, rule.name, self.now, rule.repeat)
         if state in escalations.SUPPRESSED:  # notified when that ends, if still open
             self.tx.notices.suppress(alert.id, alert.episode, rule.name, self.now, why)
+
+    def _unpaged(
+        self,
+        event_id: str,
+        rule: Rule,
+        first: Decision,
+        alert: Alert,
+        state: str,
+        reason: str | None,
+        group: int | None,
+    ) -> None:
+        """A rule that only escalates has no notification of its own to keep: the pages its
+        chain would send first are kept instead, with the state that stopped them (never
+        sent), when its alert's episode has no chain of the rule yet (a late event's
+        always), so every alert has a row saying what became of it. A chain held back by
+        a storm never starts; a suppressed one waits (escalations.start)."""
+        assert rule.escalate is not None
+        if state != "stale" and self._paging(rule, alert):
+            return  # its chain runs (or waits) already: this event changes nothing there
+        then = "not started" if state in ("storm", "stale") else "waits"
+        note = f"{reason or state}; escalation {rule.escalate.name} {then}"
+        for n in escalations.first_pages(self.ruleset, rule, first, self.now):
+            self._add(
+                event_id, n, state=state, now=self.now, reason=note, kind=escalations.KIND,
+                group_id=group if state == "storm" else None, alert=alert.id,
+                episode=alert.episode,
+            )  # fmt: skip
+
+    def _paging(self, rule: Rule, alert: Alert | None) -> bool:
+        """Whether a rule that only escalates has a chain for the alert's episode already:
+        an event of it then pages no one new, so a storm does not count it either."""
+        if rule.escalate is None or rule.notify or alert is None:
+            return False
+        return any(c.rule == rule.name for c in self.tx.escalations.of(alert.id, alert.episode))
 
     def _state(
         self,
@@ -246,8 +288,11 @@ class Pipeline:
             rule.name, first.throttle_key or "", self.now, first.throttle_seconds
         ):
             return "throttled", f"throttled: key {first.throttle_key!r}", None, None
-        if rule.storm is not None:
+        if rule.storm is not None and not self._paging(rule, transition.alert):
             rows = [_notification(d) for d in decisions if d.notifier != ESCALATE_ONLY]
+            if rule.escalate is not None:  # its storm message goes to whom it pages first too
+                first_pages = escalations.first_pages(self.ruleset, rule, first, self.now)
+                rows = _distinct([*rows, *first_pages])
             stormed = storm.held(
                 self.tx, event_id, payload, rule, rows, now=self.now, texts=self.texts,
                 links=self.links,
@@ -374,6 +419,14 @@ def _to(rule: str, rendered: Rendered, notifier: str, target: int) -> Decision:
         rule, notifier, target, rendered.title, rendered.body, None, None, rendered.fallback,
         rendered.error,
     )  # fmt: skip
+
+
+def _distinct(rows: Sequence[Notification]) -> list[Notification]:
+    """rows, one a (notifier, url)."""
+    seen: dict[tuple[str, int], Notification] = {}
+    for n in rows:
+        seen.setdefault((n.notifier, n.target), n)
+    return list(seen.values())
 
 
 def _notification(d: Decision) -> Notification:

@@ -40,7 +40,7 @@ from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.rules import Decision, Ruleset
 from receiver.sessions import Fact
-from receiver.store import Store, systemic
+from receiver.store import RetryTransaction, Store, systemic
 from receiver.store.base import StoredEvent, Tx
 from receiver.store.records import subscriber_delivery
 from receiver.supervisor import IDLE, Health
@@ -305,7 +305,9 @@ class Router:
         try:
             with tx.savepoint():
                 pipeline = self._route_batch(tx, ruleset, now, events, decided)
-        except Exception:  # noqa: BLE001 - find the event at fault, one by one
+        except Exception as exc:  # noqa: BLE001 - find the event at fault, one by one
+            if isinstance(exc, RetryTransaction):
+                raise  # the store runs the transaction again: no event is at fault
             tx.alerts.forget()
             pipeline = self._route_each(tx, ruleset, now, events, decided)
         self._last_event = max(self._last(tx), *(e.received_at for e in events))
@@ -428,8 +430,8 @@ def _route_spans(
                 tracing.EVENT_ID: event.id,
                 tracing.EVENT_TYPE: event.type,
                 tracing.SESSION_ID: session if isinstance(session, str) else None,
-                "rules.matched": len({d.rule for d in decisions}),
-                "replay": event.replay,
+                tracing.RULES_MATCHED: len({d.rule for d in decisions}),
+                tracing.REPLAY: event.replay,
             },
         )
     return spans

@@ -66,11 +66,20 @@ def storm_text(rule: Rule, group: Group, links: Links | None) -> tuple[str, str]
     spec = rule.storm
     assert spec is not None
     per = format_duration(spec.per)
-    title = f"[{rule.name}] storm: {group.count} more notifications held back"
-    lines = [
-        f"{rule.name} went over {spec.max} notifications in {per}: {group.count} more of this"
-        f" window were held back, not sent one by one."
-    ]
+    if rule.escalate is None:
+        title = f"[{rule.name}] storm: {group.count} more notifications held back"
+        lines = [
+            f"{rule.name} went over {spec.max} notifications in {per}: {group.count} more of"
+            " this window were held back, not sent one by one."
+        ]
+    else:  # each held back is an alert whose escalation did not start
+        alerts = "alert" if group.count == 1 else "alerts"
+        title = f"[{rule.name}] storm: {group.count} more {alerts} held back, not paged"
+        lines = [
+            f"{rule.name} went over {spec.max} alerts in {per}: {group.count} more of this"
+            f" window were held back, not paged: their escalation {rule.escalate.name} did"
+            " not start."
+        ]
     of = f" (of the first {MEMBERS})" if group.count > len(group.members) else ""
     for field, label in (("sessionId", "sessions"), ("userId", "users")):
         top = Counter(str(m.get(field)) for m in group.members if m.get(field) is not None)

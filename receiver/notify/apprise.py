@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from receiver import tracing
 from receiver.notify.backoff import Backoff
 from receiver.notify.channel import Result
-from receiver.notify.targets import DeliveryError, Targets
+from receiver.notify.targets import DeliveryError, Exchange, Targets
 from receiver.rules import Ruleset
 from receiver.store import OutboxRow
 
@@ -51,14 +51,25 @@ class AppriseChannel:
         return f"{row.label} for event {row.event_id} (rule {row.rule})"
 
     async def send(self, row: OutboxRow) -> Result:
+        exchange = Exchange() if tracing.recording() else None
         try:
             url = self._url(row)
             title, body = await self._texts(row)
             status = await self.targets.send(
-                url, title=title, body=body, label=row.label, headers=tracing.current_headers()
+                url,
+                title=title,
+                body=body,
+                label=row.label,
+                headers=tracing.current_headers(),
+                exchange=exchange,
             )
         except DeliveryError as exc:
+            if exchange is not None:
+                failure = "timeout" if exc.timed_out else exchange.error_type or "_OTHER"
+                _traced(exchange, failure)
             return Result.retry(str(exc), status=exc.status)
+        if exchange is not None:
+            _traced(exchange)
         return Result.delivered(status=status)
 
     async def _texts(self, row: OutboxRow) -> tuple[str, str]:
@@ -78,3 +89,10 @@ class AppriseChannel:
                 f'notifier "{row.notifier}" no longer has target {row.target}', label=row.label
             )
         return notifier.urls[row.target]
+
+
+def _traced(exchange: Exchange, failure: str | None = None) -> None:
+    """The send's span gets its last HTTP request (the notifier's URL, without secrets, for
+    a target apprise reaches by other means: no method then), and failure as its
+    error.type (the worker puts an answer's status there instead)."""
+    tracing.describe(None, tracing.client_request(exchange.method, exchange.url, failure))

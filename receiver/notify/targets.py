@@ -23,42 +23,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from receiver import tracing
 from receiver.errors import ReceiverError
+from receiver.notify.redaction import Redactor, private_tokens, redact, shown_url, url_secrets
 
 if TYPE_CHECKING:
     import apprise
 
-__all__ = ["CONSOLE_LOGGER", "DeliveryError", "Targets", "prepare_apprise", "redact", "url_secrets"]
+__all__ = [
+    "CONSOLE_LOGGER",
+    "DeliveryError",
+    "Exchange",
+    "Targets",
+    "prepare_apprise",
+    "redact",
+    "url_secrets",
+]
 
 T = TypeVar("T")
 
 CONSOLE_LOGGER = "receiver.console"
-REDACTED = "***"
 
 # Loggers of the libraries apprise sends through; each may print a URL, path or token.
 _LIBRARY_LOGGERS = ("apprise", "requests", "urllib3")
 
-# Query arguments apprise uses for behaviour, never for credentials. Every other query
-# value (tokens, `+Header=value` pairs, ...) counts as a secret.
-_PUBLIC_QUERY_KEYS = frozenset(
-    "bcc cc channel channels cto emojis format from image method mode name optional "
-    "overflow priority redirect reply retry rto smtp store to tz verify wait".split()
-)
-
-# Short secrets are only redacted as whole words, so "notify" doesn't eat "notification".
-_SUBSTRING_MIN = 8
-
-_URL_RE = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*)://[^\s'\"<>]*")
 _HTTP_STATUS_RE = re.compile(r"\berror=(\d{3})\b")
 
 log = logging.getLogger(__name__)
@@ -79,109 +76,6 @@ class DeliveryError(ReceiverError):
         self.label = label
         self.timed_out = timed_out
         self.status = status
-
-
-# -- redaction -------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=256)
-def _secrets_pattern(secrets: frozenset[str]) -> re.Pattern[str] | None:
-    parts = []
-    for secret in sorted(secrets, key=len, reverse=True):
-        escaped = re.escape(secret)
-        if len(secret) < _SUBSTRING_MIN:
-            escaped = rf"(?<![\w.\-]){escaped}(?![\w\-])"
-        parts.append(escaped)
-    return re.compile("|".join(parts)) if parts else None
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace each secret, and anything that looks like a URL, with "***".
-
-    >>> redact("POST http://h/hooks/tok123 failed for tok123", ["tok123"])
-    'POST http://*** failed for ***'
-    """
-    pattern = _secrets_pattern(frozenset(s for s in secrets if s))
-    if pattern is not None:
-        text = pattern.sub(REDACTED, text)
-    return _URL_RE.sub(lambda m: f"{m.group(1)}://{REDACTED}", text)
-
-
-def url_secrets(url: str) -> frozenset[str]:
-    """The parts of an apprise URL that must never be logged, as written and decoded.
-
-    The whole URL, its password, every path segment, every query value except apprise's
-    behaviour switches (mode=, format=, ...) and the fragment. Hosts are not included:
-    where a plugin keeps a token in the host, `_private_tokens` finds it.
-    """
-    found: set[str] = {url.strip()}
-    try:
-        parts = urlsplit(url.strip())
-        password = parts.password
-    except ValueError:
-        return frozenset(found)
-    if password:
-        found.add(password)
-    found.update(seg for seg in parts.path.split("/") if seg)
-    for key, value in parse_qsl(parts.query, keep_blank_values=False):
-        # +Header=, -param= and :field= pass values through to the target: secret.
-        if key.startswith(("+", "-", ":")) or key.lower() not in _PUBLIC_QUERY_KEYS:
-            found.add(value)
-    if parts.fragment:
-        found.add(parts.fragment)
-    return _with_encodings(found)
-
-
-def _private_tokens(plugin: Any) -> frozenset[str]:
-    """Tokens apprise itself masks when it prints this plugin's URL with privacy on."""
-    try:
-        full = unquote(str(plugin.url(privacy=False)))
-        masked = unquote(str(plugin.url(privacy=True)))
-    except Exception:  # a plugin that can't print its URL has nothing to compare
-        return frozenset()
-    split = re.compile(r"[/:@?&=,#]+")
-    return _with_encodings(set(split.split(full)) - set(split.split(masked)) - {""})
-
-
-def _with_encodings(values: Iterable[str]) -> frozenset[str]:
-    out: set[str] = set()
-    for value in values:
-        if value:
-            out.update({value, unquote(value), quote(unquote(value), safe="")})
-    return frozenset(out)
-
-
-class _Redactor(logging.Filter):
-    """Rewrites library log records so no registered secret or URL reaches a handler.
-
-    Attached to the loggers themselves (not to handlers), so it runs before apprise's
-    own result capture, pytest's caplog and whatever handlers the app configures.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-        self._secrets: frozenset[str] = frozenset()
-
-    def add(self, secrets: frozenset[str]) -> None:
-        if secrets <= self._secrets:
-            return
-        with self._lock:
-            self._secrets = self._secrets | secrets
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        secrets = self._secrets
-        try:
-            message = record.getMessage()
-        except Exception:  # a broken format string; let logging report it as usual
-            return True
-        clean = redact(message, secrets)
-        if clean != message:
-            record.msg, record.args = clean, None
-        if record.exc_info:
-            text = logging.Formatter().formatException(record.exc_info)
-            record.exc_text, record.exc_info = redact(text, secrets), None
-        return True
 
 
 ANSWER_CAP = 64 * 1024  # bytes of a target's answer apprise gets to read, at most
@@ -222,7 +116,16 @@ def _capped_adapter() -> type:
             # The send's trace context (traceparent), set by its thread (_send): the
             # target's own tracing sees our span as the parent of its request.
             request.headers.update(getattr(_answered, "headers", None) or {})
-            return super().send(request, *args, **kwargs)
+            exchange: Exchange | None = getattr(_answered, "exchange", None)
+            if exchange is None:
+                return super().send(request, *args, **kwargs)
+            exchange.method, exchange.error_type = request.method, None
+            exchange.url = shown_url(request.url, getattr(_answered, "secrets", ()))
+            try:
+                return super().send(request, *args, **kwargs)
+            except Exception as exc:
+                exchange.error_type = tracing.error_type(exc)
+                raise
 
         def build_response(self, req: Any, resp: Any) -> Any:
             response = super().build_response(req, resp)
@@ -233,11 +136,26 @@ def _capped_adapter() -> type:
     return CappedAdapter
 
 
-_REDACTOR = _Redactor()
+_REDACTOR = Redactor()
 # The HTTP status of the last answer a send's thread read (CappedAdapter writes it, _send
 # reads it): apprise says only "sent" or "not sent", the attempt log wants the status. And
-# the headers each of the send's requests gets besides apprise's own (_send sets them).
+# the headers each of the send's requests gets besides apprise's own (_send sets them), and
+# the Exchange to fill in for the send's span, with the secrets to keep out of its URL.
 _answered = threading.local()
+
+
+@dataclass
+class Exchange:
+    """What a send's last HTTP request was, for its trace span (receiver.tracing), filled in
+    by the send's thread: its method (None: not sent over HTTP), its URL without secrets
+    (redaction.shown_url; the notifier's URL until a request goes out), and the class of
+    the exception that ended it before any answer."""
+
+    method: str | None = None
+    url: str | None = None
+    error_type: str | None = None
+
+
 _setup_lock = threading.Lock()
 _setup_done = False
 
@@ -321,15 +239,19 @@ class Targets:
         body: str,
         label: str,
         headers: Mapping[str, str] | None = None,
+        exchange: Exchange | None = None,
     ) -> int | None:
         """Deliver title and body to url; raise DeliveryError on failure or timeout. The
         HTTP status the target answered, when the target is reached over HTTP.
 
         label is a name safe for logs, e.g. "oncall[0]" (notifier name and index);
-        headers go with each HTTP request of the send (the trace context: traceparent).
+        headers go with each HTTP request of the send (the trace context: traceparent);
+        exchange, when given, is filled in with the send's last request (for its span).
         Cancelling the caller abandons the send: the thread finishes (or times out)
         on its own and its outcome is dropped.
         """
+        if exchange is not None:
+            exchange.url = shown_url(url, self._register(url))
         if _scheme(url) == "console":
             _log_console(label, title, body)
             return None
@@ -340,7 +262,7 @@ class Targets:
             # send's time: it is done here, off the event loop, before the clock starts.
             await asyncio.to_thread(prepare_apprise)
         secrets = self._register(url)
-        job = self._start(self._send, url, title, body, label, secrets, headers)
+        job = self._start(self._send, url, title, body, label, secrets, headers, exchange)
         try:
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
             async with asyncio.timeout(self.timeout):
@@ -400,7 +322,14 @@ class Targets:
         return secrets
 
     def _send(
-        self, url: str, title: str, body: str, label: str, secrets: frozenset[str], headers: Any
+        self,
+        url: str,
+        title: str,
+        body: str,
+        label: str,
+        secrets: frozenset[str],
+        headers: Any,
+        exchange: Exchange | None,
     ) -> int | None:
         """Runs in its own thread: build the plugin, notify, explain any failure; the last
         HTTP status the target answered, if it answered over HTTP."""
@@ -414,7 +343,7 @@ class Targets:
         if plugin is None:
             message = f"{label}: invalid {scheme} URL, apprise could not load it"
             raise DeliveryError(message, label=label)
-        private = _private_tokens(plugin)
+        private = private_tokens(plugin)
         _REDACTOR.add(private)
         secrets |= private
         # apprise sleeps between requests of one instance (request_rate_per_sec, up to
@@ -430,6 +359,9 @@ class Targets:
         log.debug("sending %s notification to %s", scheme, label)
         _answered.status = None
         _answered.headers = headers
+        _answered.exchange, _answered.secrets = exchange, secrets
+        if exchange is not None and private:  # a token in the host: not shown either
+            exchange.url = shown_url(url, secrets)
         try:
             result = notifier.notify(body=body, title=title, body_format=_body_format(plugin))
         except Exception as exc:

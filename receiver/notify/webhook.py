@@ -40,6 +40,7 @@ from receiver import __version__, signature, tracing
 from receiver.events import SENDER_RETRIES
 from receiver.notify.backoff import Delays
 from receiver.notify.channel import Result, excerpt
+from receiver.notify.redaction import shown_url, url_secrets
 from receiver.signature import SIGNATURE_HEADER
 from receiver.store import OutboxRow, Store
 from receiver.store.records import WEBHOOK_NOTIFIER, Webhook
@@ -419,7 +420,13 @@ class WebhookChannel:
             headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
             headers.update(sign(sub, row.delivery_id or "", body, self.clock()))
             if tracing.on:  # the subscriber's tracing sees our send as its parent
-                tracing.describe(f"webhook {sub.public_id}", {tracing.SUBSCRIBER: sub.public_id})
+                if tracing.recording():
+                    shown = shown_url(sub.url, url_secrets(sub.url))
+                    attributes = tracing.client_request("POST", shown)
+                    tracing.describe(
+                        f"webhook {sub.public_id}",
+                        {tracing.SUBSCRIBER: sub.public_id, **attributes},
+                    )
                 headers.update(tracing.current_headers())
             async with asyncio.timeout(self.timeout):  # the whole exchange, not each read
                 async with self._http(sub).stream(
@@ -427,10 +434,13 @@ class WebhookChannel:
                 ) as response:
                     answer = await _excerpt(response)
         except UnsafeURLError as exc:
+            tracing.describe(None, {tracing.ERROR_TYPE: "refused"})
             return Outcome(False, f"refused: {exc}")
         except (TimeoutError, httpx.TimeoutException):
+            tracing.describe(None, {tracing.ERROR_TYPE: "timeout"})
             return Outcome(False, f"no answer within {self.timeout:g}s")
         except httpx.HTTPError as exc:
+            tracing.describe(None, {tracing.ERROR_TYPE: tracing.error_type(exc)})
             return Outcome(False, f"{type(exc).__name__}: {str(exc)[:200] or 'connection failed'}")
         if sub.secret:  # a subscriber echoing its signing secret: not into our logs
             answer = answer.replace(sub.secret, "***")

@@ -97,6 +97,10 @@ class Worker:
         self._drained: set[tuple[str, int]] = set()
         self._fresh = True  # woken for new rows or a due time, not only by sends ending
         self._claiming = asyncio.Lock()  # held while a claim runs (stop() waits for it)
+        # Since when this worker has reached the store without a failure (clock; None while
+        # it fails). A row whose lease ran out is claimed again only once that is a lease
+        # ago: after an outage, whoever sent it (alive, retrying its record) records first.
+        self._up_since: float | None = float("-inf")
         self._log = LogLimiter(log)
 
     def wake(self) -> None:
@@ -114,6 +118,7 @@ class Worker:
             try:
                 await self._claim_and_start()
             except StorageUnavailableError as exc:
+                self._reached(False)
                 log.error("delivery paused: %s", exc.message)
                 health.paused(exc.message)
                 await asyncio.sleep(1.0)
@@ -158,6 +163,21 @@ class Worker:
             released,
         )
 
+    def _reached(self, ok: bool) -> None:
+        """Note whether the store answered this worker's last call."""
+        if not ok:
+            self._up_since = None
+        elif self._up_since is None:
+            self._up_since = self.clock()
+
+    def _may_reclaim(self) -> bool:
+        """Whether rows whose lease ran out may be claimed again: this worker has reached the
+        store for a whole lease since its last failure, time enough for a worker that sent
+        one of them and lived through the outage to record its outcome. (Any outage long
+        enough to run a live sender's lease out is longer than IDLE_POLL, so this worker,
+        which looks at least that often, has seen it.)"""
+        return self._up_since is not None and self.clock() - self._up_since >= self.lease
+
     async def _release(self, rows: list[OutboxRow]) -> int:
         try:
             return await self.store.outbox.release([row.id for row in rows], now=self.clock())
@@ -172,14 +192,17 @@ class Worker:
             return
         try:
             due = await self.store.outbox.next_due()
+            self._reached(True)
         except StorageUnavailableError:
+            self._reached(False)
             due = None
         if due is None:
             timeout = self.idle_poll
         else:
             timeout = max(0.0, min(self.idle_poll, due - self.clock()))
-            if timeout == 0 and self._starved:
-                # What is due waits for a busy lane: a send ending wakes us, or look again soon.
+            if timeout == 0 and (self._starved or not self._may_reclaim()):
+                # What is due waits for a busy lane (a send ending wakes us), or is a lease
+                # that ran out, not to be claimed yet: look again soon.
                 timeout = BUSY_POLL
         if self._capped:  # sends age past FRESH_SEND without ending: room by then
             timeout = min(timeout, CAPPED_POLL)
@@ -226,8 +249,13 @@ class Worker:
             self._others_at = time.monotonic()
             others = self.concurrency
         rows = await self.store.outbox.claim_due(
-            now=self.clock(), limit=others, lease=self.lease, lanes=lanes
+            now=self.clock(),
+            limit=others,
+            lease=self.lease,
+            lanes=lanes,
+            reclaim=self._may_reclaim(),
         )
+        self._reached(True)
         if self._stopping:
             await self._release(rows)
             return
@@ -270,6 +298,7 @@ class Worker:
         try:
             return await self.store.events.traces(ids)
         except StorageUnavailableError:
+            self._reached(False)
             return {}  # those sends start traces of their own
 
     async def _deliver(self, row: OutboxRow, parent: str | None = None) -> None:
@@ -285,10 +314,16 @@ class Worker:
             # Abandoned at shutdown (cancelled), or a failure to record the outcome.
             tracing.end(span, {tracing.OUTCOME: "abandoned"}, error="not finished")
             raise
+        failed = outcome != "delivered"
         tracing.end(
             span,
-            {tracing.STATUS: result.status, tracing.OUTCOME: outcome},
-            error=None if outcome == "delivered" else (result.error or "failed"),
+            {
+                tracing.STATUS: result.status,
+                tracing.OUTCOME: outcome,
+                # A failure's answer is its error.type; one with none, the channel's own.
+                tracing.ERROR_TYPE: str(result.status) if failed and result.status else None,
+            },
+            error=(result.error or "failed") if failed else None,
         )
 
     async def _attempt(self, channel: Channel, row: OutboxRow) -> tuple[Result, str]:
@@ -310,6 +345,7 @@ class Worker:
                 exc_info=exc,
             )
             result = Result.retry(f"unexpected error: {type(exc).__name__}")
+            tracing.describe(None, {tracing.ERROR_TYPE: tracing.error_type(exc)})
         took = time.perf_counter() - started
         now = self.clock()
         attempt = Attempt(
@@ -352,19 +388,33 @@ class Worker:
 
     async def _record(self, row: OutboxRow, write: Callable[[], Awaitable[None]]) -> None:
         """Record a send's outcome. While the store is unavailable (a database restart, a
-        lock), try again until shortly before the row's lease runs out: a row whose outcome
-        is not recorded is sent again once its lease expires (at least once), so giving up
-        at the first failure would send twice everything in flight when the database went
-        away. row.updated_at is when it was claimed."""
-        give_up = row.updated_at + self.lease - 2 * RECORD_RETRY
+        lock, an outage of any length), try again every RECORD_RETRY seconds for as long as
+        this worker runs: the row was sent, and another claim of it would send it again.
+        No worker claims it meanwhile: its lease may run out during the outage, but a row
+        whose lease ran out is claimed again only by a worker that has reached the store
+        for a whole lease since (_may_reclaim), and this one records within RECORD_RETRY of
+        the store's return. Only a stop gives up (the row is released, or its lease runs
+        out, and it goes again: at least once)."""
+        waited = False
         while True:
             try:
                 await write()
+                self._reached(True)
+                if waited:
+                    log.info("recorded the outcome of %s after the store came back", row.label)
                 return
             except StorageUnavailableError as exc:
-                if self.clock() >= give_up:
-                    log.error("could not record a delivery outcome: %s", exc.message)
-                    return
+                self._reached(False)
+                if not waited:
+                    self._log.warning(
+                        "outcomes waiting for the store",
+                        "store",
+                        "could not record the outcome of %s yet (%s); retrying every %gs",
+                        row.label,
+                        exc.message,
+                        RECORD_RETRY,
+                    )
+                waited = True
             await asyncio.sleep(RECORD_RETRY)
 
 
@@ -381,7 +431,8 @@ def _attempt_span(channel: Channel, row: OutboxRow, parent: str | None) -> Any:
             tracing.NOTIFIER: row.notifier,
             tracing.ATTEMPT: row.attempts,
             tracing.KIND: row.kind,
-            "outbox.id": row.id,
+            tracing.OUTBOX_ID: row.id,
+            tracing.RESEND_COUNT: row.attempts - 1 if row.attempts > 1 else None,
         },
     )
 

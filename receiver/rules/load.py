@@ -325,11 +325,6 @@ def _check_escalate(
             f"defined: {', '.join(named) or '(none)'}"
         )
         return None
-    if raw.get("group") is not None:
-        problems.append(
-            f"{label}: escalate: a rule that groups events into digests cannot escalate; "
-            "escalate from a rule of its own"
-        )
     return found.get(name)  # None when the policy has problems of its own, reported there
 
 

@@ -20,6 +20,36 @@ LIFECYCLE_KEYS = (
 # nothing. A rule with none of them forwards every matching event, in any order. group,
 # active and throttle go by the receiver's clock, not the alert, and do not count.
 ALERT_KEYS = ("hold", "resolve", "repeat", "escalate")
+# Pairs of rule keys that do not combine, each with the reason `receiver check` gives
+# (named by its second key). Every other pair combines; docs/rules.md has the table of
+# what each pair does, and tests/dispatch/test_key_pairs.py runs every pair.
+_DIGEST = "a rule that groups events into digests sends one message for many alerts"
+REFUSED: dict[tuple[str, str], str] = {
+    ("group", "storm"): f"{_DIGEST} already; use storm or group",
+    ("group", "escalate"): (
+        "a rule that groups events into digests cannot escalate; escalate from a rule of its own"
+    ),
+    ("group", "hold"): (
+        f"{_DIGEST}, never one alert's notification to hold; hold in a rule of its own"
+    ),
+    ("group", "resolve"): (
+        f"{_DIGEST}, never one alert's notification, so no alert's resolve answers it;"
+        " resolve in a rule of its own"
+    ),
+    ("group", "repeat"): (
+        f"{_DIGEST}, never one alert's notification to repeat; repeat in a rule of its own"
+    ),
+    ("group", "throttle"): f"{_DIGEST} a wait already; use throttle or group",
+    ("escalate", "throttle"): (
+        "a chain pages each alert once already, so throttle would hold back nothing it"
+        " pages; cap a burst of alerts with storm: {max, per}"
+    ),
+}
+ESCALATE_ONLY_REPEAT = (
+    "a rule that only escalates (no notify) has no notification of its own to repeat;"
+    " repeat the chain with its policy's repeat, or add notify"
+)
+ALL_KEYS = ("notify", "escalate", "throttle", "continue", *LIFECYCLE_KEYS)
 GROUP_KEYS = ("by", "wait", "max")
 ACTIVE_KEYS = ("days", "hours", "tz", "defer")
 HEARTBEAT_KEYS = ("silent_for", "notify")
@@ -124,15 +154,22 @@ def check_options(raw: dict[str, Any], label: str, problems: list[str]) -> dict[
         found["active"] = _active(raw["active"], f"{label}: active", problems)
     if raw.get("storm") is not None:
         found["storm"] = _storm(raw["storm"], f"{label}: storm", problems)
-        if raw.get("group") is not None:
-            problems.append(
-                f"{label}: storm: a rule that groups events into digests sends one message a "
-                "group already; use storm or group"
-            )
+    check_pairs(raw, label, problems)
     for key in ("resolved_title", "resolved_body"):
         if key in raw and not raw.get("resolve"):
             problems.append(f"{label}: {key}: only used with resolve: true")
     return found
+
+
+def check_pairs(raw: dict[str, Any], label: str, problems: list[str]) -> None:
+    """A problem for each pair of the rule's keys that REFUSED names (and for repeat on a
+    rule that only escalates), named by the pair's second key."""
+    present = {key for key in ALL_KEYS if raw.get(key) not in (None, False)}
+    for (first, second), why in REFUSED.items():
+        if first in present and second in present:
+            problems.append(f"{label}: {second}: {why}")
+    if {"escalate", "repeat"} <= present and raw.get("notify") is None:
+        problems.append(f"{label}: repeat: {ESCALATE_ONLY_REPEAT}")
 
 
 def check_heartbeat(raw: Any, problems: list[str]) -> tuple[Heartbeat | None, list[str]]:

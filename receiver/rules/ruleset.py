@@ -179,11 +179,16 @@ class Ruleset:
                 found.setdefault(var, []).append(notifier.name)
         return found
 
+    @property
+    def counted(self) -> str:
+        """How many rules, in words: "1 rule", "3 rules" (log lines)."""
+        count = len(self.rules)
+        return f"{count} rule{'s' if count != 1 else ''}"
+
     def summary(self) -> str:
         """A few lines for `receiver check`: counts, then each rule and its notifiers."""
-        count = len(self.rules)
         lines = [
-            f"{self.source}: {count} rule{'s' if count != 1 else ''}, "
+            f"{self.source}: {self.counted}, "
             f"{len(self.notifiers)} notifier{'s' if len(self.notifiers) != 1 else ''} "
             f"(digest {self.digest})"
         ]

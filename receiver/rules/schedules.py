@@ -109,8 +109,31 @@ def handoffs(schedule: Schedule, at: datetime | float, n: int) -> list[Handoff]:
 
 def shift_start(schedule: Schedule, k: int) -> datetime:
     """The aware start of rotation shift k (0 is the first; negative ones run before it)."""
-    naive = schedule.first + k * schedule.period
-    return naive.replace(tzinfo=schedule.zone).astimezone(UTC)
+    return aware(schedule.first + k * schedule.period, schedule.zone)
+
+
+def aware(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The UTC instant of the naive local time wall in zone. A time a daylight-saving gap
+    skips (02:30 on a spring-forward night) is the instant the clock jumps, the first one
+    after the gap: the shift starts at the jump, not a gap's length after it.
+
+    Example: aware(2027-03-28 02:30, Europe/Berlin) is 01:00 UTC (03:00 CEST).
+    """
+    instant = wall.replace(tzinfo=zone).astimezone(UTC)
+    if instant.astimezone(zone).replace(tzinfo=None) == wall:
+        return instant
+    # In a gap: fold=1 reads wall with the offset after the change, an instant before the
+    # jump; fold=0 with the one before, the instant after it. The jump lies in between.
+    before, after = wall.replace(tzinfo=zone, fold=1).astimezone(UTC), instant
+    later = after.astimezone(zone).utcoffset()
+    low, high = 0, int((after - before).total_seconds())
+    while low < high:  # the first whole second whose offset is the later one
+        middle = (low + high) // 2
+        if (before + timedelta(seconds=middle)).astimezone(zone).utcoffset() == later:
+            high = middle
+        else:
+            low = middle + 1
+    return before + timedelta(seconds=low)
 
 
 def _shift(schedule: Schedule, instant: datetime) -> int:
@@ -328,7 +351,7 @@ def _overrides(
         ends = [_local(item.get(key), f"{where}.{key}", problems) for key in ("from", "to")]
         if len(problems) > before or zone is None or ends[0] is None or ends[1] is None:
             continue
-        start, end = (t.replace(tzinfo=zone).astimezone(UTC) for t in ends if t is not None)
+        start, end = (aware(t, zone) for t in ends if t is not None)
         if end <= start:
             problems.append(f'{where}: to "{item["to"]}" is not after from "{item["from"]}"')
             continue

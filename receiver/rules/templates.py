@@ -32,6 +32,8 @@ from receiver.rules.sandbox import Budget
 MAX_OUTPUT = 16 * 1024  # characters of one rendered title, body or key; more is cut
 TRUNCATED = "\n[cut: the template's output passed {limit} characters]"
 
+# The default body ends with the alert's one-click links when there are any
+# (RECEIVER_PUBLIC_URL set, an event of an alert); the resolved one with the alert's page.
 DEFAULT_TITLE = (
     "[{{ rule }}] {{ event.type | default('event') }}"
     " for {{ event.sessionId | default('unknown session') }}"
@@ -42,7 +44,11 @@ DEFAULT_BODY = (
     "{% if event.score is defined %}score {{ event.score }}"
     "{{ ' (threshold %s)' % event.threshold if event.threshold is defined else '' }}\n"
     "{% endif %}"
-    "event {{ event.id | default('?') }} at {{ event.timestamp | default('?') }}"
+    "event {{ event.id | default('?') }} at {{ event.timestamp | default('?') }}\n"
+    "{% if links.ack %}"
+    "Ack: {{ links.ack }}\nSnooze 1h: {{ links.snooze }}\nResolve: {{ links.resolve }}\n"
+    "Alert: {{ links.alert }}"
+    "{% endif %}"
 )
 
 # Resolved messages see the closing event's fields, plus opener (the event that opened the
@@ -50,7 +56,8 @@ DEFAULT_BODY = (
 DEFAULT_RESOLVED_TITLE = "[{{ rule }}] resolved: {{ event.sessionId | default('unknown session') }}"
 DEFAULT_RESOLVED_BODY = (
     "{{ opener.type }} at {{ opened_at | time('%H:%M UTC') }} ended by {{ type }}"
-    " at {{ timestamp | time('%H:%M UTC') }}, after {{ duration | duration }}"
+    " at {{ timestamp | time('%H:%M UTC') }}, after {{ duration | duration }}\n"
+    "{% if links.alert %}Alert: {{ links.alert }}{% endif %}"
 )
 
 _FALLBACK_FIELDS = ("id", "type", "sessionId", "userId", "score", "threshold", "timestamp")

@@ -1,6 +1,6 @@
 """`make demo`: the whole chain on this machine, for a minute, then a summary.
 
-    python -m receiver.simulator.demo [--seconds 60]
+    python -m receiver.simulator.demo [--seconds 60] [--port 4000]
 
 Starts, each on a free loopback port: the fake upstream (`receiver simulate
 --serve-api`), a local sink standing in for Slack and email (an HTTP server in this
@@ -86,11 +86,11 @@ rules:
 """
 
 
-def free_port() -> int:
+def free_port(port: int = 0) -> int:
     with socket.socket() as s:
-        s.bind((HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
+        s.bind((HOST, port))  # OSError for a port taken; 0: any free one
+        free: int = s.getsockname()[1]
+        return free
 
 
 # -- the sink: Slack and email, here ---------------------------------------------------------
@@ -212,7 +212,7 @@ class Seen:
 
 
 class Demo:
-    def __init__(self, seconds: float, console: Console, workdir: Path) -> None:
+    def __init__(self, seconds: float, console: Console, workdir: Path, port: int = 0) -> None:
         self.seconds = seconds
         self.console = console
         self.dir = workdir
@@ -221,7 +221,7 @@ class Demo:
         self.seen = Seen()
         self.t0 = time.monotonic()
         self.fake_port = free_port()
-        self.receiver_port = free_port()
+        self.receiver_port = port or free_port()
         self.db = str(workdir / "receiver.db")
         self.secret = ""
         self.stats: dict[str, Any] = {}
@@ -459,8 +459,20 @@ def _signals_as_interrupt() -> Iterator[None]:
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep the logs and database in this directory [a temporary one, removed].",
 )
-def main(seconds: float, keep: Path | None) -> None:
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="The receiver's port on 127.0.0.1, for its admin page and API [a free one].",
+)
+def main(seconds: float, keep: Path | None, port: int) -> None:
     """The whole chain for a minute: fake upstream, receiver, Slack/email sink; a summary."""
+    if port:
+        try:
+            free_port(port)
+        except OSError as exc:
+            taken = f"{HOST}:{port} is taken ({exc.strerror})"
+            raise click.BadParameter(taken, param_hint="--port") from None
     console = Console(highlight=False)
     with contextlib.ExitStack() as stack:
         if keep is None:
@@ -468,7 +480,7 @@ def main(seconds: float, keep: Path | None) -> None:
         else:
             keep.mkdir(parents=True, exist_ok=True)
             workdir = keep
-        demo = Demo(seconds, console, workdir)
+        demo = Demo(seconds, console, workdir, port)
         stack.enter_context(_signals_as_interrupt())
         interrupted = False
         try:

@@ -12,11 +12,13 @@ from receiver.store.base import Notification, OutboxRow, ScratchTx, Store, Store
 from receiver.store.memory import MemoryTx
 from receiver.store.memory_tables import Row as ScratchRow
 from receiver.store.sqlite import SQLiteStore
+from receiver.store.statements import RetryTransaction
 
 __all__ = [
     "MemoryTx",
     "Notification",
     "OutboxRow",
+    "RetryTransaction",
     "SQLiteStore",
     "ScratchRow",
     "ScratchTx",
@@ -57,7 +59,11 @@ def systemic(exc: BaseException) -> bool:
     event's: a missing privilege or table, a broken prepared statement or connection, a
     locked or full disk. Routing then stops for the supervisor to retry, instead of
     setting events aside one by one. Bad data (a value the column refuses, a broken
-    constraint) is the event's: False, as for anything that is not a database error."""
+    constraint) is the event's: False, as for anything that is not a database error. A
+    transaction the store runs again (RetryTransaction: a lock needed out of order) is
+    systemic too: it must reach the store untouched."""
+    if isinstance(exc, RetryTransaction):
+        return True
     if isinstance(exc, sqlite3.Error):
         return not isinstance(exc, sqlite3.IntegrityError | sqlite3.DataError)
     psycopg = sys.modules.get("psycopg")

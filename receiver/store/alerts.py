@@ -302,8 +302,10 @@ class SQLAlerts:
         limit: int = 50,
     ) -> list[Alert]:
         """Alerts by id, after the id `after`: those in state, of a session (its session
-        alert and its interventions'), or that rule notified about."""
-        where: list[str] = ["1 = 1"]
+        alert and its interventions'), or that rule notified about. An alert that never
+        opened (episode 0: only a closing event came, kept so that a late opener is stale)
+        is no alert to list."""
+        where: list[str] = ["episode > 0"]
         params: list[Any] = []
         if state is not None:
             where.append("state = ?")

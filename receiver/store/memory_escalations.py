@@ -49,11 +49,11 @@ class MemoryEscalations:
         self._put(chain)
 
     def of(self, alert: str, episode: int) -> list[Chain]:
-        return [
-            copy.deepcopy(c)
-            for (a, e, _), c in sorted(self.t.chains.items())
-            if a == alert and e == episode
-        ]
+        # By the episode's rules (t.keyed), not by a scan of every chain: routing asks this
+        # for each event of a rule that escalates with a storm guard.
+        chains = self.t.chains
+        keys = ((alert, episode, rule) for rule in sorted(self.t.keyed.get((alert, episode), ())))
+        return [copy.deepcopy(chains[key]) for key in keys if key in chains]
 
     def end(self, alert: str, episode: int, now: float, why: str) -> None:
         for chain in self.of(alert, episode):

@@ -137,10 +137,12 @@ class SQLOutbox:
         limit: int,
         lease: float,
         lanes: Mapping[tuple[str, int], int] | None = None,
+        reclaim: bool = True,
     ) -> list[OutboxRow]:
         """Lease due rows for sending, oldest due first: up to lanes[(notifier, target)]
         rows of each target named in lanes, and up to limit rows of all other targets
-        (of every target when lanes is None). Each claim counts as an attempt.
+        (of every target when lanes is None). Each claim counts as an attempt. Rows being
+        sent whose lease ran out are due again, unless reclaim is False.
 
         The messages of one alert to one target go out in the order they were made: a row
         waits (is not claimed) while an earlier row of its alert to the same notifier and
@@ -154,7 +156,7 @@ class SQLOutbox:
             f" AND {_IN_ORDER}"
             f" ORDER BY next_at LIMIT ?{self.db.dialect.skip_locked}) RETURNING {OUTBOX_COLUMNS}"
         )
-        head = (now + lease, now, now, now)
+        head = (now + lease, now, now, now if reclaim else float("-inf"))
 
         def claim(q: Query) -> list[OutboxRow]:
             rows: list[Any] = []

@@ -106,7 +106,9 @@ SENT_STATES = ("pending", "sending", "delivered")
 
 @dataclass
 class Alert:
-    """A session's attention (or an intervention) as an alert: open or resolved, per episode."""
+    """A session's attention (or an intervention) as an alert: open or resolved, per episode.
+    Episode 0 has never opened: only a closing event came (its row makes a late opener
+    stale); the API, the CLI and the admin page do not show it (Alert.opened)."""
 
     id: str
     state: str  # "open" | "resolved"
@@ -115,6 +117,11 @@ class Alert:
     opened_ts: str | None = None
     opened_event: str | None = None
     resolved_ts: str | None = None
+
+    @property
+    def opened(self) -> bool:
+        """Whether it has ever opened: an alert to show, with the times of its episode."""
+        return self.episode > 0
 
 
 @dataclass(frozen=True)

@@ -108,9 +108,11 @@ class Outbox(Protocol):
         limit: int,
         lease: float,
         lanes: Mapping[tuple[str, int], int] | None = None,
+        reclaim: bool = True,
     ) -> list[OutboxRow]:
         """Lease due rows, oldest due first: up to lanes[(notifier, target)] of each target
-        named, and up to limit of all other targets (of every target when lanes is None)."""
+        named, and up to limit of all other targets (of every target when lanes is None).
+        A row being sent whose lease ran out is due again, unless reclaim is False."""
 
     async def release(self, row_ids: Sequence[int], *, now: float) -> int:
         """Give back claimed rows that were never sent: pending, due now, attempt uncounted."""
@@ -232,7 +234,8 @@ class Alerts(Protocol):
         after: str | None = None,
         limit: int = 50,
     ) -> list[Alert]:
-        """Alerts by id after `after`: in state, of a session, or noticed by a rule."""
+        """Alerts by id after `after`: in state, of a session, or noticed by a rule; never
+        one that has not opened (episode 0)."""
 
     async def snooze(self, alert_id: str, *, until: float) -> int | None:
         """Put an open alert's repeats off until `until` (then the timers notify again if

@@ -72,3 +72,8 @@ class Statements(Protocol):
 
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement (`?` placeholders) for each of rows."""
+
+
+class RetryTransaction(Exception):  # noqa: N818 - a request to run again, not a failure
+    """Raised inside a transaction that must be rolled back and run again from the start
+    (the store that raised it runs it again; routing code lets it pass, as systemic)."""

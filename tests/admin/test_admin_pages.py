@@ -112,9 +112,11 @@ async def until(check: Callable[[], Any], what: str) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def running(tmp: Path, hook: str, address: str = "127.0.0.1") -> AsyncIterator[Admin]:
+async def running(
+    tmp: Path, hook: str, address: str = "127.0.0.1", rules_text: str = RULES
+) -> AsyncIterator[Admin]:
     rules = tmp / "rules.yaml"
-    rules.write_text(RULES.format(hook=hook))
+    rules.write_text(rules_text.format(hook=hook))
     settings = Settings(
         db=str(tmp / "receiver.db"),
         rules=rules,

@@ -145,7 +145,7 @@ def test_every_decision_kind_is_explained_from_what_routing_recorded(
             rule = matched(explain(server, key, event_id))
             assert rule["decision"] == decision, (event_id, rule)
         inhibited = matched(explain(server, key, "e_inh"))
-        assert inhibited["reason"].startswith("inhibited by covers (i1, open since ")
+        assert inhibited["reason"].startswith("by covers (i1, open since ")
         assert [n["state"] for n in inhibited["notifications"]] == ["inhibited"]
         silence = matched(explain(server, key, "e_silenced"))["reason"]
         assert silence == "silence #1: deploy"
@@ -189,6 +189,6 @@ def test_every_decision_kind_is_explained_from_what_routing_recorded(
 
         printed = server.cli("explain", "--event", "e_inh")
         assert printed.returncode == 0, printed.stderr
-        assert "inhibited: inhibited by covers (i1, open since" in printed.stdout
+        assert "inhibited — by covers (i1, open since" in printed.stdout
     finally:
         server.stop()

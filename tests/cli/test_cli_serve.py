@@ -277,7 +277,7 @@ def test_a_reload_that_succeeds_after_a_refused_one_says_it_recovered(
         path.write_text(good)  # back to the very rules in force
         assert holder.reload(metrics) is True
     assert "rules reload refused" in caplog.text
-    assert f"rules reload recovered: {path} is valid again, 1 rules in force" in caplog.text
+    assert f"rules reload recovered: {path} is valid again, 1 rule in force" in caplog.text
     assert holder.status()["last_reload"] == "ok"
 
 

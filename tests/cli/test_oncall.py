@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from receiver.cli import cli
@@ -46,6 +47,24 @@ def test_oncall_refuses_a_time_it_cannot_read() -> None:
     code, output = oncall("--at", "christmas")
     assert code == 2
     assert "is not a time" in output
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        pytest.param("9999-12-31T23:00Z", id="past-year-9999-in-the-zone"),
+        pytest.param("9999-12-20T00:00Z", id="next-handoffs-past-year-9999"),
+        pytest.param("0001-01-01T00:00Z", id="year-1"),
+        pytest.param("-62135596800", id="epoch-seconds-of-year-1"),
+    ],
+)
+def test_oncall_at_the_ends_of_the_calendar_is_a_one_line_error(at: str) -> None:
+    code, output = oncall("--at", at)
+    assert code == 1
+    assert output.splitlines() == [
+        f'Error: --at {at}: in schedule "primary" (Europe/Berlin) that time or its next '
+        "handoffs fall outside the years a date can show (1 to 9999)"
+    ]
 
 
 def test_oncall_says_so_when_the_rules_have_no_schedules(tmp_path: Path) -> None:

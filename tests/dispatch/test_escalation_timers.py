@@ -146,8 +146,8 @@ def acked_by(server: InProcessReceiver) -> str | None:
     """Who `receiver alerts` says acknowledged session:s1 (None: nobody)."""
     out = CliRunner().invoke(cli, ["alerts", "--db", str(server.db), "--json"])
     assert out.exit_code == 0, out.output
-    [alert] = [a for a in json.loads(out.output) if a["alert"] == "session:s1"]
-    return alert["acked_by"]  # type: ignore[no-any-return]
+    [alert] = [a for a in json.loads(out.output) if a["id"] == "session:s1"]
+    return None if alert["acked"] is None else alert["acked"]["by"]  # type: ignore[no-any-return]
 
 
 def reload(server: InProcessReceiver, rules: str) -> None:

@@ -415,7 +415,8 @@ def test_explain_shows_what_the_lifecycle_would_do_now(tmp_path: Path) -> None:
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(
         "rules:\n  - name: drop\n    notify: console\n    hold: 60s\n"
-        "    resolve: true\n    group: {by: [type], wait: 30s}\n"
+        "    resolve: true\n    continue: true\n"
+        "  - name: digest\n    notify: console\n    group: {by: [type], wait: 30s}\n"
     )
 
     def explain_now(timestamp: str) -> str:
@@ -428,10 +429,12 @@ def test_explain_shows_what_the_lifecycle_would_do_now(tmp_path: Path) -> None:
     assert "stale: older than the alert's newest event, so rules with hold" in now_part
     assert "drop: stale, nothing sent" in now_part
     assert "silenced by #1 until" in now_part and "(maintenance)" in now_part
-    assert "grouped into a digest" not in now_part  # stale comes first
+    assert "drop: held" not in now_part  # stale comes first
+    assert "digest: grouped into a digest by type" in now_part  # a plain rule: never stale
     now_part = explain_now(at(45))
     assert "stale" not in now_part
-    assert "drop: grouped into a digest by type for 30s (at most 50); held 1m;" in now_part
+    assert "drop: held 1m; cancelled if the alert resolves first; a resolved" in now_part
+    assert "digest: grouped into a digest by type for 30s (at most 50)" in now_part
 
 
 def test_a_silence_regex_that_needs_backtracking_is_refused(tmp_path: Path) -> None:

@@ -36,7 +36,14 @@ class Targets:
         self.sent: list[str] = []
 
     async def send(
-        self, url: str, *, title: str, body: str, label: str, headers: Any = None
+        self,
+        url: str,
+        *,
+        title: str,
+        body: str,
+        label: str,
+        headers: Any = None,
+        exchange: Any = None,
     ) -> None:
         if url.endswith("/bad"):
             raise UnicodeEncodeError("ascii", "évt", 0, 1, "ordinal not in range(128)")

@@ -122,6 +122,38 @@ def test_a_daylight_saving_change_keeps_the_local_handoff_time(zone: str, day: s
     assert timedelta(hours=24) in gaps
 
 
+@pytest.mark.parametrize(
+    ("zone", "day", "handoff", "jump"),
+    [
+        pytest.param("Europe/Berlin", "2027-03-28", "02:30", "2027-03-28T01:00", id="berlin"),
+        pytest.param("America/New_York", "2027-03-14", "02:59", "2027-03-14T07:00", id="new-york"),
+        pytest.param("Australia/Lord_Howe", "2026-10-04", "02:15", "2026-10-03T15:30", id="lhi"),
+    ],
+)
+def test_a_handoff_at_a_time_the_gap_skips_happens_when_the_clock_jumps(
+    zone: str, day: str, handoff: str, jump: str
+) -> None:
+    s = schedule(timezone=zone, rotation="daily", handoff=handoff, start="2026-01-01",
+                 members=["alice", "bob"])  # fmt: skip
+    tz = ZoneInfo(zone)
+    at = datetime.fromisoformat(f"{day}T00:00").replace(tzinfo=tz) - timedelta(hours=12)
+    found = handoffs(s, at, 2)
+    assert found[0].at.astimezone(UTC) == datetime.fromisoformat(jump).replace(tzinfo=UTC)
+    # the first instant after the gap, not a gap's length after it; the next day as usual
+    assert found[1].at.astimezone(tz).strftime("%H:%M") == handoff
+    jumped = found[0].at.astimezone(UTC)
+    assert who(s, jumped - timedelta(seconds=1)) != who(s, jumped) == found[0].member
+
+
+def test_an_override_from_a_time_the_gap_skips_starts_when_the_clock_jumps() -> None:
+    s = schedule(
+        overrides=[{"from": "2027-03-28T02:30", "to": "2027-03-28T12:00", "member": "dave"}]
+    )
+    jump = datetime(2027, 3, 28, 1, 0, tzinfo=UTC)
+    assert who(s, jump - timedelta(seconds=1)) != "dave"
+    assert who(s, jump) == "dave"
+
+
 def test_a_weekly_handoff_after_the_change_is_still_monday_nine_local() -> None:
     s = schedule(timezone="America/New_York", start="2026-10-26")
     found = handoffs(s, local("2026-10-28T12:00", NEW_YORK), 2)

@@ -7,6 +7,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import _descendants
+from tests.servers import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -49,12 +51,14 @@ def _count(summary: str, what: str) -> int:
 
 
 def test_a_short_demo_runs_the_whole_chain(tmp_path: Path) -> None:
-    with _demo("--seconds", "12", "--keep", str(tmp_path)) as demo:  # closes its pipe
+    port = free_port()  # the receiver's, as `make demo DEMO_PORT=N` asks for one
+    with _demo("--seconds", "12", "--keep", str(tmp_path), "--port", str(port)) as demo:
         try:
-            out, _ = demo.communicate(timeout=120)
+            out, _ = demo.communicate(timeout=120)  # closes its pipe
         finally:
             _kill_if_running(demo)
     assert demo.returncode == 0, out
+    assert f"listening on http://127.0.0.1:{port}/v1/events" in out
     assert "receiver upstream register -> wh_" in out
     assert "receiver stopped for" in out and "receiver back" in out
     for stage in ("arrived", "routed", "delivered"):
@@ -99,3 +103,18 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
+
+
+def test_a_demo_on_a_port_that_is_taken_says_so_and_starts_nothing() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "receiver.simulator.demo", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"Invalid value for --port: 127.0.0.1:{port} is taken" in done.stderr

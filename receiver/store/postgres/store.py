@@ -13,8 +13,10 @@ What makes replicas one receiver:
   reaches. Accepts are group-committed: those queued while a batch commits make up the
   next, one multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING id and one commit each.
 - Routing takes unrouted events FOR UPDATE SKIP LOCKED, so replicas route disjoint
-  batches; each alert is changed under a transaction-scoped advisory lock on its id
-  (taken in sorted order), so two replicas never both open, resolve or notify one alert.
+  batches; each alert is changed under a transaction-scoped advisory lock on its id, so
+  two replicas never both open, resolve or notify one alert. A transaction takes its
+  advisory locks in one order, whatever calls for them (receiver.store.postgres.locks): a
+  lock it needs out of order makes it run again, that lock taken first, never deadlock.
 - The throttle is one INSERT ... ON CONFLICT DO UPDATE ... WHERE the window has passed:
   the row lock decides which replica's notification goes out.
 - Outbox rows are claimed FOR UPDATE SKIP LOCKED under a lease: a killed replica's
@@ -43,6 +45,7 @@ from receiver.store.events import SQLEvents, event_row
 from receiver.store.history import SQLHistory
 from receiver.store.keys import SQLKeys
 from receiver.store.outbox import SQLOutbox
+from receiver.store.postgres.locks import Key, LockOrderError
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
 from receiver.store.statements import POSTGRES, Query
@@ -60,6 +63,9 @@ CROWD = 4  # accepts in one batch that mean a burst
 PRESSURE_WINDOW = 0.25
 MAX_BATCH = 500  # accepts in one INSERT
 COMMITS = 2  # batches of accepts committing at once
+# Runs of a transaction that needed a lock out of order, each with more locks taken first,
+# before the last run waits for any lock (receiver.store.postgres.locks).
+LOCK_RUNS = 5
 # psycopg's own default: a statement run this many times on one connection is prepared
 # there. None never prepares, which a pooler that does not keep prepared statements needs
 # (PgBouncer in transaction mode before 1.21): RECEIVER_DB_PREPARE_THRESHOLD=off.
@@ -285,7 +291,19 @@ class PostgresStore:
     # -- routing ----------------------------------------------------------------------------
 
     async def transact(self, fn: Callable[[Tx], T]) -> T:
-        return await self._call(lambda conn: fn(PostgresTx(conn)))
+        first: frozenset[Key] = frozenset()
+        for run in range(1, LOCK_RUNS + 1):
+            patient = run == LOCK_RUNS
+
+            def attempt(conn: Any, first: frozenset[Key] = first, patient: bool = patient) -> T:
+                return fn(PostgresTx(conn, first=first, patient=patient))
+
+            try:
+                return await self._call(attempt)
+            except LockOrderError as exc:  # rolled back: again, those locks taken first
+                log.debug("transaction run %d: %s", run, exc)
+                first |= exc.keys
+        raise AssertionError("the last run waits for its locks")  # pragma: no cover
 
     async def _size(self) -> int:
         """Bytes on disk of the whole database."""
@@ -301,7 +319,15 @@ class PostgresStore:
         return await self._call(lambda conn: fn(functools.partial(query, conn)))
 
     async def read(self, fn: Callable[[Query], T]) -> T:
-        return await self.statements(fn, write=False)
+        """fn(query) in one snapshot, as on SQLite: under READ COMMITTED each statement
+        sees its own, and a session read that folds the events not routed yet into the
+        projection counted an event routed between its two statements twice."""
+
+        def snapshot(conn: Any) -> T:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return fn(functools.partial(query, conn))
+
+        return await self._call(snapshot)
 
     async def _replay(
         self, event_id: str, *, now: float, respect_lifecycle: bool = False

@@ -15,8 +15,9 @@ from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
+from receiver.store.postgres.locks import Key, Locks
 from receiver.store.postgres.schema import lock_key
-from receiver.store.records import Alert, StoredEvent
+from receiver.store.records import Alert, Chain, Notice, StoredEvent
 from receiver.store.routing import (
     SQLTxDigests,
     SQLTxSilences,
@@ -94,44 +95,41 @@ class PostgresTxEvents(SQLTxEvents):
 class PostgresTxWebhooks(SQLTxWebhooks):
     """tx.webhooks on PostgreSQL: the sessions whose sides are read stay locked."""
 
+    def __init__(self, st: PostgresStatements, locks: Locks) -> None:
+        super().__init__(st)
+        self.locks = locks
+
     def sides(
         self, webhook_ids: Iterable[int], session_ids: Iterable[str]
     ) -> dict[tuple[int, str], tuple[bool, str]]:
         # Replicas routing events of one session at once take turns: one crossing, one event.
-        for session_id in sorted(set(session_ids)):
-            self.st.q(
-                "SELECT pg_advisory_xact_lock(hashtext('webhook-sides'), hashtext(?))",
-                (session_id,),
-            )
+        self.locks.take(("sides", session_id) for session_id in session_ids)
         return super().sides(webhook_ids, session_ids)
 
 
 class PostgresTxDigests(SQLTxDigests):
     """tx.digests on PostgreSQL."""
 
+    def __init__(self, st: PostgresStatements, locks: Locks) -> None:
+        super().__init__(st)
+        self.locks = locks
+
     def _lock(self, rule: str, key: str) -> None:
         # One digest per (rule, key) across replicas: whoever looks first holds the key.
-        self.st.q("SELECT pg_advisory_xact_lock(hashtext(?), hashtext(?))", (rule, key))
+        self.locks.take([("digest", rule, key)])
 
 
 class PostgresTxAlerts(SQLTxAlerts):
     """tx.alerts on PostgreSQL: read ahead like SQLite's, and locked."""
 
-    def __init__(self, st: PostgresStatements, ahead: ReadAhead) -> None:
+    def __init__(self, st: PostgresStatements, ahead: ReadAhead, locks: Locks) -> None:
         super().__init__(st, ahead)
-        self._locked: set[str] = set()  # alerts locked by this transaction
+        self.locks = locks
 
     def _lock(self, alert_ids: Iterable[str]) -> None:
-        """Serialize changes to these alerts across replicas (sorted: no deadlock between
-        two batches)."""
-        todo = sorted(set(alert_ids) - self._locked)
-        if todo:
-            self.st.q(
-                "SELECT pg_advisory_xact_lock(hashtextextended(id, 0)) FROM unnest(?::text[])"
-                " AS id ORDER BY id",
-                (todo,),
-            ).fetchall()
-            self._locked.update(todo)
+        """Serialize changes to these alerts across replicas (in the transaction's one
+        order: receiver.store.postgres.locks)."""
+        self.locks.take(("alert", alert_id) for alert_id in alert_ids)
 
     def get(self, alert_id: str) -> Alert | None:
         kept = self.ahead.alerts
@@ -161,28 +159,66 @@ class PostgresTxAlerts(SQLTxAlerts):
         self.st.many(_SAVE_ALERT, [alert_row(a, now) for a, now in self.ahead.changed.values()])
         self.forget()
 
-    def forget(self) -> None:
-        super().forget()
-        # After a savepoint's rollback the locks taken inside it are gone too: take again.
-        self._locked.clear()
+
+# The timers read what is due FOR UPDATE (SKIP LOCKED), and routing changes a notice or a
+# chain under its alert's lock: so the timers lock the alerts first, then their rows, as
+# routing does. The other way round, each held what the other waited for.
+
+
+class PostgresTxNotices(SQLTxNotices):
+    """tx.notices on PostgreSQL: the due repeats' alerts locked before their rows."""
+
+    def __init__(self, st: PostgresStatements, ahead: ReadAhead, locks: Locks) -> None:
+        super().__init__(st, ahead)
+        self.locks = locks
+
+    def due(self, now: float, limit: int = 100) -> list[Notice]:
+        alerts = self.st.q(
+            "SELECT alert FROM notices WHERE next_repeat_at IS NOT NULL AND next_repeat_at <= ?"
+            " LIMIT ?",
+            (now, limit),
+        )
+        self.locks.take(("alert", alert) for (alert,) in alerts)
+        return super().due(now, limit)
+
+
+class PostgresTxEscalations(SQLTxEscalations):
+    """tx.escalations on PostgreSQL: the due chains' alerts locked before their rows."""
+
+    def __init__(self, st: PostgresStatements, locks: Locks) -> None:
+        super().__init__(st)
+        self.locks = locks
+
+    def due(self, now: float, limit: int = 100) -> list[Chain]:
+        alerts = self.st.q(
+            "SELECT alert FROM escalations WHERE next_at IS NOT NULL AND next_at <= ?"
+            " ORDER BY next_at LIMIT ?",
+            (now, limit),
+        )
+        self.locks.take(("alert", alert) for (alert,) in alerts)
+        return super().due(now, limit)
 
 
 class PostgresTx:
-    """A Tx on one PostgreSQL connection in a transaction: its roles share it."""
+    """A Tx on one PostgreSQL connection in a transaction: its roles share it, and its
+    locks (first: keys to take before anything else, from an earlier run that needed
+    them out of order; patient: wait for any key, receiver.store.postgres.locks)."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, *, first: Iterable[Key] = (), patient: bool = False) -> None:
         self.conn = conn
         st = PostgresStatements(conn)
         ahead = ReadAhead()
+        self.locks = Locks(st, patient=patient)
+        self.locks.take(first)
         self.events = PostgresTxEvents(st)
-        self.webhooks = PostgresTxWebhooks(st)
+        self.webhooks = PostgresTxWebhooks(st, self.locks)
         self.sessions = SQLTxSessions(st)
         self.outbox = SQLTxOutbox(st, ahead)
-        self.alerts = PostgresTxAlerts(st, ahead)
-        self.notices = SQLTxNotices(st, ahead)
-        self.escalations = SQLTxEscalations(st)
+        self.alerts = PostgresTxAlerts(st, ahead, self.locks)
+        self.notices = PostgresTxNotices(st, ahead, self.locks)
+        self.escalations = PostgresTxEscalations(st, self.locks)
         self.inhibitors = SQLTxInhibitors(st)
-        self.digests = PostgresTxDigests(st)
+        self.digests = PostgresTxDigests(st, self.locks)
         self.throttle = SQLTxThrottle(st)
         self.storms = SQLTxStorms(st)
         self.silences = SQLTxSilences(st)
@@ -190,8 +226,13 @@ class PostgresTx:
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
-        with self.conn.transaction():
-            yield
+        held = set(self.locks.held)
+        try:
+            with self.conn.transaction():
+                yield
+        except BaseException:
+            self.locks.held = held  # the locks taken inside went with its rollback
+            raise
 
     def try_lock(self, name: str) -> bool:
         return try_lock(self.conn, name)

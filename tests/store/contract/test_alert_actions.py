@@ -16,6 +16,8 @@ def _alerts(tx: Tx) -> None:
     tx.alerts.save(Alert("intervention:s1:i1", "open", 1, "2026-01-01T00:00:02Z", "t", "e2"), 10.0)
     tx.alerts.save(Alert("session:s2", "resolved", 2, "2026-01-01T00:00:03Z"), 10.0)
     tx.alerts.save(Alert("session:s10", "open", 1, "2026-01-01T00:00:04Z", "t4", "e4"), 10.0)
+    # only a session.stopped came: the row makes a late drop stale, and is no alert to list
+    tx.alerts.save(Alert("session:s3", "resolved", 0, "2026-01-01T00:00:05Z"), 10.0)
     tx.notices.add("session:s1", 1, "deep-drop", 10.0, 600.0)
     tx.notices.add("session:s1", 1, "log", 10.0, None)
     tx.notices.add("session:s2", 2, "deep-drop", 10.0, None)
@@ -34,15 +36,18 @@ def test_alerts_are_got_and_paged_by_state_session_and_rule(store_url: str) -> N
             [x.id for x in await a.page(session="s1")],
             [x.id for x in await a.page(rule="deep-drop")],
             [x.id for x in await a.page(rule="deep-drop", state="resolved")],
+            [x.id for x in await a.page(session="s3")],
+            [x.id for x in await a.page(state="resolved")],
         )
 
-    got, missing, every, first, rest, of_s1, by_rule, resolved = run(store_url, go)
+    got, missing, every, first, rest, of_s1, by_rule, resolved, of_s3, closed = run(store_url, go)
     assert got == Alert("session:s1", "open", 1, "2026-01-01T00:00:01Z", "t1", "e1")
     assert missing is None
     assert every == ["intervention:s1:i1", "session:s1", "session:s10", "session:s2"]
     assert first == ["intervention:s1:i1", "session:s1"] and rest == ["session:s10"]
     assert of_s1 == ["intervention:s1:i1", "session:s1"]  # not session:s10
     assert by_rule == ["session:s1", "session:s2"] and resolved == ["session:s2"]
+    assert of_s3 == [] and closed == ["session:s2"]  # never opened: not listed
 
 
 def test_a_snooze_puts_every_repeat_of_the_open_episode_off(store_url: str) -> None:

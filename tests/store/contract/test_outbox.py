@@ -83,6 +83,27 @@ def test_claim_lease_retry_and_dead(store_url: str) -> None:
     run(store_url, go)
 
 
+def test_a_lapsed_lease_is_claimed_again_only_when_asked(store_url: str) -> None:
+    # A worker back from an outage leaves rows whose lease ran out meanwhile to the worker
+    # that sent them (it records their outcome), and still claims the rows that are due.
+    async def go(store: Store) -> None:
+        await store.events.accept(*event(1))
+        await queue(store, "evt_1", [note("sent", "a")], now=100.0)
+        [sent] = await store.outbox.claim_due(now=100.0, limit=5, lease=30)
+        await store.events.accept(*event(2))
+        await queue(store, "evt_2", [note("new", "b")], now=140.0)
+        lanes = {("a", 0): 5, ("b", 0): 5}
+        [due] = await store.outbox.claim_due(
+            now=140.0, limit=5, lease=30, lanes=lanes, reclaim=False
+        )
+        assert due.rule == "new"
+        assert await store.outbox.claim_due(now=140.0, limit=5, lease=30, reclaim=False) == []
+        [again] = await store.outbox.claim_due(now=141.0, limit=5, lease=30)
+        assert (again.id, again.attempts) == (sent.id, 2)
+
+    run(store_url, go)
+
+
 def test_claims_keep_to_each_targets_lane(store_url: str) -> None:
     async def go(store: Store) -> Any:
         await store.events.accept(*event(1))

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 from receiver.store import open_store
 from receiver.store.base import Tx
+from receiver.store.records import Alert
 from tests.store.contract.common import event, note, queue
 
 
@@ -94,3 +96,56 @@ def test_the_throttle_lets_one_replica_through(pg_url: str) -> None:
                 await store.close()
 
     assert sorted(asyncio.run(go())) == [False, True, True, True]
+
+
+def _waiting_for_a_lock(tx: Tx) -> bool:
+    """Whether some transaction waits for an advisory lock now."""
+    tx_conn = tx.conn  # type: ignore[attr-defined]
+    row = tx_conn.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    ).fetchone()
+    return bool(row[0])
+
+
+def test_alert_locks_taken_out_of_order_do_not_deadlock(pg_url: str) -> None:
+    # The timers' transaction locks the alert of a due repeat ("b"), then the alerts of
+    # the due escalations ("a", "b"), while a routing batch locks its alerts at once, in
+    # order ("a", then "b"): each holds what the other waits for. Here in that order, step
+    # by step: the second must not wait for "a" while it holds "b" (PostgreSQL would break
+    # the circle after deadlock_timeout, failing one of them with "deadlock detected").
+    async def go() -> Any:
+        a, b = open_store(pg_url), open_store(pg_url)
+        await a.open()
+        await b.open()
+        holds_b, runs = threading.Event(), []
+
+        def timers(tx: Tx) -> list[str | None]:
+            runs.append(1)
+            first = tx.alerts.get("alert:b")
+            if len(runs) == 1:  # the first run: wait until the batch waits for "b"
+                holds_b.set()
+                deadline = time.monotonic() + 30
+                while not _waiting_for_a_lock(tx):
+                    assert time.monotonic() < deadline, "the batch never waited for alert:b"
+                    time.sleep(0.01)
+            second = tx.alerts.get("alert:a")
+            return [None if x is None else x.id for x in (first, second)]
+
+        def batch(tx: Tx) -> str:
+            assert holds_b.wait(30)
+            tx.alerts.read_ahead(["alert:a", "alert:b"])  # "a" at once, then waits for "b"
+            tx.alerts.save(Alert("alert:a", "open", 1, "2026-01-01T00:00:00Z"), 100.0)
+            tx.alerts.flush()
+            return "routed"
+
+        try:
+            return await asyncio.gather(a.transact(timers), b.transact(batch)), len(runs)
+        finally:
+            await a.close()
+            await b.close()
+
+    (timers, batch), runs = asyncio.run(go())
+    # The batch went first; the timers ran again with both alerts locked first, and saw it.
+    assert batch == "routed"
+    assert timers == [None, "alert:a"]
+    assert runs == 2

@@ -3,6 +3,7 @@ the events not routed yet folded in; pages, totals, score groups, the upgrade.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from typing import Any
@@ -257,3 +258,25 @@ def test_an_upgrade_projects_the_events_routed_before(tmp_path: Any) -> None:
     assert summary.score == 60 and summary.status == "active" and summary.signals == 2
     assert [s for s, _ in history] == [33.0, 60.0]
     assert listed.total == 1 and [s.id for s in listed.sessions] == ["sess_1"]  # hours counted
+
+
+def test_a_read_is_one_snapshot_while_routing_commits_beside_it(store_url: str) -> None:
+    """A session read folds the events not routed yet into the projection: both parts must
+    come from one snapshot, or an event routed between the two reads is counted twice."""
+
+    async def go(store: Store) -> tuple[Any, Any]:
+        await accept(store, ev(1, "score.drop", "2026-01-01T00:00:01.000Z", score=30))
+        loop = asyncio.get_running_loop()
+        unrouted = "SELECT count(*) FROM events WHERE routed_at IS NULL"
+
+        def read(q: Any) -> tuple[Any, Any]:
+            before = q(unrouted, ()).fetchone()[0]
+            # Routing commits on another connection while this read is open.
+            asyncio.run_coroutine_threadsafe(route(store), loop).result(timeout=30)
+            return before, q(unrouted, ()).fetchone()[0]
+
+        seen = await store.read(read)  # type: ignore[attr-defined]
+        assert await store.sessions.get("sess_1") is not None
+        return seen
+
+    assert run(store_url, go) == (1, 1)
