@@ -20,6 +20,7 @@ import yaml
 
 from receiver.errors import ConfigError
 from receiver.rules import Ruleset, load_text
+from receiver.rules.options import check_pairs
 
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -253,21 +254,22 @@ def rules_text(r: random.Random, refused: list[str]) -> str:
 
 
 def _drop_refused_pair(doc: dict[str, Any], message: str) -> bool:
-    """A refusal naming a rule and two of its lifecycle keys: drop the later one."""
+    """A refusal of a pair of a rule's keys (receiver.rules.options.check_pairs, the table
+    `receiver check` refuses from): drop the key it names, the pair's second."""
     for rule in doc["rules"]:
-        if f'rule "{rule["name"]}"' not in message:
+        label = f'rule "{rule["name"]}"'
+        if label not in message:
             continue
-        named = [k for k in LIFECYCLE if k in rule and (k in message or _alias(k) in message)]
-        if len(named) >= 2:
-            del rule[named[-1]]
-            if "notify" not in rule and "escalate" not in rule:
-                rule["notify"] = ["chat"]
-            return True
+        problems: list[str] = []
+        check_pairs(rule, label, problems)
+        for problem in problems:
+            key = problem.removeprefix(f"{label}: ").split(":", 1)[0]
+            if problem in message and key in rule:
+                del rule[key]
+                if "notify" not in rule and "escalate" not in rule:
+                    rule["notify"] = ["chat"]
+                return True
     return False
-
-
-def _alias(key: str) -> str:
-    return {"group": "digest"}.get(key, key)
 
 
 # -- streams ----------------------------------------------------------------------------------
