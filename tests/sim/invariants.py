@@ -18,6 +18,7 @@ from typing import Any
 from receiver import why
 from receiver.dispatch.alerts import opener
 from receiver.dispatch.inhibition import suppression
+from receiver.dispatch.pipeline import UNPAGED
 from receiver.dispatch.silences import active_silences
 from receiver.rules import Rule, Ruleset
 from receiver.store.records import SENT_STATES
@@ -69,6 +70,17 @@ def _chains(run: Run) -> dict[tuple[str, int, str], tuple[float, list[dict[str, 
     }
 
 
+def _kept(run: Run) -> set[tuple[str, str]]:
+    """(event, rule) of the first pages a rule that only escalates kept, unsent, for an
+    event that started no chain (receiver.dispatch.pipeline.UNPAGED: its row says why)."""
+    states = ", ".join(f"'{s}'" for s in UNPAGED)
+    return set(
+        run.query(
+            f"SELECT event_id, rule FROM outbox WHERE kind = 'escalation' AND state IN ({states})"
+        )
+    )
+
+
 def _decided(run: Run) -> Iterator[tuple[str, tuple[str, str | None, int | None, str], Rule]]:
     """(event, its transition, rule) for every rule that decided about a routed event."""
     for eid in run.seen.order:
@@ -80,13 +92,14 @@ def _decided(run: Run) -> Iterator[tuple[str, tuple[str, str | None, int | None,
 def nothing_vanishes(run: Run) -> None:
     """Every event is routed, and every rule it matched recorded a row or its chain.
 
-    (A rule that only escalates records the chain it started or joined.)"""
+    (A rule that only escalates records the chain it started or joined, or the first pages
+    it kept unsent with what stopped them: silenced, quiet, inhibited, storm, stale.)"""
     unrouted = [e for e in run.seen.bodies if e not in run.seen.transitions]
     if unrouted:
         raise Violation("nothing vanishes", f"accepted, never routed: {unrouted[:5]}")
-    rows, chains = _event_rows(run), _chains(run)
+    rows, chains, kept = _event_rows(run), _chains(run), _kept(run)
     for eid, (what, aid, ep, _), rule in _decided(run):
-        if (eid, rule.name) in rows:
+        if (eid, rule.name) in rows or (eid, rule.name) in kept:
             continue
         if escalate_only(rule):
             if what not in ("open", "update") or (aid, ep, rule.name) in chains:
@@ -107,9 +120,11 @@ def open_alerts_accounted(run: Run) -> None:
     open_now = {
         (a, int(ep)) for a, ep in run.query("SELECT id, episode FROM alerts WHERE state = 'open'")
     }
-    rows, chains = _event_rows(run), _chains(run)
+    rows, chains, kept = _event_rows(run), _chains(run), _kept(run)
     for eid, (what, aid, ep, _), rule in _decided(run):
         if (aid, ep) not in open_now or what not in ("open", "update"):
+            continue
+        if (eid, rule.name) in kept:  # a chain's first pages, kept with what stopped them
             continue
         own = rows.get((eid, rule.name), [])
         if any(state in SENT or reason for _, state, reason in own):
