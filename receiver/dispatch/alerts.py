@@ -78,12 +78,17 @@ def apply(tx: Tx, payload: Mapping[str, Any], event_id: str, now: float) -> Tran
 
 def opener(tx: Tx, alert: Alert) -> dict[str, Any]:
     """The payload of the event that opened the alert's episode ({} if it cannot be read)."""
-    text = tx.events.body(alert.opened_event or "")
+    return payload(tx, alert.opened_event or "") or {}
+
+
+def payload(tx: Tx, event_id: str) -> dict[str, Any] | None:
+    """The payload of a stored event (None if it is gone or cannot be read)."""
+    text = tx.events.body(event_id)
     try:
-        value = json.loads(text or "{}")
+        value = json.loads(text or "null")
     except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def open_seconds(alert: Alert) -> float:

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from receiver.dispatch.alerts import opener
+from receiver.dispatch.alerts import opener, payload
 from receiver.dispatch.inhibition import suppression
 from receiver.dispatch.silences import Active
 from receiver.durations import format_duration
@@ -371,11 +371,11 @@ def _wake_notice(
     if alert is None or alert.state != "open" or alert.episode != notice.episode or not rule:
         tx.notices.woke(notice, now, None)
         return
-    opened = opener(tx, alert)
-    if suppression(tx, ruleset, rule, opened, silences, now, alert.id) is not None:
+    event_id, fields = _suppressed_event(tx, notice, alert)
+    if suppression(tx, ruleset, rule, fields, silences, now, alert.id) is not None:
         return
     seen = (
-        opened if links is None else {**opened, "links": links.for_alert(alert.id, alert.episode)}
+        fields if links is None else {**fields, "links": links.for_alert(alert.id, alert.episode)}
     )
     why, at = notice.suppressed_why or "silenced", notice.suppressed_since or now
     since = f"was {why} since {_clock(at)}"
@@ -384,11 +384,23 @@ def _wake_notice(
             continue
         n = Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{since}")
         tx.outbox.add(
-            alert.opened_event or "-", n, state="pending", now=now, alert=alert.id,
-            episode=alert.episode, reason=since,
+            event_id, n, state="pending", now=now, alert=alert.id, episode=alert.episode,
+            reason=since,
         )  # fmt: skip
     tx.notices.woke(notice, now, rule.repeat)
     counts["woke"] += 1
+
+
+def _suppressed_event(tx: Tx, notice: Notice, alert: Alert) -> tuple[str, dict[str, Any]]:
+    """The event whose notification the notice holds, and its payload: the woken row is
+    filed under it, so that explaining that event shows it sent, and rendered and judged
+    by its fields (an update can match a silence its opener does not). A notice noted
+    before the store kept that event is the opener's; an event no longer stored is read
+    as its opener."""
+    if notice.suppressed_event is None:
+        return alert.opened_event or "-", opener(tx, alert)
+    found = payload(tx, notice.suppressed_event)
+    return notice.suppressed_event, opener(tx, alert) if found is None else found
 
 
 def _wake_chain(tx: Tx, ruleset: Ruleset, chain: Chain, now: float, silences: Active) -> None:

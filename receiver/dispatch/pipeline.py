@@ -219,7 +219,9 @@ class Pipeline:
         elif state in ("pending", "held") and (rule.resolve or rule.repeat):
             self.tx.notices.add(alert.id, alert.episode, rule.name, self.now, rule.repeat)
         if state in escalations.SUPPRESSED:  # notified when that ends, if still open
-            self.tx.notices.suppress(alert.id, alert.episode, rule.name, self.now, why)
+            self.tx.notices.suppress(
+                alert.id, alert.episode, rule.name, self.now, why, event=event_id
+            )
 
     def _unpaged(
         self,

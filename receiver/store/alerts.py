@@ -22,7 +22,8 @@ SELECT_ALERTS = (
     "SELECT id, state, episode, last_ts, opened_ts, opened_event, resolved_ts FROM alerts"
 )
 _NOTICE_COLUMNS = (
-    "alert, episode, rule, notified_at, next_repeat_at, repeats, suppressed_since, suppressed_why"
+    "alert, episode, rule, notified_at, next_repeat_at, repeats, suppressed_since, suppressed_why,"
+    " suppressed_event"
 )
 _ACTION_COLUMNS = "alert, episode, action, source, actor, at, outcome, until"
 # Escalations an ack or a snooze moves: all but those waiting for a silence to end. One that
@@ -154,17 +155,20 @@ class SQLTxNotices:
             "INSERT INTO notices (alert, episode, rule, notified_at, next_repeat_at)"
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT (alert, episode, rule) DO UPDATE SET"
             " notified_at = excluded.notified_at, next_repeat_at = excluded.next_repeat_at,"
-            " suppressed_since = NULL, suppressed_why = NULL"
+            " suppressed_since = NULL, suppressed_why = NULL, suppressed_event = NULL"
             " WHERE notices.suppressed_since IS NOT NULL",
             (alert, episode, rule, now, None if repeat is None else now + repeat),
         )
 
-    def suppress(self, alert: str, episode: int, rule: str, now: float, why: str) -> None:
+    def suppress(
+        self, alert: str, episode: int, rule: str, now: float, why: str, event: str | None = None
+    ) -> None:
         self.ahead.noticed.add(alert)
         self.st.q(
             "INSERT INTO notices (alert, episode, rule, notified_at, suppressed_since,"
-            " suppressed_why) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            (alert, episode, rule, now, now, why),
+            " suppressed_why, suppressed_event) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
+            (alert, episode, rule, now, now, why, event),
         )
 
     def suppressed(self, after: Waiting | None, limit: int = 200) -> list[Notice]:
@@ -180,7 +184,8 @@ class SQLTxNotices:
         or, when repeat is None and nothing was sent, just no longer waiting."""
         self.st.q(
             "UPDATE notices SET suppressed_since = NULL, suppressed_why = NULL,"
-            " notified_at = ?, next_repeat_at = ? WHERE alert = ? AND episode = ? AND rule = ?",
+            " suppressed_event = NULL, notified_at = ?, next_repeat_at = ?"
+            " WHERE alert = ? AND episode = ? AND rule = ?",
             (
                 now,
                 None if repeat is None else now + repeat,

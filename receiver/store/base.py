@@ -164,9 +164,12 @@ class TxNotices(Protocol):
         """Notices whose next repeat is due, of episodes nobody acknowledged."""
 
     def repeated(self, notice: Notice, next_at: float | None) -> None: ...
-    def suppress(self, alert: str, episode: int, rule: str, now: float, why: str) -> None:
-        """Note that rule's notification of the episode was silenced or muted (why): it is
-        notified when that ends, if still open (once; a note that exists stands)."""
+    def suppress(
+        self, alert: str, episode: int, rule: str, now: float, why: str, event: str | None = None
+    ) -> None:
+        """Note that rule's notification of the episode, about event, was silenced or muted
+        (why): it is notified when that ends, if still open (once; a note that exists
+        stands, its event too)."""
 
     def suppressed(self, after: Waiting | None, limit: int = 200) -> list[Notice]:
         """Suppressed notices in (suppressed_since, alert, episode, rule) order, after

@@ -46,7 +46,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     ),
     "notices": (
         "alert", "episode", "rule", "notified_at", "next_repeat_at", "repeats",
-        "suppressed_since", "suppressed_why",
+        "suppressed_since", "suppressed_why", "suppressed_event",
     ),
     "escalations": (
         "alert", "episode", "rule", "policy", "step", "round", "next_at", "started_at",

@@ -37,6 +37,13 @@ ESCALATIONS_SCHEMA = """
         WHERE suppressed_since IS NOT NULL;
 """
 
+# The event whose notification a suppressed notice holds (SQLite's migration 21,
+# PostgreSQL's 18): the woken notification is filed under it and rendered from it. NULL in
+# the notices noted before: those wake as before, from the alert's opening event.
+NOTICE_EVENT_SCHEMA = """
+    ALTER TABLE notices ADD COLUMN suppressed_event TEXT;
+"""
+
 CHAIN_COLUMNS = (
     "alert, episode, rule, policy, step, round, next_at, started_at, suppressed_since,"
     " suppressed_why, log"

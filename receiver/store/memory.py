@@ -224,10 +224,12 @@ class MemoryNotices:
             heapq.heappush(self.t.repeats, entry)
         return [n for _, key in due if (n := self.t.notice(key)) is not None]
 
-    def suppress(self, alert: str, episode: int, rule: str, now: float, why: str) -> None:
+    def suppress(
+        self, alert: str, episode: int, rule: str, now: float, why: str, event: str | None = None
+    ) -> None:
         rules = self.t.notices.setdefault((alert, episode), {})
         if rule not in rules:
-            rules[rule] = Notice(alert, episode, rule, now, None, 0, now, why)
+            rules[rule] = Notice(alert, episode, rule, now, None, 0, now, why, event)
 
     def suppressed(self, after: Waiting | None, limit: int = 200) -> list[Notice]:
         waiting = sorted(
@@ -242,7 +244,12 @@ class MemoryNotices:
         rules = self.t.notices.get((notice.alert, notice.episode), {})
         at = None if repeat is None else now + repeat
         rules[notice.rule] = replace(
-            notice, notified_at=now, next_repeat_at=at, suppressed_since=None, suppressed_why=None
+            notice,
+            notified_at=now,
+            next_repeat_at=at,
+            suppressed_since=None,
+            suppressed_why=None,
+            suppressed_event=None,
         )
         if at is not None:
             heapq.heappush(self.t.repeats, (at, (notice.alert, notice.episode, notice.rule)))

@@ -138,6 +138,9 @@ class Notice:
     # nothing sent yet: when that ends and the alert is still open, it is notified once.
     suppressed_since: float | None = None
     suppressed_why: str | None = None  # "silenced" | "muted"
+    # The event whose notification was suppressed: the woken one is filed under it and
+    # rendered from it (None: noted before the column existed; the alert's opener then).
+    suppressed_event: str | None = None
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 from receiver.errors import StoreError
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
-from receiver.store.escalations import ESCALATIONS_SCHEMA
+from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
@@ -177,6 +177,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     RULESETS_SCHEMA.format(real="DOUBLE PRECISION"),
     # 17: the trace context of each event and of each outbox row (SQLite's 20).
     TRACE_SCHEMA,
+    # 18: the event whose notification a suppressed notice holds (SQLite's 21).
+    NOTICE_EVENT_SCHEMA,
 ]
 
 

@@ -11,7 +11,7 @@ import sqlite_utils
 
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
-from receiver.store.escalations import ESCALATIONS_SCHEMA
+from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
@@ -194,6 +194,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     RULESETS_SCHEMA.format(real="REAL"),
     # 20: the trace context of each event and of each outbox row (receiver.tracing).
     TRACE_SCHEMA,
+    # 21: the event whose notification a suppressed notice holds (woken under it).
+    NOTICE_EVENT_SCHEMA,
 ]
 
 
