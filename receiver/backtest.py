@@ -71,6 +71,8 @@ class Backtest:
         self._last_event = start  # the heartbeat's "last arrival" before the first event
         self._firing = False  # the heartbeat fired, and no event has arrived since
         self._openers: dict[str, str] = {}  # alert -> the event that opened its episode
+        # alert -> later events of its episode whose notification a silence holds (kept())
+        self._waiting_on: dict[str, list[str]] = {}
         # Rows not sent yet (pending, held) -> the alert episode of the event that made them.
         self._waiting: dict[int, tuple[str, int] | None] = {}
         self._current: Alert | None = None  # the alert of the event routed
@@ -180,9 +182,19 @@ class Backtest:
         self._openers[alert.id] = event_id
         if previous is not None:
             self.tx.scratch.forget_event(previous)
+        for waited in self._waiting_on.pop(alert.id, ()):
+            self.tx.scratch.forget_event(waited)
         user = payload.get("userId")
         session = payload.get("sessionId")
         self.result.people[alert.id] = (session, user if isinstance(user, str) else None)
+
+    def waited_on(self, event: StoredEvent, alert: Alert) -> None:
+        """The leader keeps an update whose notification a rules file's silence holds: the
+        notification that wakes is rendered and judged from it (as the server does), until
+        the alert's next episode opens."""
+        if self.tx.scratch.put(event):
+            self.tx.events.mark_routed([event.id], event.received_at)
+            self._waiting_on.setdefault(alert.id, []).append(event.id)
 
     def timers(self, until: float) -> None:
         """Run what falls due up to until, each at its own time: held rows and digests are
@@ -363,8 +375,9 @@ def route_all(
     leader = backtests[0]
     transition = apply(leader.tx, payload, event_id, received_at)
     if transition.what == "open":
-        # Only an episode's opening event is ever read back (tx.events.body: repeats,
-        # resolved messages and escalations quote the opener), so only it is kept.
+        # Only an episode's opening event is read back (tx.events.body: repeats, resolved
+        # messages and escalations quote the opener), and an update a silence held (below):
+        # so only those are kept.
         text = body if isinstance(body, str) else body.decode()
         leader.tx.scratch.put(StoredEvent(event_id, str(payload.get("type")), text, received_at))
         leader.tx.events.mark_routed([event_id], received_at)
@@ -372,6 +385,12 @@ def route_all(
         backtest.place(event_id, received_at, payload, transition)
     if transition.what == "open":
         leader.kept(event_id, payload, transition)
+    elif transition.what == "update" and transition.alert is not None:
+        alert = transition.alert
+        if any(b.tx.scratch.waits_on(alert, event_id) for b in backtests):
+            text = body if isinstance(body, str) else body.decode()
+            kept = StoredEvent(event_id, str(payload.get("type")), text, received_at)
+            leader.waited_on(kept, alert)
 
 
 # -- the period, read from the real store ------------------------------------------------------

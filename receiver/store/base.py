@@ -283,6 +283,10 @@ class Scratch(Protocol):
     def forget_event(self, event_id: str) -> None:
         """Drop a routed event's body."""
 
+    def waits_on(self, alert: Alert, event_id: str) -> bool:
+        """Whether a notice of the alert's episode waits with event's notification
+        (tx.notices.suppress): its body is read when that notice wakes."""
+
     def changes(self) -> list[tuple[Any, str]]:
         """The outbox rows written or changed since the last call, in order, each with the
         state it was given then."""

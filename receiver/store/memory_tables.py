@@ -221,6 +221,11 @@ class MemoryScratch:
         if event_id not in self.tables.unrouted:
             self.tables.events.pop(event_id, None)
 
+    def waits_on(self, alert: Alert, event_id: str) -> bool:
+        """Whether a notice of the alert's episode waits with event's notification."""
+        rules = self.tables.notices.get((alert.id, alert.episode), {})
+        return any(n.suppressed_event == event_id for n in rules.values())
+
     def changes(self) -> list[tuple[Row, str]]:
         """The rows written or changed since the last call, in order, each with the state it
         was given then (a row added and sent since is there twice: pending, delivered)."""
