@@ -18,7 +18,9 @@ OUTBOX_COLUMNS = (
     " last_status, trace"
 )
 # A due row whose alert has an earlier message to the same target still to be sent waits
-# for it. The index below holds only rows still to be sent, so the check is one short range
+# for it; an earlier row that is held (a hold, a deferred active window: for hours, maybe)
+# only for the rows of its own rule, so another rule's page is not kept waiting behind
+# it. The index below holds only rows still to be sent, so the check is one short range
 # whatever the history; without it SQLite walked every earlier row of the target (0.6 s a
 # claim with 50,000 rows kept, against 5 ms).
 OUTBOX_ORDER_SCHEMA = """
@@ -29,7 +31,8 @@ _IN_ORDER = (
     "(due.alert IS NULL OR NOT EXISTS (SELECT 1 FROM outbox AS earlier"
     " WHERE earlier.alert = due.alert AND earlier.notifier = due.notifier"
     " AND earlier.target = due.target AND earlier.id < due.id"
-    " AND earlier.state IN ('pending', 'sending', 'held')))"
+    " AND (earlier.state IN ('pending', 'sending')"
+    " OR (earlier.state = 'held' AND earlier.rule = due.rule))))"
 )
 
 
@@ -146,8 +149,9 @@ class SQLOutbox:
 
         The messages of one alert to one target go out in the order they were made: a row
         waits (is not claimed) while an earlier row of its alert to the same notifier and
-        target is still to be sent (pending, held, or sending), so after an outage the
-        resolved message follows its opener instead of overtaking it."""
+        target is still to be sent (pending or sending, or held by the same rule), so after
+        an outage the resolved message follows its opener instead of overtaking it, and
+        another rule's page does not wait for a row held until a window opens."""
         update = (
             "UPDATE outbox SET state = 'sending', lease_until = ?, attempts = attempts + 1,"
             " updated_at = ? WHERE id IN (SELECT id FROM outbox AS due WHERE"

@@ -80,3 +80,30 @@ def test_a_message_behind_one_that_failed_for_good_goes_out(store_url: str) -> N
         return seen
 
     assert run(store_url, go) == [["opener"], ["repeat"]]
+
+
+def test_a_held_row_holds_back_only_its_own_rules_later_rows(store_url: str) -> None:
+    """A row held for hours (an `active: {defer: true}` window, a hold) does not keep a
+    later page of another rule to the same target waiting (the simulation's seed 78: an
+    escalation page waited for a deferred notification until the window opened); a later
+    row of its own rule still waits for it."""
+
+    async def go(store: Store) -> list[list[str]]:
+        await store.events.accept(*event(1))
+        await store.transact(lambda tx: tx.events.mark_routed(["evt_1"], 100.0))
+
+        def work(tx: Tx) -> None:
+            where: dict[str, Any] = {"alert": "session:s3", "episode": 1}
+            tx.outbox.add(
+                "evt_1", note("deferred"), state="held", now=100.0, next_at=50_000.0, **where
+            )
+            tx.outbox.add("evt_1", note("page"), state="pending", now=100.0, kind="escalation",
+                          **where)  # fmt: skip
+            tx.outbox.add("evt_1", note("deferred"), state="pending", now=100.0,
+                          kind="resolved", **where)  # fmt: skip
+
+        await store.transact(work)
+        rows = await store.outbox.claim_due(now=101.0, limit=10, lease=30)
+        return [[f"{r.rule} {r.kind}" for r in rows]]
+
+    assert run(store_url, go) == [["page escalation"]]
