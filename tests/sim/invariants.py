@@ -159,9 +159,13 @@ def _expected_escalation(run: Run, eid: str, rule: Rule, chains: Any) -> set[str
     if what not in ("open", "update"):
         return None
     chain = chains.get((aid, ep, rule.name))
+    unstarted = {"storm", "stale", "throttled", "held", "silenced", "quiet", "inhibited"}
     if chain is None:  # nothing started, nothing running: neither sent nor deduplicated
-        return {"storm", "stale", "throttled", "held", "silenced", "quiet", "inhibited"}
+        return unstarted
     started_at, log = chain
+    [(routed_at,)] = run.query("SELECT routed_at FROM events WHERE id = ?", (eid,))
+    if routed_at < started_at:  # routed before a later event started it: what stopped it
+        return unstarted
     routed = dict(run.query("SELECT id, routed_at FROM events WHERE routed_at = ?", (started_at,)))
     starter = next(
         (

@@ -182,3 +182,34 @@ def test_backtest_is_the_server_sees_a_page_the_backtest_would_not_send(
     with pytest.raises(Violation) as found:
         backtest.backtest_is_the_server(s)
     assert found.value.invariant == "backtest is the server"
+
+
+STORMED = """
+notifiers:
+  chat: json://127.0.0.1:9/chat
+escalations:
+  p0:
+    steps:
+      - notify: [chat]
+rules:
+  - name: r1
+    escalate: p0
+    storm: {max: 2, per: 159s}
+"""
+
+
+def test_explain_is_true_of_a_drop_a_storm_held_before_a_later_one_started_the_chain() -> None:
+    # Seed 213, minimized: evt_6 opens the alert in a storm (no chain); evt_12, after the
+    # storm, starts it. evt_6 is explained "storm", what stopped it then, not "deduplicated".
+    def event(n: int, at: float, kind: str, session: str, stamp: str) -> Op:
+        body = {"id": f"evt_{n}", "type": kind, "sessionId": session, "userId": "u3",
+                "score": 15, "threshold": 40, "timestamp": f"2026-12-05T{stamp}.000Z"}  # fmt: skip
+        return Op(at, "event", {"body": body})
+
+    ops = [
+        event(3, 2.0, "session.stopped", "s3", "16:57:02"),
+        event(5, 2.0, "score.recover", "s2", "17:57:02"),
+        event(6, 62.0, "score.drop", "s3", "17:58:02"),
+        event(12, 492.5, "score.drop", "s3", "18:05:12"),
+    ]
+    assert violation(Scenario(213, T0, [STORMED], ops)) is None
