@@ -14,7 +14,7 @@ from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
-from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
+from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
@@ -177,6 +177,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     RULESETS_SCHEMA.format(real="DOUBLE PRECISION"),
     # 17: the trace context of each event and of each outbox row (SQLite's 20).
     TRACE_SCHEMA,
+    # 18: the channel that sends each outbox row (SQLite's 21).
+    OUTBOX_CHANNEL_SCHEMA,
 ]
 
 
