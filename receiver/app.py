@@ -319,6 +319,7 @@ def _notify(
         clock=clock,
         webhooks=webhooks,
         enrich=enrich,
+        settings=settings,
     )
     return targets, webhooks, worker, upstream
 

@@ -125,7 +125,8 @@ class Channel(Protocol):
 class Parts:
     """What the worker builds its channels from (Kind.build): the store, the apprise
     targets, the rules (a callable: the current ones), the apprise retry schedule, the
-    enrichment (receiver.upstream.enrich) and the subscribers' channel, when it runs."""
+    enrichment (receiver.upstream.enrich), the subscribers' channel when it runs, and the
+    server's settings (a channel's own RECEIVER_* values; None in tests that give none)."""
 
     store: Store
     targets: Any  # receiver.notify.targets.Targets
@@ -133,6 +134,7 @@ class Parts:
     backoff: Schedule
     enrich: Any = None
     webhooks: Any = None  # receiver.notify.webhook.WebhookChannel, or None
+    settings: Any = None  # receiver.settings.Settings, or None
 
 
 def _no_problem(url: str, scheme: str) -> str | None:
