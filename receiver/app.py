@@ -32,6 +32,7 @@ from receiver.links import LinkSource
 from receiver.links import source as link_source
 from receiver.logs import redact_url
 from receiver.metrics import Metrics
+from receiver.notify import registry
 from receiver.notify.backoff import Backoff
 from receiver.notify.targets import Targets
 from receiver.notify.webhook import WebhookChannel
@@ -160,7 +161,7 @@ class _Parts:
     def build(
         cls, settings: Settings, ruleset: rules.Ruleset | None, clock: Callable[[], float]
     ) -> _Parts:
-        metrics = Metrics()
+        metrics = Metrics(registry.names())
         tracing.configure(settings.tracing, metrics)
         builtin = ruleset is None and settings.rules_file is None
         holder = RulesHolder(
@@ -318,6 +319,7 @@ def _notify(
         clock=clock,
         webhooks=webhooks,
         enrich=enrich,
+        settings=settings,
     )
     return targets, webhooks, worker, upstream
 

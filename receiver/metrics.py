@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from receiver.store.records import CHANNELS, Backlog
+from receiver.store.records import Backlog
 
 REJECT_REASONS = (
     "payload_too_large",
@@ -30,7 +30,9 @@ LINK_OUTCOMES = ("done", "already", "stale", "invalid", "expired")
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, channels: Sequence[str] = ()) -> None:
+        """channels: the notify channels' names (receiver.notify.registry), each shown in
+        the backlog gauges even while nothing of it waits."""
         self.registry = CollectorRegistry()
         r = self.registry
         events = Counter(
@@ -101,7 +103,7 @@ class Metrics:
             o: webhook.labels(o) for o in ("delivered", "retried", "dead", "gone")
         }
         self.action_links = _action_links(r)
-        self.backlog = BacklogCollector()
+        self.backlog = BacklogCollector(channels)
         r.register(self.backlog)
 
     def _timings(self, r: CollectorRegistry) -> None:
@@ -153,7 +155,8 @@ class BacklogCollector:
     while the store could not be read (a stale figure would look like the truth), but
     their age: how long ago the store last answered (0 while it does)."""
 
-    def __init__(self) -> None:
+    def __init__(self, channels: Sequence[str] = ()) -> None:
+        self.channels = tuple(channels)
         self.snapshot: Backlog | None = None
         self.age: float | None = None  # seconds since the last snapshot read (None: never)
 
@@ -186,7 +189,7 @@ class BacklogCollector:
             "Age of the oldest outbox row waiting to be sent (0 when none), by channel.",
             labels=["channel"],
         )
-        for channel in CHANNELS:
+        for channel in dict.fromkeys([*self.channels, *sorted(b.pending)]):
             pending.add_metric([channel], b.pending.get(channel, 0))
             oldest.add_metric([channel], b.oldest.get(channel, 0.0))
         yield pending

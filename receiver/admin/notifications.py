@@ -13,6 +13,7 @@ from receiver.admin._common import PAGE, Admin, log, row_id
 from receiver.admin.auth import Session
 from receiver.admin.jobs import Job
 from receiver.errors import ReceiverError
+from receiver.notify import registry
 from receiver.store.records import OUTBOX_STATES, WEBHOOK_NOTIFIER, OutboxQuery
 
 BULK_BATCH = 200
@@ -22,12 +23,15 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
     p = request.query_params
     state = p.get("state") or None
     notifier = p.get("notifier") or None
+    channel = p.get("channel") or None
+    channels = registry.names()
     before = p.get("before")
     rows = await admin.store.outbox.page(
         OutboxQuery(
             limit=PAGE + 1,
             state=state if state in OUTBOX_STATES else None,
             notifier=notifier,
+            channel=channel if channel in channels else None,
             rule=(p.get("rule") or None),  # a storm message's link: what it held back
             before=row_id(before),
         )
@@ -42,6 +46,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
         "notifications.html",
         {"rows": rows, "state": state or "", "notifier": notifier or "",
          "states": OUTBOX_STATES, "notifiers": notifiers, "next": next_page,
+         "channel": channel or "", "channels": channels,
          "target": await admin.targets()},
     )  # fmt: skip
 

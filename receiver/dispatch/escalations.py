@@ -119,7 +119,7 @@ def first_pages(ruleset: Ruleset, rule: Rule, first: Decision, now: float) -> li
     rendered = Rendered(first.title, first.body, None, None, first.fallback, first.error)
     where = f"escalation {policy.name}: step 1 of {len(policy.steps)}"
     return [
-        Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{where}")
+        _note(ruleset, d, f"{d.body}\n{where}")
         for d in ruleset.on_call(rule.decisions_for(known, rendered, ruleset.notifiers), now)
     ]
 
@@ -278,7 +278,7 @@ def _page(
     event = tx.alerts.get(chain.alert)
     event_id = (event.opened_event if event else None) or "-"
     for d in decisions:
-        n = Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{where}")
+        n = _note(ruleset, d, f"{d.body}\n{where}")
         tx.outbox.add(
             event_id,
             n,
@@ -382,7 +382,7 @@ def _wake_notice(
     for d in ruleset.on_call(rule.decisions(rule.render(seen), ruleset.notifiers), now):
         if d.notifier == ESCALATE_ONLY:
             continue
-        n = Notification(d.rule, d.notifier, d.target, d.title, f"{d.body}\n{since}")
+        n = _note(ruleset, d, f"{d.body}\n{since}")
         tx.outbox.add(
             event_id, n, state="pending", now=now, alert=alert.id, episode=alert.episode,
             reason=since,
@@ -424,3 +424,10 @@ def _wake_chain(tx: Tx, ruleset: Ruleset, chain: Chain, now: float, silences: Ac
 
 def _clock(at: float) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _note(ruleset: Ruleset, d: Decision, body: str) -> Notification:
+    """d's notification with body, sent by the channel of its url."""
+    return Notification(
+        d.rule, d.notifier, d.target, d.title, body, channel=ruleset.channel(d.notifier, d.target)
+    )

@@ -151,7 +151,7 @@ class Pipeline:
                     continue
                 self._add(
                     event_id,
-                    _notification(d),
+                    _notification(d, self.ruleset),
                     state="pending",
                     now=self.now,
                     alert=joins.id if joins else None,
@@ -191,7 +191,7 @@ class Pipeline:
                 continue  # a rule that only escalates: its chain pages (below)
             self._add(
                 event_id,
-                _notification(d),
+                _notification(d, self.ruleset),
                 state=state,
                 now=self.now,
                 next_at=next_at,
@@ -291,7 +291,9 @@ class Pipeline:
         ):
             return "throttled", f"throttled: key {first.throttle_key!r}", None, None
         if rule.storm is not None and not self._paging(rule, transition.alert):
-            rows = [_notification(d) for d in decisions if d.notifier != ESCALATE_ONLY]
+            rows = [
+                _notification(d, self.ruleset) for d in decisions if d.notifier != ESCALATE_ONLY
+            ]
             if rule.escalate is not None:  # its storm message goes to whom it pages first too
                 first_pages = escalations.first_pages(self.ruleset, rule, first, self.now)
                 rows = _distinct([*rows, *first_pages])
@@ -365,7 +367,7 @@ class Pipeline:
             for d in decisions:
                 self._add(
                     event_id,
-                    _notification(d),
+                    _notification(d, self.ruleset),
                     state="pending",
                     now=self.now,
                     kind="resolved",
@@ -380,7 +382,7 @@ class Pipeline:
     def _group(
         self, event_id: str, payload: Mapping[str, Any], rule: Rule, decisions: list[Decision]
     ) -> int:
-        rows = [_notification(d) for d in decisions]
+        rows = [_notification(d, self.ruleset) for d in decisions]
         return digests.join(self.tx, event_id, payload, rule, rows, now=self.now, texts=self.texts)
 
     def repeats(self) -> None:
@@ -431,7 +433,9 @@ def _distinct(rows: Sequence[Notification]) -> list[Notification]:
     return list(seen.values())
 
 
-def _notification(d: Decision) -> Notification:
+def _notification(d: Decision, ruleset: Ruleset) -> Notification:
+    """d's notification, sent by the channel of its url (receiver.notify.registry)."""
     return Notification(
-        d.rule, d.notifier, d.target, d.title, d.body, d.throttle_key, d.throttle_seconds
-    )
+        d.rule, d.notifier, d.target, d.title, d.body, d.throttle_key, d.throttle_seconds,
+        channel=ruleset.channel(d.notifier, d.target),
+    )  # fmt: skip

@@ -63,6 +63,7 @@ def repeats(
                 d.target,
                 f"[still open] {d.title}",
                 f"{d.body}\nopen for {open_for}, repeat {notice.repeats + 1}",
+                channel=ruleset.channel(d.notifier, d.target),
             )
             tx.outbox.add(
                 alert.opened_event or "-",
@@ -135,6 +136,8 @@ def _beat(
 ) -> None:
     for name in dict.fromkeys(ruleset.target(n, now) for n in names):
         for target in range(len(ruleset.notifiers[name].urls)):
-            n = Notification(HEARTBEAT, name, target, title, body)
+            n = Notification(
+                HEARTBEAT, name, target, title, body, channel=ruleset.channel(name, target)
+            )
             tx.outbox.add("-", n, state="pending", now=now, kind=kind, alert=HEARTBEAT)
     counts["heartbeat"] += 1

@@ -1,18 +1,17 @@
 """One channel interface: what the outbox worker needs of anything that sends a row.
 
-A channel (apprise targets in receiver.notify.apprise, webhook subscribers in
-receiver.notify.webhook, ...) sends one outbox row and says how it went in a Result:
-delivered, retry, or give up. When to retry is its schedule's, and the worker's one retry
-stage (receiver.notify.worker) reads it; claims, lanes, the attempt log, metrics and logs
-are the worker's, alike for every channel. So a new channel needs no change to the worker:
-it is one more object in the worker's `channels`.
+A channel has two halves. Its Kind, one line of receiver.notify.registry, says what it is
+before anything runs: its name (the outbox row's `channel`, the metrics' label), the URL
+schemes it claims, the problem `receiver check` finds with a URL, how a URL is shown, and
+how to build its Channel from the worker's Parts. The Channel sends one outbox row and
+says how it went in a Result: delivered, retry, or give up. When to retry is its
+schedule's, and the worker's one retry stage (receiver.notify.worker) reads it; claims,
+lanes, the attempt log, metrics and logs are the worker's, alike for every channel. So a
+new channel needs no change to the worker, the store, the metrics or the admin page.
 
     class Ntfy:
         name = "ntfy"
         schedule = Backoff()
-
-        def handles(self, notifier: str) -> bool:
-            return notifier == "@ntfy"
 
         async def lanes(self) -> list[tuple[str, int]]:
             return [("@ntfy", 0)]
@@ -27,12 +26,14 @@ it is one more object in the worker's `channels`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from receiver.store import OutboxRow
+from receiver.notify.redaction import shown_url
+from receiver.store import OutboxRow, Store
 
-__all__ = ["EXCERPT", "Channel", "Result", "Schedule", "excerpt"]
+__all__ = ["EXCERPT", "Channel", "Kind", "Parts", "Result", "Schedule", "excerpt"]
 
 EXCERPT = 256  # bytes of an answer an attempt log keeps at most
 
@@ -104,14 +105,11 @@ class Schedule(Protocol):
 class Channel(Protocol):
     """Sends outbox rows of the notifiers it handles; see the module's example."""
 
-    name: str  # in metrics and logs: "notify" (apprise targets), "webhook", ...
+    name: str  # its Kind's: "notify" (apprise targets), "webhook", ...
 
     @property
     def schedule(self) -> Schedule:
         """When to try a failed row again (the one retry stage asks it)."""
-
-    def handles(self, notifier: str) -> bool:
-        """Whether rows of this notifier are this channel's."""
 
     async def lanes(self) -> list[tuple[str, int]]:
         """Its (notifier, target) lanes just now: each gets sends of its own."""
@@ -121,3 +119,51 @@ class Channel(Protocol):
 
     async def send(self, row: OutboxRow) -> Result:
         """Send row once. Raising is a failed attempt, retried on the schedule."""
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What the worker builds its channels from (Kind.build): the store, the apprise
+    targets, the rules (a callable: the current ones), the apprise retry schedule, the
+    enrichment (receiver.upstream.enrich), the subscribers' channel when it runs, and the
+    server's settings (a channel's own RECEIVER_* values; None in tests that give none)."""
+
+    store: Store
+    targets: Any  # receiver.notify.targets.Targets
+    rules: Callable[[], Any]  # () -> receiver.rules.Ruleset
+    backoff: Schedule
+    enrich: Any = None
+    webhooks: Any = None  # receiver.notify.webhook.WebhookChannel, or None
+    settings: Any = None  # receiver.settings.Settings, or None
+
+
+def _no_problem(url: str, scheme: str) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One channel as the registry (receiver.notify.registry) lists it.
+
+    name: the outbox rows' `channel`, the backlog gauges' label, the admin filter's option.
+    schemes: the notifier URL schemes it claims (lower case), before any fallback.
+    build: its Channel for the worker, or None when it does not run (no subscribers).
+    check: the problem with a notifier URL of its (for `receiver check`: never the URL;
+    scheme is the scheme as it may be shown), or None.
+    shown: a URL of its as the admin page and traces may show it (no secret).
+    knows: schemes it takes besides its own when no channel claims them (apprise's).
+    takes: what `receiver check` says it takes, when not its schemes.
+    """
+
+    name: str
+    schemes: frozenset[str]
+    build: Callable[[Parts], Channel | None]
+    check: Callable[[str, str], str | None] = _no_problem
+    shown: Callable[[str], str] = shown_url
+    knows: Callable[[str], bool] | None = None
+    takes: str | None = None
+
+    def about(self) -> str:
+        """What it takes, for a problem naming the channels."""
+        takes = self.takes or ", ".join(f"{s}://" for s in sorted(self.schemes))
+        return f"{self.name} ({takes})"

@@ -39,11 +39,11 @@ from httpcore._utils import is_socket_readable
 from receiver import __version__, signature, tracing
 from receiver.events import SENDER_RETRIES
 from receiver.notify.backoff import Delays
-from receiver.notify.channel import Result, excerpt
+from receiver.notify.channel import Kind, Result, excerpt
 from receiver.notify.redaction import shown_url, url_secrets
 from receiver.signature import SIGNATURE_HEADER
 from receiver.store import OutboxRow, Store
-from receiver.store.records import WEBHOOK_NOTIFIER, Webhook
+from receiver.store.records import WEBHOOK_CHANNEL, WEBHOOK_NOTIFIER, Webhook
 
 log = logging.getLogger("receiver.webhooks")
 
@@ -296,7 +296,7 @@ class WebhookChannel:
     active subscriptions (re-read every REFRESH seconds); retries on the service's schedule
     (delays); a 410 Gone disables the subscription."""
 
-    name = "webhook"
+    name = WEBHOOK_CHANNEL
 
     def __init__(
         self,
@@ -373,9 +373,6 @@ class WebhookChannel:
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
-
-    def handles(self, notifier: str) -> bool:
-        return notifier == WEBHOOK_NOTIFIER
 
     async def lanes(self) -> list[tuple[str, int]]:
         return [(WEBHOOK_NOTIFIER, hook) for hook in await self.subscriptions()]
@@ -486,3 +483,12 @@ def _retry_after(value: str | None, now: float) -> float | None:
         return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - now)
     except (TypeError, ValueError):
         return None
+
+
+# Subscribers register with POST /v1/webhooks, not in rules.yaml: no scheme is its.
+KIND = Kind(
+    WEBHOOK_CHANNEL,
+    frozenset(),
+    lambda parts: parts.webhooks,
+    takes="subscribers of POST /v1/webhooks, no notifier url",
+)

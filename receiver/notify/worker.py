@@ -15,14 +15,15 @@ from receiver import tracing
 from receiver.errors import StorageUnavailableError
 from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
-from receiver.notify.apprise import AppriseChannel, Enrich
+from receiver.notify import registry
+from receiver.notify.apprise import Enrich
 from receiver.notify.backoff import Backoff
-from receiver.notify.channel import Channel, Result, excerpt
+from receiver.notify.channel import Channel, Parts, Result, excerpt
 from receiver.notify.targets import Targets
 from receiver.notify.webhook import WebhookChannel
 from receiver.rules import Ruleset
 from receiver.store import OutboxRow, Store
-from receiver.store.records import Attempt
+from receiver.store.records import Attempt, notifier_channel
 from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.notify")
@@ -69,14 +70,20 @@ class Worker:
         webhooks: WebhookChannel | None = None,
         enrich: Enrich | None = None,
         channels: Sequence[Channel] = (),
+        settings: Any = None,
     ) -> None:
         self.store = store
-        # Each row goes to the first channel that handles its notifier: the ones given,
-        # the subscribers', and the rules' apprise targets (which take all the rest).
-        self.channels: list[Channel] = [*channels]
-        if webhooks is not None:
-            self.channels.append(webhooks)
-        self.channels.append(AppriseChannel(targets, rules, schedule=backoff, enrich=enrich))
+        # Each row goes to the channel it names (its channel column): the registry's, each
+        # built once here (the subscribers' only when given), or one given in their place.
+        parts = Parts(store, targets, rules, backoff, enrich, webhooks, settings)
+        self._by_name: dict[str, Channel] = {ch.name: ch for ch in channels}
+        for kind in registry.KINDS:
+            if kind.name not in self._by_name and (built := kind.build(parts)) is not None:
+                self._by_name[kind.name] = built
+        self.channels: list[Channel] = list(self._by_name.values())
+        # A row of a channel no longer registered goes to apprise's, which fails it naming
+        # its notifier when the rules no longer send there.
+        self._fallback = self._by_name[registry.NOTIFY]
         self.metrics = metrics
         self.concurrency = concurrency
         self.lease = lease
@@ -289,7 +296,8 @@ class Worker:
             )
 
     def _channel(self, row: OutboxRow) -> Channel:
-        return next(ch for ch in self.channels if ch.handles(row.notifier))
+        name = row.channel if row.channel is not None else notifier_channel(row.notifier)
+        return self._by_name.get(name, self._fallback)
 
     async def _parents(self, rows: Sequence[OutboxRow]) -> dict[str, str]:
         """The trace context of the events of rows that have none of their own (queued by

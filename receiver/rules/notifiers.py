@@ -1,20 +1,23 @@
-"""Notifiers: named lists of apprise URLs, ${VAR} substitution, checks that never echo a URL.
+"""Notifiers: named lists of URLs, ${VAR} substitution, checks that never echo a URL.
 
-A URL usually carries a token, so no message, repr or summary here ever shows
-one: problems name the notifier, the URL's position and its scheme only.
+Each URL's scheme picks the channel that sends to it (receiver.notify.registry: apprise for
+the schemes apprise knows), and that channel checks it. A URL usually carries a token, so
+no message, repr or summary here ever shows one: problems name the notifier, the URL's
+position and its scheme only.
 """
 
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-CONSOLE = "console"
-CONSOLE_URL = "console://"
-SERVICES_DOC = "https://appriseit.com/services/"
+from receiver.notify import registry
+from receiver.notify.apprise import CONSOLE, SERVICES_DOC
+
+CONSOLE_URL = f"{CONSOLE}://"
+__all__ = ["CONSOLE", "CONSOLE_URL", "SERVICES_DOC", "Notifier", "build_notifier"]
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _VAR_RE = re.compile(r"\$\{([^}]*)\}")
@@ -33,6 +36,12 @@ class Notifier:
     # Variables left unset when loaded for `check` and `explain` only (lenient): those urls
     # keep their ${VAR} text and were not checked. Never the case for the server.
     unresolved: tuple[str, ...] = ()
+    # The channel that sends to each url (receiver.notify.registry), in the urls' order.
+    channels: tuple[str, ...] = ()
+
+    def channel(self, target: int) -> str:
+        """The channel of urls[target] ("notify", apprise's, for one out of range)."""
+        return self.channels[target] if 0 <= target < len(self.channels) else registry.NOTIFY
 
     def __repr__(self) -> str:
         count = len(self.urls)
@@ -77,15 +86,13 @@ def build_notifier(
         url, missing = substitute(template.strip(), env)
         problems.extend(f"{where}: {m}" for m in missing)
         if not missing:
-            if not is_valid_url(url):
-                problems.append(
-                    f"{where}: apprise cannot parse this url (scheme {_scheme(template)}); "
-                    f"see {SERVICES_DOC}"
-                )
+            if (problem := registry.problem(url, _scheme(template))) is not None:
+                problems.append(f"{where}: {problem}")
             urls.append(url)
     if problems:
         return None, problems
-    return Notifier(name, tuple(urls), tuple(unresolved)), []
+    channels = tuple(registry.channel_of(url) for url in urls)
+    return Notifier(name, tuple(urls), tuple(unresolved), channels), []
 
 
 def _unset(template: str, env: Mapping[str, str]) -> list[str]:
@@ -114,19 +121,6 @@ def substitute(template: str, env: Mapping[str, str]) -> tuple[str, list[str]]:
         return ""
 
     return _VAR_RE.sub(replace, template), problems
-
-
-def is_valid_url(url: str) -> bool:
-    """Whether apprise can build a notification target from url (console:// is ours)."""
-    if url == CONSOLE_URL:
-        return True
-    import apprise
-
-    # Apprise imports its plugins lazily, and one of them imports the deprecated
-    # imghdr module; keep that warning from becoming an error under -W error.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return apprise.Apprise.instantiate(url, suppress_exceptions=True) is not None
 
 
 def _scheme(template: str) -> str:

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from receiver.durations import format_duration
+from receiver.notify.registry import NOTIFY
 from receiver.rules.escalations import Policy
 from receiver.rules.index import TypeIndex
 from receiver.rules.inhibit import Inhibition
@@ -95,6 +96,11 @@ class Ruleset:
                     break
             else:
                 yield rule
+
+    def channel(self, notifier: str, target: int) -> str:
+        """The channel that sends to url `target` of notifier (receiver.notify.registry)."""
+        found = self.notifiers.get(notifier)
+        return NOTIFY if found is None else found.channel(target)
 
     def target(self, name: str, at: datetime | float) -> str:
         """The notifier a target names at the instant at: name itself, or for

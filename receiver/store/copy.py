@@ -34,7 +34,7 @@ TABLES: dict[str, tuple[str, ...]] = {
         "id", "event_id", "rule", "notifier", "target", "title", "body", "state", "reason",
         "attempts", "next_at", "lease_until", "last_error", "created_at", "updated_at", "kind",
         "alert", "episode", "group_id", "replay", "delivery_id", "subscription_id",
-        "last_status", "trace",
+        "last_status", "trace", "channel",
     ),
     "outbox_attempts": (
         "id", "outbox_id", "number", "at", "status", "duration_ms", "error", "excerpt",

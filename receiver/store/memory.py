@@ -36,6 +36,7 @@ from receiver.store.records import (
     StoredEvent,
     Waiting,
     Webhook,
+    row_channel,
     waiting_key,
 )
 
@@ -125,7 +126,7 @@ class MemoryOutbox:
         row = Row(
             next(t.row_ids), event_id, n.rule, n.notifier, n.target, n.title, n.body,
             state, reason, now if next_at is None else next_at, now, now, kind, alert,
-            episode, group_id, replay, n.delivery_id, n.subscription_id, n.trace,
+            episode, group_id, replay, n.delivery_id, n.subscription_id, n.trace, row_channel(n),
         )  # fmt: skip
         t.journal.append((row, state))
         if alert is not None and state in SENT_STATES:

@@ -52,13 +52,14 @@ class Row:
     delivery_id: str | None = None
     subscription_id: int | None = None
     trace: str | None = None
+    channel: str = "notify"
 
     def record(self) -> OutboxRow:
         return OutboxRow(
             self.id, self.event_id, self.rule, self.notifier, self.target, self.title,
             self.body, self.state, 0, self.next_at, self.created_at, self.updated_at,
             self.reason, None, self.kind, self.replay, self.delivery_id, self.subscription_id,
-            None, self.trace,
+            None, self.trace, self.channel,
         )  # fmt: skip
 
 

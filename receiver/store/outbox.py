@@ -9,13 +9,20 @@ from typing import Any
 
 from receiver.store import attempts as attempt_log
 from receiver.store.alerts import ReadAhead
-from receiver.store.records import SENT_STATES, Attempt, Notification, OutboxQuery, OutboxRow
+from receiver.store.records import (
+    SENT_STATES,
+    Attempt,
+    Notification,
+    OutboxQuery,
+    OutboxRow,
+    row_channel,
+)
 from receiver.store.statements import Query, Runner, Statements
 
 OUTBOX_COLUMNS = (
     "id, event_id, rule, notifier, target, title, body, state, attempts, next_at,"
     " created_at, updated_at, reason, last_error, kind, replay, delivery_id, subscription_id,"
-    " last_status, trace"
+    " last_status, trace, channel"
 )
 # A due row whose alert has an earlier message to the same target still to be sent waits
 # for it; an earlier row that is held (a hold, a deferred active window: for hours, maybe)
@@ -26,6 +33,13 @@ OUTBOX_COLUMNS = (
 OUTBOX_ORDER_SCHEMA = """
 CREATE INDEX outbox_alert_waiting ON outbox (alert, notifier, target, id)
     WHERE alert IS NOT NULL AND state IN ('pending', 'sending', 'held')
+"""
+# Each row names the channel that sends it (receiver.notify.registry). Rows queued before
+# this step are sent as they were: deliveries to subscribers by the webhook channel,
+# everything else by apprise's ("notify").
+OUTBOX_CHANNEL_SCHEMA = """
+ALTER TABLE outbox ADD COLUMN channel TEXT NOT NULL DEFAULT 'notify';
+UPDATE outbox SET channel = 'webhook' WHERE notifier = '@subscriber'
 """
 _IN_ORDER = (
     "(due.alert IS NULL OR NOT EXISTS (SELECT 1 FROM outbox AS earlier"
@@ -64,8 +78,8 @@ class SQLTxOutbox:
         row = self.st.q(
             "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state, reason,"
             " next_at, created_at, updated_at, kind, alert, episode, group_id, replay,"
-            " delivery_id, subscription_id, trace)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " delivery_id, subscription_id, trace, channel)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 event_id,
                 n.rule,
@@ -86,6 +100,7 @@ class SQLTxOutbox:
                 n.delivery_id,
                 n.subscription_id,
                 n.trace,
+                row_channel(n),
             ),
         ).fetchone()
         return int(row[0])
@@ -97,11 +112,11 @@ class SQLTxOutbox:
         in one statement run for each: no ids come back."""
         self.st.many(
             "INSERT INTO outbox (event_id, rule, notifier, target, title, body, state,"
-            " next_at, created_at, updated_at, kind, delivery_id, subscription_id, trace)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " next_at, created_at, updated_at, kind, delivery_id, subscription_id, trace,"
+            " channel) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (event_id, n.rule, n.notifier, n.target, n.title, n.body, state, now, now, now,
-                 kind, n.delivery_id, n.subscription_id, n.trace)
+                 kind, n.delivery_id, n.subscription_id, n.trace, row_channel(n))
                 for event_id, n in items
             ],
         )  # fmt: skip
@@ -311,6 +326,7 @@ class SQLOutbox:
             ("rule = ?", query.rule),
             ("event_id = ?", query.event_id),
             ("alert = ?", query.alert),
+            ("channel = ?", query.channel),
             ("id < ?", query.before),
         ]
         conds = [cond for cond, value in wanted if value is not None]

@@ -54,6 +54,9 @@ class Notification:
     # The trace context of the routing decision that queues it (receiver.tracing): its
     # send attempts are spans of that trace. None: the event's own, if it has one.
     trace: str | None = None
+    # The channel that sends it (receiver.notify.registry): its notifier URL's scheme picks
+    # it when the rules are loaded. None: as before channels were recorded (row_channel).
+    channel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class OutboxRow:
     subscription_id: int | None = None  # a subscriber delivery's Webhook.id
     last_status: int | None = None  # the HTTP status of the last attempt, if it had one
     trace: str | None = None  # Notification.trace
+    # Notification.channel (row_channel's); None only in a row made by hand, not read.
+    channel: str | None = None
 
     @property
     def label(self) -> str:
@@ -291,6 +296,19 @@ class SessionPage:
 # No rules notifier can take this name (they start with a letter or digit), so their
 # lanes, listings and cancellations never mix.
 WEBHOOK_NOTIFIER = "@subscriber"
+WEBHOOK_CHANNEL = "webhook"  # the channel of those deliveries (receiver.notify.webhook)
+NOTIFY_CHANNEL = "notify"  # apprise's (receiver.notify.apprise), of the rules' notifiers
+
+
+def row_channel(n: Notification) -> str:
+    """The channel an outbox row of n records: n's own, else the one it had before rows
+    recorded theirs (the schema's migration gives old rows the same)."""
+    return n.channel if n.channel is not None else notifier_channel(n.notifier)
+
+
+def notifier_channel(notifier: str) -> str:
+    """The channel of a notifier's rows before rows recorded theirs."""
+    return WEBHOOK_CHANNEL if notifier == WEBHOOK_NOTIFIER else NOTIFY_CHANNEL
 
 
 def subscriber_delivery(subscription_id: int, delivery_id: str, body: str) -> Notification:
@@ -304,6 +322,7 @@ def subscriber_delivery(subscription_id: int, delivery_id: str, body: str) -> No
         body,
         delivery_id=delivery_id,
         subscription_id=subscription_id,
+        channel=WEBHOOK_CHANNEL,
     )
 
 
@@ -371,6 +390,7 @@ class OutboxQuery:
     before: int | None = None  # the id of the last row shown
     alert: str | None = None  # the notifications about one alert (who was paged when)
     rule: str | None = None
+    channel: str | None = None  # the rows one channel sends (receiver.notify.registry)
 
 
 @dataclass(frozen=True)
@@ -447,19 +467,14 @@ class Noise:
     delivered: int  # notifications of events delivered (the latency's sample)
 
 
-# The outbox's two channels, as the backlog gauges name them: chat and email notifications
-# (apprise targets), and deliveries to webhook subscribers.
-CHANNELS = ("notify", "webhook")
-
-
 @dataclass
 class Backlog:
     """What waits in the store, as the store itself counts it (every replica's share).
 
     lag: seconds the oldest stored event not yet routed has waited (0 when none).
-    pending and oldest, by channel: outbox rows waiting to be sent (pending or sending,
-    retries included; not held ones, which wait on purpose) and the age in seconds of the
-    oldest of them (0 when none).
+    pending and oldest, by channel (receiver.notify.registry; only channels with rows
+    waiting): outbox rows waiting to be sent (pending or sending, retries included; not
+    held ones, which wait on purpose) and the age in seconds of the oldest of them.
     """
 
     lag: float

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from receiver.store.records import CHANNELS, WEBHOOK_NOTIFIER, Backlog
+from receiver.store.records import Backlog
 from receiver.store.statements import Query, Runner
 
 
@@ -30,14 +30,13 @@ class SQLStats:
                 "SELECT count(*), min(received_at) FROM events WHERE routed_at IS NULL", ()
             )
             rows = q(
-                "SELECT notifier = ?, count(*), min(created_at) FROM outbox"
-                " WHERE state IN ('pending', 'sending') GROUP BY 1",
-                (WEBHOOK_NOTIFIER,),
+                "SELECT channel, count(*), min(created_at) FROM outbox"
+                " WHERE state IN ('pending', 'sending') GROUP BY channel",
+                (),
             )
-            pending = dict.fromkeys(CHANNELS, 0)
-            oldest = dict.fromkeys(CHANNELS, 0.0)
-            for webhook, count, created in rows:
-                channel = "webhook" if webhook else "notify"
+            pending: dict[str, int] = {}
+            oldest: dict[str, float] = {}
+            for channel, count, created in rows:
                 pending[channel] = count
                 oldest[channel] = max(0.0, now - created)
             lag = max(0.0, now - first) if first is not None else 0.0

@@ -31,9 +31,6 @@ class Ntfy:
     def __init__(self) -> None:
         self.sends: list[float] = []
 
-    def handles(self, notifier: str) -> bool:
-        return notifier == "@ntfy"
-
     async def lanes(self) -> list[tuple[str, int]]:
         return [("@ntfy", 0)]
 
@@ -55,7 +52,7 @@ async def _queue(store: Store) -> int:
 
     def work(tx: Any) -> int:
         tx.events.mark_routed(["evt_n1"], time.time())
-        note = Notification("r", "@ntfy", 0, "Attention dropped", "body")
+        note = Notification("r", "@ntfy", 0, "Attention dropped", "body", channel="ntfy")
         return int(tx.outbox.add("evt_n1", note, state="pending", now=time.time()))
 
     return int(await store.transact(work))

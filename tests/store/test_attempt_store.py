@@ -167,6 +167,8 @@ def _check_upgraded(store_url: str) -> None:
     assert delivery.last_status == 503  # read back from its last error
     assert (notification.notifier, notification.title) == ("oncall", "Attention dropped")
     assert notification.delivery_id is None and notification.last_status is None
+    # Rows from before channels were recorded go to the channel that sent them then.
+    assert (delivery.channel, notification.channel) == ("webhook", "notify")
     assert logs == {}  # attempts made before the log was kept are not made up
 
 

@@ -14,7 +14,7 @@ from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
-from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
+from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
@@ -179,6 +179,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     TRACE_SCHEMA,
     # 18: the event whose notification a suppressed notice holds (SQLite's 21).
     NOTICE_EVENT_SCHEMA,
+    # 19: the channel that sends each outbox row (SQLite's 22).
+    OUTBOX_CHANNEL_SCHEMA,
 ]
 
 

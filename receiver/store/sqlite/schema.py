@@ -14,7 +14,7 @@ from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
-from receiver.store.outbox import OUTBOX_ORDER_SCHEMA
+from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
@@ -196,6 +196,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     TRACE_SCHEMA,
     # 21: the event whose notification a suppressed notice holds (woken under it).
     NOTICE_EVENT_SCHEMA,
+    # 22: the channel that sends each outbox row (receiver.notify.registry).
+    OUTBOX_CHANNEL_SCHEMA,
 ]
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from receiver.store import Store
+from receiver.store import Notification, Store
 from receiver.store.base import Tx
+from receiver.store.records import OutboxQuery, subscriber_delivery
 from tests.store.contract.common import event, note, queue, run
 
 
@@ -30,6 +31,52 @@ def test_add_many_queues_each_row_as_add_would(tx_url: str) -> None:
         ("evt_1", "@subscriber", 7, "t", "b", "pending", 5.0, "webhook"),
         ("evt_2", "@subscriber", 8, "t", "b", "pending", 5.0, "webhook"),
     ]
+
+
+def test_each_row_records_the_channel_that_sends_it(tx_url: str) -> None:
+    """The channel a notification names (receiver.notify.registry), any name at all; one
+    that names none gets the channel its notifier had before rows recorded theirs."""
+
+    async def go(store: Store) -> list[tuple[int, str, str | None]]:
+        await store.events.accept(*event(1))
+        tiny = Notification("r", "room", 0, "t", "b", channel="tiny")
+        hooks = [
+            ("evt_1", subscriber_delivery(7, "d1", "{}")),
+            ("evt_1", note("w", "@subscriber", 8)),
+        ]
+
+        def work(tx: Tx) -> None:
+            tx.outbox.add("evt_1", tiny, state="pending", now=5.0)
+            tx.outbox.add("evt_1", note(target=1), state="pending", now=5.0)
+            tx.outbox.add_many(hooks, state="pending", now=5.0, kind="webhook")
+
+        await store.transact(work)
+        return sorted((r.target, r.notifier, r.channel) for r in await store.outbox.deliveries())
+
+    assert run(tx_url, go) == [
+        (0, "room", "tiny"),
+        (1, "console", "notify"),
+        (7, "@subscriber", "webhook"),
+        (8, "@subscriber", "webhook"),
+    ]
+
+
+def test_claims_and_pages_carry_the_channel_and_filter_by_it(store_url: str) -> None:
+    async def go(store: Store) -> Any:
+        await store.events.accept(*event(1))
+        tiny = Notification("r", "room", 0, "t", "b", channel="tiny")
+        await queue(store, "evt_1", [tiny, note()], now=100.0)
+        claimed = await store.outbox.claim_due(now=100.0, limit=5, lease=30)
+        return (
+            sorted((r.notifier, r.channel) for r in claimed),
+            [r.notifier for r in await store.outbox.page(OutboxQuery(channel="tiny"))],
+            [r.notifier for r in await store.outbox.page(OutboxQuery(channel="notify"))],
+            await store.outbox.page(OutboxQuery(channel="webhook")),
+        )
+
+    claimed, tiny, notify, webhook = run(store_url, go)
+    assert claimed == [("console", "notify"), ("room", "tiny")]
+    assert (tiny, notify, webhook) == (["room"], ["console"], [])
 
 
 def test_held_rows_are_cancelled_and_sent_is_known(tx_url: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from receiver.store import Notification, Store
 from receiver.store.base import Tx
-from receiver.store.records import WEBHOOK_NOTIFIER, Backlog
+from receiver.store.records import Backlog, subscriber_delivery
 from tests.store.contract.common import event, note, run
 
 
@@ -17,7 +17,9 @@ def test_backlog_counts_unrouted_events_and_waiting_rows_by_channel(store_url: s
         for i in range(4):
             await store.events.accept(*event(i))  # received at 1000 (the store's clock)
         seen.append(await store.stats.backlog(1010.0))
-        hook = Notification("webhook", WEBHOOK_NOTIFIER, 7, "1", "{}")
+        hook = subscriber_delivery(7, "1", "{}")
+        # A channel the store has never heard of (receiver.notify.registry's names only).
+        tiny = Notification("r", "room", 0, "t", "b", channel="tiny")
 
         def route(tx: Tx) -> None:
             tx.events.mark_routed(["evt_0", "evt_1"], 1004.0)
@@ -25,6 +27,7 @@ def test_backlog_counts_unrouted_events_and_waiting_rows_by_channel(store_url: s
                 tx.outbox.add("evt_0", n, state="pending", now=1004.0)
             tx.outbox.add("evt_1", note("digest", "mail"), state="held", now=1001.0, next_at=2000.0)
             tx.outbox.add_many([("evt_1", hook)], state="pending", now=1006.0, kind="webhook")
+            tx.outbox.add("evt_1", tiny, state="pending", now=1007.0)
 
         await store.transact(route)
         seen.append(await store.stats.backlog(1010.0))
@@ -37,16 +40,15 @@ def test_backlog_counts_unrouted_events_and_waiting_rows_by_channel(store_url: s
         return seen
 
     empty, accepted, routed, sent = run(store_url, go)
-    zero = {"notify": 0, "webhook": 0}
-    assert empty == Backlog(
-        lag=0.0, unrouted=0, pending=zero, oldest={"notify": 0.0, "webhook": 0.0}
-    )
-    assert (accepted.unrouted, accepted.lag, accepted.pending) == (4, 10.0, zero)
+    # By the channel each row records; a channel with nothing waiting is not named (the
+    # gauges show the registry's channels at 0).
+    assert empty == Backlog(lag=0.0, unrouted=0, pending={}, oldest={})
+    assert (accepted.unrouted, accepted.lag, accepted.pending) == (4, 10.0, {})
     assert (routed.unrouted, routed.lag) == (2, 10.0)
-    assert routed.pending == {"notify": 2, "webhook": 1}
-    assert routed.oldest == {"notify": 6.0, "webhook": 4.0}
-    assert sent.pending == {"notify": 0, "webhook": 1}
-    assert sent.oldest == {"notify": 0.0, "webhook": 6.0}
+    assert routed.pending == {"notify": 2, "webhook": 1, "tiny": 1}
+    assert routed.oldest == {"notify": 6.0, "webhook": 4.0, "tiny": 3.0}
+    assert sent.pending == {"webhook": 1, "tiny": 1}
+    assert sent.oldest == {"webhook": 6.0, "tiny": 5.0}
 
 
 def test_size_counts_the_bytes_the_store_takes(store_url: str) -> None:
