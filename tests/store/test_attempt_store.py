@@ -13,7 +13,7 @@ import pytest
 from receiver.store import Store
 from receiver.store.base import Tx
 from receiver.store.records import WEBHOOK_NOTIFIER, Attempt, subscriber_delivery
-from tests.store.contract.common import event, note, queue, run
+from tests.store.contract.common import event, note, queue, run, schema_before
 
 
 async def _subscriber_row(store: Store, event_no: int = 1) -> tuple[int, int]:
@@ -175,17 +175,7 @@ def _check_upgraded(store_url: str) -> None:
 def _old_schema(conn: Any, migrations: list[Any], mark: str) -> None:
     """conn's database at the schema before the attempt log (the migrations before the one
     that makes it), holding _old_rows."""
-    log = next(
-        i for i, m in enumerate(migrations) if isinstance(m, str) and "outbox_attempts (" in m
-    )
-    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-    for version, script in enumerate(migrations[:log], start=1):
-        if callable(script):
-            script(conn)
-        else:
-            for statement in filter(str.strip, script.split(";")):
-                conn.execute(statement)
-        conn.execute(f"INSERT INTO schema_version VALUES ({mark})", (version,))
+    schema_before(conn, migrations, mark, "outbox_attempts (")
     _old_rows(lambda sql, params=(): conn.execute(sql, params), mark)
 
 

@@ -82,3 +82,21 @@ async def route(store: Store) -> int:
         return len(batch)
 
     return await store.transact(work)
+
+
+# -- upgrades ---------------------------------------------------------------------------------
+
+
+def schema_before(conn: Any, migrations: list[Any], mark: str, text: str) -> None:
+    """conn's database (sqlite3 or psycopg, whose placeholder is mark) at the schema before
+    the first migration whose script holds text: every migration before it run, each
+    recorded in schema_version, as a database of that release would be."""
+    new = next(i for i, m in enumerate(migrations) if isinstance(m, str) and text in m)
+    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+    for version, script in enumerate(migrations[:new], start=1):
+        if callable(script):
+            script(conn)
+        else:
+            for statement in filter(str.strip, script.split(";")):
+                conn.execute(statement)
+        conn.execute(f"INSERT INTO schema_version VALUES ({mark})", (version,))

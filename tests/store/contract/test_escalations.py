@@ -14,7 +14,7 @@ from receiver.store import Store
 from receiver.store.base import Tx
 from receiver.store.escalations import MAX_LOG
 from receiver.store.records import Action, Alert, Chain, Notice, waiting_key
-from tests.store.contract.common import note, run
+from tests.store.contract.common import note, run, schema_before
 
 POLICY: dict[str, Any] = {
     "name": "wake-someone",
@@ -550,19 +550,7 @@ def test_an_alerts_chains_are_listed_newest_episode_first(store_url: str) -> Non
 def _old_schema(conn: Any, migrations: list[Any], mark: str) -> None:
     """conn's database at the schema before escalations (the migrations before the one that
     makes the table), with an open alert, its notice and its ack."""
-    new = next(
-        i
-        for i, m in enumerate(migrations)
-        if isinstance(m, str) and "CREATE TABLE escalations" in m
-    )
-    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-    for version, script in enumerate(migrations[:new], start=1):
-        if callable(script):
-            script(conn)
-        else:
-            for statement in filter(str.strip, script.split(";")):
-                conn.execute(statement)
-        conn.execute(f"INSERT INTO schema_version VALUES ({mark})", (version,))
+    schema_before(conn, migrations, mark, "CREATE TABLE escalations")
     conn.execute(
         "INSERT INTO alerts (id, state, episode, opened_ts, opened_event, last_ts, updated_at)"
         " VALUES ('a', 'open', 1, 't1', 'evt_1', '2026-01-01T00:00:01Z', 10)"

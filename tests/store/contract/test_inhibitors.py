@@ -14,7 +14,7 @@ import pytest
 from receiver.store import Store
 from receiver.store.base import Tx
 from receiver.store.records import Inhibitor
-from tests.store.contract.common import run
+from tests.store.contract.common import run, schema_before
 
 KEY = '["s1"]'
 
@@ -195,17 +195,7 @@ def test_rows_keep_every_field(tx_url: str) -> None:
 def _old_schema(conn: Any, migrations: list[Any], mark: str) -> None:
     """conn's database at the schema before inhibitors (the migrations before the one that
     makes the table), with an open intervention alert."""
-    new = next(
-        i for i, m in enumerate(migrations) if isinstance(m, str) and "CREATE TABLE inhibitors" in m
-    )
-    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-    for version, script in enumerate(migrations[:new], start=1):
-        if callable(script):
-            script(conn)
-        else:
-            for statement in filter(str.strip, script.split(";")):
-                conn.execute(statement)
-        conn.execute(f"INSERT INTO schema_version VALUES ({mark})", (version,))
+    schema_before(conn, migrations, mark, "CREATE TABLE inhibitors")
     conn.execute(
         "INSERT INTO alerts (id, state, episode, opened_ts, opened_event, last_ts, updated_at)"
         " VALUES ('intervention:s1:i1', 'open', 1, 't1', 'evt_1', '2026-01-01T00:00:01Z', 10)"

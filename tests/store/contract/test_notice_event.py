@@ -13,7 +13,7 @@ import pytest
 
 from receiver.store import Store
 from receiver.store.base import Tx
-from tests.store.contract.common import run
+from tests.store.contract.common import run, schema_before
 
 
 def test_a_suppressed_notice_keeps_its_event_until_it_wakes(tx_url: str) -> None:
@@ -47,17 +47,7 @@ def test_a_suppressed_notice_keeps_its_event_until_it_wakes(tx_url: str) -> None
 def _before_column(conn: Any, migrations: list[Any], mark: str) -> None:
     """conn's database at the schema before the notices' suppressed_event, with a notice
     waiting for its silence to end."""
-    new = next(
-        i for i, m in enumerate(migrations) if isinstance(m, str) and "suppressed_event" in m
-    )
-    conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
-    for version, script in enumerate(migrations[:new], start=1):
-        if callable(script):
-            script(conn)
-        else:
-            for statement in filter(str.strip, script.split(";")):
-                conn.execute(statement)
-        conn.execute(f"INSERT INTO schema_version VALUES ({mark})", (version,))
+    schema_before(conn, migrations, mark, "suppressed_event")
     conn.execute(
         "INSERT INTO notices (alert, episode, rule, notified_at, suppressed_since, suppressed_why)"
         " VALUES ('a', 1, 'r', 10, 10, 'silenced')"
