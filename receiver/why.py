@@ -192,14 +192,20 @@ def _routed_as(row: OutboxRow) -> str:
     return DECISIONS.get(row.state, row.state)
 
 
+# The why of a state whose rows carry no reason of their own, rather than its decision
+# said again ("sent — sent").
+_PLAIN_REASONS = {"sent": "matched, and nothing held it back: queued for its targets"}
+
+
 def _state(decision: str, at: float, reason: str | None) -> dict[str, Any]:
-    return {"decision": decision, "at": iso_epoch(at), "reason": reason or decision}
+    why = reason or _PLAIN_REASONS.get(decision, decision)
+    return {"decision": decision, "at": iso_epoch(at), "reason": why}
 
 
 def _plain(decision: str, reason: str | None) -> str:
     """reason without a head that says the decision again ("storm: over 10 in 1m" is a
     storm row's reason; explain shows the decision beside it)."""
-    text = reason or decision
+    text = reason or _PLAIN_REASONS.get(decision, decision)
     for head in (f"{decision}: ", f"{decision} "):
         if text.startswith(head) and len(text) > len(head):
             return text[len(head) :]

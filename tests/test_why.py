@@ -195,11 +195,14 @@ rules:
     match: {type: score.drop, userId: u_stale}
     notify: [chat]
     resolve: true
+  - name: sent
+    match: {type: score.drop, userId: u_sent}
+    notify: [chat]
 """
 
 
 @pytest.mark.parametrize("routed", [NAMED_LIKE_DECISIONS], indirect=True)
-@pytest.mark.parametrize("name", ["storm", "throttled", "stale"])
+@pytest.mark.parametrize("name", ["storm", "throttled", "stale", "sent"])
 def test_a_rule_named_like_its_decision_says_it_once(routed: Routed, name: str) -> None:
     routed.send(drop(routed, "new", "s1", userId=f"u_{name}"))
     routed.now -= 30  # the second is older than the first: stale for the rule stale
@@ -207,6 +210,7 @@ def test_a_rule_named_like_its_decision_says_it_once(routed: Routed, name: str) 
     found = routed.explain("second")
     entry = matched(found, name)
     assert entry["decision"] == name
+    assert entry["reason"] != name  # the why, not the decision again
     assert not entry["reason"].startswith((f"{name}:", f"{name} ")), entry["reason"]
     [line] = [line for line in why.lines(found) if re.match(rf"\d+\. {name}: ", line)]
     rest = line.split(f"{name}: {name} — ", 1)[1]  # the rule, its decision, then why
