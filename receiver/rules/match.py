@@ -110,7 +110,8 @@ def _re2_options() -> Any:
 
 _RE2_OPTIONS = _re2_options()
 # The binding itself: re2.compile()'s wrapper builds a match object and maps offsets back
-# to characters, about 7 µs a search more; a verdict needs neither.
+# to characters, which a verdict needs neither of (docs/performance.md: the figures behind
+# code choices).
 _RE2 = _re2.RE2
 _UNANCHORED = _re2.RE2.Anchor.UNANCHORED
 # Python's re accepts these and RE2 refuses them; by the start of RE2's message.
@@ -293,8 +294,8 @@ def _plain_holds(field: str, matcher: Matcher) -> Callable[[Mapping[str, Any]], 
     """Condition.holds() for a field without dots, made once for its matcher: an exact
     string, or a list of them (most rules' conditions), is a set lookup in place; any other
     matcher's ok() is called without the method's lookups. The same verdicts as the method
-    (tests/rules/test_rules_match.py holds every form to test()'s); 0.72 -> 0.42 µs a test
-    of one string here, 0.48 -> 0.23 of a list of three, 0.04 to 0.07 µs less for others."""
+    (tests/rules/test_rules_match.py holds every form to test()'s); what it saves is in
+    docs/performance.md's levers table."""
     items = matcher.items if isinstance(matcher, AnyOf) else (matcher,)
     if all(type(item) is Exact for item in items):
         wanted = frozenset(item.value for item in items if isinstance(item, Exact))

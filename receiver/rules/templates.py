@@ -119,8 +119,8 @@ ENV = _environment()
 
 
 # A template that only prints one name, `{{ userId }}` (most throttle keys): render() looks
-# the name up itself, as Jinja would print it, without Jinja's context and generator (about
-# 12 µs an event less).
+# the name up itself, as Jinja would print it, without Jinja's context and generator
+# (docs/performance.md: the figures behind code choices).
 _ONE_NAME = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 ONE_NAME = "receiver_one_name"  # the attribute of such a Template naming it
 # The names context() sets whatever the payload says: a one-name template of any other name

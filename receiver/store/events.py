@@ -17,7 +17,8 @@ from receiver.store.statements import Query, Runner, Statements
 # Event pages sort by (received_at, id). Type and "delivered more than once" have an index
 # each (few distinct values: appending to them touches few pages). Session and user have
 # none: with events of many sessions interleaved, such an index dirties a page per event
-# and cost ingest 19% (bench, 2026-11-23); the admin page bounds those filters in time.
+# and slowed ingest (docs/performance.md: the figures behind code choices); the admin page
+# bounds those filters in time.
 ADMIN_SCHEMA = """
     ALTER TABLE events ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0;
     CREATE INDEX events_received_id ON events (received_at, id);
