@@ -61,7 +61,10 @@ def _iso_text(value: Any) -> Any:
 Timestamp = Annotated[datetime, BeforeValidator(_iso_text)]
 
 
-class _Event(BaseModel):
+class BaseEvent(BaseModel):
+    """The fields every event type has; each type below adds its own. `Event` is their
+    union, the type a parsed body has."""
+
     model_config = ConfigDict(extra="allow", frozen=True)
 
     id: Id
@@ -77,29 +80,29 @@ class _Event(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
-class ScoreDrop(_Event):
+class ScoreDrop(BaseEvent):
     type: Literal["score.drop"]
     userId: Id
     score: Number
     threshold: Number
 
 
-class ScoreRecover(_Event):
+class ScoreRecover(BaseEvent):
     type: Literal["score.recover"]
     userId: Id
     score: Number
     threshold: Number
 
 
-class SessionStopped(_Event):
+class SessionStopped(BaseEvent):
     type: Literal["session.stopped"]
 
 
-class InterventionFired(_Event):
+class InterventionFired(BaseEvent):
     type: Literal["intervention.fired"]
 
 
-class InterventionResolved(_Event):
+class InterventionResolved(BaseEvent):
     type: Literal["intervention.resolved"]
 
 
@@ -185,7 +188,7 @@ def _loads(body: bytes) -> dict[str, Any]:
     return data
 
 
-def validate(data: dict[str, Any]) -> _Event:
+def validate(data: dict[str, Any]) -> BaseEvent:
     """Turn a parsed JSON object into an event, or raise InvalidEventError naming the field."""
     kind = data.get("type")
     if "type" not in data:  # pydantic would say "unable to extract tag using discriminator"
@@ -210,7 +213,7 @@ def validate(data: dict[str, Any]) -> _Event:
     return event
 
 
-def parse(body: bytes) -> _Event:
+def parse(body: bytes) -> BaseEvent:
     """loads() then validate(): the whole path from signed bytes to an event."""
     return validate(loads(body))
 

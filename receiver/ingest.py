@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Receive, Scope, Send
 
 from receiver import events, signature, tracing
+from receiver.durations import format_age
 from receiver.errors import (
+    ClientDisconnected,
     EventFromFutureError,
     EventTooOldError,
     InvalidSignatureError,
+    MethodNotAllowedError,
     PayloadTooLargeError,
     RequestError,
     StorageUnavailableError,
@@ -35,15 +38,6 @@ log = logging.getLogger("receiver.ingest")
 
 _SIGNATURE = signature.SIGNATURE_HEADER.lower().encode("latin-1")
 _JSON_HEADERS = [(b"content-type", b"application/json")]
-
-
-class ClientDisconnected(Exception):
-    """The client went away (or was cut off) before its body was complete."""
-
-
-class MethodNotAllowedError(RequestError):
-    status = 405
-    code = "method_not_allowed"
 
 
 class IngestEndpoint:
@@ -135,7 +129,7 @@ class IngestEndpoint:
                     span.set_attribute(tracing.EVENT_ID, event_id)
             return exc.status, exc.to_dict()
 
-    async def _verified(self, scope: Scope, receive: Receive) -> tuple[events._Event, bytes]:
+    async def _verified(self, scope: Scope, receive: Receive) -> tuple[events.BaseEvent, bytes]:
         """The request's event and raw body once its size, signature, JSON, model and
         timestamp pass; else the RequestError that says why (a signed body that is no
         event is quarantined first)."""
@@ -176,7 +170,7 @@ class IngestEndpoint:
         return event, body
 
     async def _keep(
-        self, scope: Scope, event: events._Event, body: bytes, trace: str | None
+        self, scope: Scope, event: events.BaseEvent, body: bytes, trace: str | None
     ) -> tuple[int, dict[str, Any]]:
         """Store a verified event (with its trace context): 202 accepted, 200 duplicate."""
         try:
@@ -208,7 +202,7 @@ class IngestEndpoint:
             log.debug("duplicate %s %s", event.type, event.id)
         return 200, {"id": event.id, "status": "duplicate"}
 
-    def _check_timestamp(self, event: events._Event) -> None:
+    def _check_timestamp(self, event: events.BaseEvent) -> None:
         """Raise EventTooOldError or EventFromFutureError if the event's timestamp is out of
         the window the settings allow around this receiver's clock (a limit of 0 is off)."""
         age = self.clock() - events.to_utc(event.timestamp).timestamp()
@@ -216,8 +210,8 @@ class IngestEndpoint:
             # Not quarantined: it is a replay (the service stops retrying after about 11 hours),
             # and keeping each copy would let a captured request fill the disk.
             too_old = EventTooOldError(
-                f"timestamp {event.timestamp.isoformat()} is {_age(age)} old; events older"
-                f" than {_age(self.max_event_age)} are refused (RECEIVER_MAX_EVENT_AGE)"
+                f"timestamp {event.timestamp.isoformat()} is {format_age(age)} old; events older"
+                f" than {format_age(self.max_event_age)} are refused (RECEIVER_MAX_EVENT_AGE)"
             )
             too_old.event_id = event.id
             raise too_old
@@ -227,8 +221,8 @@ class IngestEndpoint:
             # a captured copy could be sent again and again. The sender's retries carry the
             # same timestamp: one that comes once it is no longer that far ahead is accepted.
             future = EventFromFutureError(
-                f"timestamp {event.timestamp.isoformat()} is {_age(-age)} ahead of this"
-                f" receiver's clock; events more than {_age(self.max_clock_skew)} ahead are"
+                f"timestamp {event.timestamp.isoformat()} is {format_age(-age)} ahead of this"
+                f" receiver's clock; events more than {format_age(self.max_clock_skew)} ahead are"
                 " refused (RECEIVER_MAX_CLOCK_SKEW): the sender's clock is wrong, and its"
                 " retries of this event will be refused too until that time; check its"
                 " clock (NTP)"
@@ -278,19 +272,6 @@ def _answer(payload: dict[str, Any]) -> bytes:
             status.encode(),
         )
     return json.dumps(payload).encode()
-
-
-def _age(seconds: float) -> str:
-    """An age for messages, to the minute: _age(90061) == '1d1h1m', _age(42) == '42s'."""
-    rest = int(seconds)
-    if rest < 60:
-        return f"{rest}s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        count, rest = divmod(rest, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts)
 
 
 def _guess_id(body: bytes) -> str | None:

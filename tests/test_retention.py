@@ -10,13 +10,13 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from receiver import events
 from receiver.cli import cli
 from receiver.metrics import Metrics
 from receiver.retention import Pruner
 from receiver.settings import Settings
 from receiver.store import Notification, SQLiteStore
 from receiver.store.sqlite.tx import SQLiteTx
+from tests.store.contract.common import event
 
 DAY = 86400.0
 T0 = 1_800_000_000.0  # received_at of the old events
@@ -28,13 +28,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def event(i: int) -> tuple[events._Event, bytes]:
-    # The same bytes each time: a redelivery, not a conflict.
-    sample = events.sample("score.drop", id=f"evt_{i}", timestamp="2026-01-01T00:00:00.000Z")
-    e = events.validate(sample)
-    return e, e.model_dump_json().encode()
 
 
 async def seed(store: SQLiteStore, clock: Clock, ids: range, *, routed: bool = True) -> None:

@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from receiver.events import _Event as Event
-from receiver.events import iso
+from receiver.events import BaseEvent, iso
 from receiver.store.base import Accepted
 from receiver.store.outbox import OUTBOX_COLUMNS
 from receiver.store.records import EventQuery, EventRow, OutboxRow, Quarantined, Replay
@@ -64,7 +63,7 @@ SELECT_REPLAY = (
 
 
 def event_row(
-    event: Event, raw: bytes, received_at: float, trace: str | None = None
+    event: BaseEvent, raw: bytes, received_at: float, trace: str | None = None
 ) -> tuple[Any, ...]:
     """An accepted event's values for the events table, in its column order: id, type,
     session_id, user_id, score, threshold, event_ts, received_at, body, trace."""
@@ -101,7 +100,7 @@ class SQLEvents:
         self,
         db: Runner,
         *,
-        accept: Callable[[Event, bytes, str | None], Awaitable[Accepted]],
+        accept: Callable[[BaseEvent, bytes, str | None], Awaitable[Accepted]],
         quarantine: Callable[..., Awaitable[None]],
         replay: Callable[..., Awaitable[int | None]],
         prune: Callable[..., Awaitable[dict[str, int]]],
@@ -112,7 +111,7 @@ class SQLEvents:
         self._replay = replay
         self._prune = prune
 
-    async def accept(self, event: Event, raw: bytes, trace: str | None = None) -> Accepted:
+    async def accept(self, event: BaseEvent, raw: bytes, trace: str | None = None) -> Accepted:
         """Keep event durably: "new"; or, its id already stored, "duplicate" if the stored
         raw body is the same bytes, "conflict" if not (the stored one is kept, and so is
         its trace context: a duplicate's is not)."""

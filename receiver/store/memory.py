@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from receiver.events import _Event as Event
+from receiver.events import BaseEvent
 from receiver.sessions import Fact
 from receiver.store.memory_escalations import MemoryEscalations, MemoryInhibitors
 from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
@@ -435,7 +435,7 @@ class MemoryEventsStore:
         self.tx = tx
         self.clock = clock
 
-    async def accept(self, event: Event, raw: bytes, trace: str | None = None) -> str:
+    async def accept(self, event: BaseEvent, raw: bytes, trace: str | None = None) -> str:
         now = self.clock() if self.clock is not None else 0.0
         body = raw.decode("utf-8")
         if self.tx.scratch.put(StoredEvent(event.id, event.type, body, now, trace=trace)):

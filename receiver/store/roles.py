@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from receiver.events import _Event as Event
+from receiver.events import BaseEvent
 from receiver.sessions import Aggregate, Summary
 from receiver.store.records import (
     Ack,
@@ -41,7 +41,7 @@ Accepted = Literal["new", "duplicate", "conflict"]
 class Events(Protocol):
     """Ingest's events and quarantine, the operator's replays, retention (store.events)."""
 
-    async def accept(self, event: Event, raw: bytes, trace: str | None = None) -> Accepted:
+    async def accept(self, event: BaseEvent, raw: bytes, trace: str | None = None) -> Accepted:
         """Keep event durably, with the trace context of its ingest (receiver.tracing):
         "new"; or, its id already stored, "duplicate" if the stored raw body is the same
         bytes, "conflict" if not (the stored one is kept, with its own trace context)."""

@@ -6,10 +6,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from receiver import events
 from receiver.errors import StorageUnavailableError
 from receiver.store import SQLiteStore
 from receiver.store.sqlite.schema import MIGRATIONS
+from tests.store.contract.common import event
 
 T = TypeVar("T")
 
@@ -24,13 +24,6 @@ def run(db: Path, fn: Callable[[SQLiteStore], Awaitable[T]], **options: Any) -> 
             await store.close()
 
     return asyncio.run(main())
-
-
-def event(i: int | str, **fields: Any) -> tuple[events._Event, bytes]:
-    """Event i; the same bytes each time (a redelivery), unless fields differ (a conflict)."""
-    fields.setdefault("timestamp", "2026-01-01T00:00:00.000Z")
-    e = events.validate(events.sample("score.drop", id=f"evt_{i}", **fields))
-    return e, e.model_dump_json().encode()
 
 
 def test_rows_keep_columns_and_raw_body(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
-from receiver.events import _Event as Event
+from receiver.events import BaseEvent
 from receiver.logs import redact_url
 from receiver.store.alerts import SQLAlerts
 from receiver.store.base import Accepted, OnAccepted, Tx
@@ -207,7 +207,7 @@ class PostgresStore:
 
     # -- ingest: group commit ---------------------------------------------------------------
 
-    async def _accept(self, event: Event, raw: bytes, trace: str | None) -> Accepted:
+    async def _accept(self, event: BaseEvent, raw: bytes, trace: str | None) -> Accepted:
         if self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
         future: asyncio.Future[Accepted] = self._loop.create_future()

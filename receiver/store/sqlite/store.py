@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
-from receiver.events import _Event as Event
+from receiver.events import BaseEvent
 from receiver.store.alerts import SQLAlerts
 from receiver.store.base import Accepted, OnAccepted
 from receiver.store.events import SQLEvents, event_row
@@ -332,7 +332,7 @@ class SQLiteStore:
 
     # -- ingest -----------------------------------------------------------------------------
 
-    async def _accept(self, event: Event, raw: bytes, trace: str | None) -> Accepted:
+    async def _accept(self, event: BaseEvent, raw: bytes, trace: str | None) -> Accepted:
         if self._conn is None or self._loop is None or self._closing:
             raise StorageUnavailableError("store is not open")
         future: asyncio.Future[Accepted] = self._loop.create_future()

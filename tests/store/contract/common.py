@@ -33,7 +33,7 @@ def run(url: str, fn: Callable[[Any], Awaitable[T]], clock: float = 1000.0) -> T
     return asyncio.run(main())
 
 
-def event(i: int | str, **fields: Any) -> tuple[events._Event, bytes]:
+def event(i: int | str, **fields: Any) -> tuple[events.BaseEvent, bytes]:
     """Event i; the same bytes each time (a redelivery), unless fields differ (a conflict)."""
     fields.setdefault("timestamp", "2026-01-01T00:00:00.000Z")
     e = events.validate(events.sample("score.drop", id=f"evt_{i}", **fields))
