@@ -56,3 +56,15 @@ def format_duration(seconds: float) -> str:
         if count:
             parts.append(f"{count}{unit}")
     return "".join(parts) or "0s"
+
+
+def format_age(seconds: float) -> str:
+    """An age for messages, to the minute past one: 90061 -> "1d1h1m", 42 -> "42s".
+
+    >>> format_age(90061), format_age(42), format_age(3599)
+    ('1d1h1m', '42s', '59m')
+    """
+    rest = int(seconds)
+    if rest < 60:
+        return f"{rest}s"
+    return format_duration(rest - rest % 60)

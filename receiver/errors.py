@@ -203,3 +203,12 @@ class ConfigError(ReceiverError):
         else:
             lines = "\n".join(f"  - {p}" for p in self.problems)
             super().__init__(f"{head}{len(self.problems)} problems:\n{lines}")
+
+
+class MethodNotAllowedError(RequestError):
+    status = 405
+    code = "method_not_allowed"
+
+
+class ClientDisconnected(Exception):
+    """The client went away (or was cut off) before its body was complete."""
