@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.routing import Route
@@ -43,6 +43,9 @@ from receiver.retention import Pruner
 from receiver.settings import Settings
 from receiver.store import OutboxRow, Store, open_store
 from receiver.supervisor import Supervisor
+
+if TYPE_CHECKING:
+    from receiver.upstream.client import UpstreamClient
 
 log = logging.getLogger("receiver")
 
@@ -146,7 +149,7 @@ class _Parts:
     store: Store
     targets: Targets
     webhooks: WebhookChannel
-    upstream: Any
+    upstream: UpstreamClient | None
     worker: Worker
     router: Router
     pruner: Pruner
@@ -196,7 +199,7 @@ class _Parts:
                 store,
                 rules=holder,
                 router=router,
-                accepted=lambda: metrics.accepted._value.get(),
+                accepted=metrics.accepted_total,
                 webhooks=webhooks,
                 wake_worker=worker.wake,
                 clock=clock,
@@ -326,7 +329,7 @@ def _notify(
 
 def _enricher(
     settings: Settings, store: Store, holder: RulesHolder
-) -> tuple[Callable[[OutboxRow], Awaitable[tuple[str, str] | None]] | None, Any]:
+) -> tuple[Callable[[OutboxRow], Awaitable[tuple[str, str] | None]] | None, UpstreamClient | None]:
     """The worker's enrichment (receiver.upstream.enrich) and its upstream client, when
     the upstream is configured; (None, None) otherwise."""
     from receiver.upstream import client_for

@@ -106,6 +106,11 @@ class Metrics:
         self.backlog = BacklogCollector(channels)
         r.register(self.backlog)
 
+    def accepted_total(self) -> int:
+        """How many deliveries this process has accepted (the admin page's counter)."""
+        value = self.registry.get_sample_value("receiver_events_total", {"result": "accepted"})
+        return int(value or 0)
+
     def _timings(self, r: CollectorRegistry) -> None:
         self.ingest_seconds = Histogram(
             "receiver_ingest_seconds",

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import jinja2
@@ -32,6 +32,10 @@ from receiver.notify.webhook import WebhookChannel
 from receiver.store import Store
 from receiver.store.records import WEBHOOK_NOTIFIER, OutboxRow, Webhook
 from receiver.supervisor import IDLE, Health
+
+if TYPE_CHECKING:
+    from receiver.dispatch.router import Router
+    from receiver.reloader import RulesHolder
 
 log = logging.getLogger("receiver.admin")
 HERE = Path(__file__).parent
@@ -145,8 +149,8 @@ class Admin:
         self,
         store: Store,
         *,
-        rules: Any,  # receiver.reloader.RulesHolder
-        router: Any,  # receiver.dispatch.router.Router (its lag)
+        rules: RulesHolder,
+        router: Router,  # for its lag
         accepted: Callable[[], float],
         webhooks: WebhookChannel,
         wake_worker: Callable[[], None] = lambda: None,
