@@ -41,11 +41,12 @@ from receiver.rules import Decision, Ruleset
 from receiver.store import MemoryTx, ScratchRow, Store, replay
 from receiver.store.records import Alert, Silence, StoredEvent
 
-MAX_KEYED = 100_000  # throttle keys whose decisions decide() keeps (the sender's to make up)
+MAX_KEYED = 100_000  # throttle keys whose decisions are kept (the sender's to make up)
 _UNSEEN: Any = object()  # a row _collect() has not seen waiting
 
 __all__ = [
-    "Backtest", "Comparison", "Paged", "Result", "Tally", "compare", "decide", "route_all", "run",
+    "Backtest", "Comparison", "Paged", "Result", "Tally", "compare", "route_all", "run",
+    "untitled_decisions",
 ]  # fmt: skip
 
 
@@ -77,7 +78,7 @@ class Backtest:
         self._waiting: dict[int, tuple[str, int] | None] = {}
         self._current: Alert | None = None  # the alert of the event routed
         self._leader: Backtest | None = None  # whose store keeps the events and alerts
-        self._untitled: dict[Any, list[Decision]] = {}  # decide()'s, by rule (and key)
+        self._untitled: dict[Any, list[Decision]] = {}  # untitled_decisions()'s, by rule (and key)
         self._tallies: dict[tuple[str, str], tuple[Tally, Tally]] = {}  # result.tallies()
         self._lifecycle = any(rule.follows_alert for rule in ruleset.rules)
         # No timer falls due before this (timers() found so): until the pipeline adds or
@@ -142,7 +143,7 @@ class Backtest:
         if self.texts:
             decisions = self.ruleset.route(payload)
         else:
-            decisions = decide(self.ruleset, payload, self._untitled)
+            decisions = untitled_decisions(self.ruleset, payload, self._untitled)
         alert, what = transition.alert, transition.what
         if what == "open":
             assert alert is not None
@@ -327,7 +328,7 @@ class Backtest:
         return None if current is None else (current.id, current.episode)
 
 
-def decide(
+def untitled_decisions(
     ruleset: Ruleset,
     payload: Mapping[str, Any],
     untitled: dict[Any, list[Decision]] | None = None,

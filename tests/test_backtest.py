@@ -261,10 +261,11 @@ rules:
         ]
         got = [
             (d.rule, d.notifier, d.target, d.throttle_key, d.throttle_seconds)
-            for d in backtest.decide(ruleset, payload)
+            for d in backtest.untitled_decisions(ruleset, payload)
         ]
         assert got == want
-    assert [d.rule for d in backtest.decide(ruleset, payloads[0])] == ["vip", "vip", "drops"]
+    first = backtest.untitled_decisions(ruleset, payloads[0])
+    assert [d.rule for d in first] == ["vip", "vip", "drops"]
 
 
 def test_rendering_the_texts_changes_no_count(tmp_path: Path) -> None:

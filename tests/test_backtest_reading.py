@@ -64,7 +64,7 @@ def test_the_replay_rows_are_the_history_events_in_the_same_order(tmp_path: Path
 )
 def test_a_throttle_key_is_rendered_as_route_renders_it(key: str) -> None:
     """render_key() prints a one-name template from the payload itself unless the name is
-    one the template context sets: the same key as render() either way; and decide(),
+    one the template context sets: the same key as render() either way; and untitled_decisions(),
     which keeps a throttled rule's decisions by key, decides as route() does."""
     ruleset = rules.load_text(
         "notifiers:\n  hook: json://127.0.0.1:9/hook\nrules:\n"
@@ -78,7 +78,8 @@ def test_a_throttle_key_is_rendered_as_route_renders_it(key: str) -> None:
         payload.update(delta=99, links="not links", session="s")
         assert rule.render_key(payload).throttle_key == rule.render(payload).throttle_key
         want = [(d.notifier, d.throttle_key) for d in ruleset.route(payload)]
-        got = [(d.notifier, d.throttle_key) for d in backtest.decide(ruleset, payload, untitled)]
+        made = backtest.untitled_decisions(ruleset, payload, untitled)
+        got = [(d.notifier, d.throttle_key) for d in made]
         assert got == want
 
 
