@@ -73,7 +73,7 @@ def header_value(value: str) -> str:
     """value as an HTTP header may carry it: as it is when it is printable ASCII; else its
     UTF-8 percent-encoded (RFC 3986), every byte outside printable ASCII and every "%".
 
-    >>> header_value("evt_1"), header_value("évt 1"), header_value("a%b\nc")
+    >>> header_value("evt_1"), header_value("évt 1"), header_value("a%b\\nc")
     ('evt_1', '%C3%A9vt 1', 'a%25b%0Ac')
     """
     if value.isascii() and value.isprintable():
