@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 
 # Bytecode and pytest's rewritten test modules are cached (__pycache__/, ignored by git)
 # even where the environment turns caching off: each test worker otherwise compiles and
-# rewrites every module again, 9 s of CPU a worker (make test-fast 67 s -> 51 s here).
+# rewrites every module again (docs/performance.md, "The figures behind code choices").
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run demo test test-fast lint docs clean bench bench-check audit chaos postgres screenshots chromium promtool sim
