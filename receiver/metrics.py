@@ -49,6 +49,16 @@ class Metrics:
         self.rejected = {reason: rejected.labels(reason) for reason in REJECT_REASONS}
         self._timings(r)
         self.routed = Counter("receiver_events_routed", "Events routed by the rules.", registry=r)
+        # The timers' passes (receiver.dispatch.router.tick) that ran here: due ones, and
+        # those that also looked for what an ended silence or inhibition should wake. A
+        # rate of 0 on every replica means nothing repeats, escalates or wakes.
+        passes = Counter(
+            "receiver_timer_passes",
+            "Passes of the timers this process ran (not another replica), by part: due, wake.",
+            ["part"],
+            registry=r,
+        )
+        self.timer_due, self.timer_wake = passes.labels("due"), passes.labels("wake")
         # Tracing (receiver.tracing): spans sent to the collector, or lost when it failed.
         self.trace_spans = Counter(
             "receiver_trace_spans",

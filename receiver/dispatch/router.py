@@ -257,9 +257,13 @@ class Router:
         ruleset, now = self.rules(), self.clock()
         await self._load_links()
 
-        def work(tx: Tx) -> Counter[str]:
+        woke = False
+
+        def work(tx: Tx) -> Counter[str] | None:
+            nonlocal woke
+            woke = False  # a transaction run again starts afresh
             if not tx.try_lock("timers"):  # another replica runs them this turn
-                return Counter()
+                return None
             pipeline = Pipeline(tx, ruleset, now, links=self.links)
             pipeline.repeats()
             escalations.run(
@@ -272,7 +276,7 @@ class Router:
                     tx, ruleset, now, silences=pipeline.silences, counts=pipeline.counts,
                     links=self.links, after=self._wake_after,
                 )  # fmt: skip
-                self._woke_at = now
+                self._woke_at, woke = now, True
             self._silences = silences
             # Read afresh: with several replicas, events may have reached the others.
             self._last_event = max(self._last(tx), tx.events.last_received() or 0.0)
@@ -280,7 +284,12 @@ class Router:
             self._next_step = tx.escalations.next_due()
             return pipeline.counts
 
-        self._count(await self.store.transact(work))
+        counts = await self.store.transact(work)
+        if counts is not None:
+            self._count(counts)
+            self.metrics.timer_due.inc()
+            if woke:
+                self.metrics.timer_wake.inc()
 
     def _timers_due_in(self) -> float:
         """How long the timers may sleep: IDLE_POLL, or less when a step falls due sooner."""

@@ -7,13 +7,15 @@ intervention resolves, a drop still open is notified once ("was inhibited by ...
 and one that recovered meanwhile sends nothing.
 
 Waits end as soon as a state holds. "Nothing was sent" is read from the outbox (the row is
-`inhibited`, a state the notify worker never sends), then checked at the sink after a
-settle longer than the timers' wake-up period (WAKE_EVERY, 1 s)."""
+`inhibited`, a state the notify worker never sends), then checked at the sink once the
+timers have looked twice for what to wake (receiver_timer_passes_total{part="wake"}) and
+the worker has sent all they queued (Scene.settled)."""
 
 from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,7 +51,6 @@ inhibit:
     target: {{type: score.drop}}
     equal: [sessionId, team]
 """
-SETTLE = 2.5  # > two wake-ups of the timers (WAKE_EVERY): what they would send, they have
 WOKE = re.compile(rf"was inhibited by {RULE} since \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\dZ")
 MISSING = object()  # a field the event does not have
 FINAL = ("inhibited", "silenced", "muted", "cancelled", "dead", "stale", "throttled", "grouped")
@@ -122,6 +123,32 @@ class Scene:
 
         eventually(done, f"{event_id}'s {kind} notification to be delivered")
 
+    def settled(self) -> None:
+        """Wait until the timers have looked twice for what to wake (what they would send,
+        they have queued) and the worker has sent everything queued (the sink has it).
+        Idle, the timers run every IDLE_POLL (5 s); after a routing turn at once: an event
+        no rule matches, sent now and then, brings the next look sooner."""
+        wake = 'part="wake"'
+        start = self.server.metric("receiver_timer_passes_total", wake)
+        nudged = [0.0]
+
+        def looked_twice() -> bool:
+            if self.server.metric("receiver_timer_passes_total", wake) >= start + 2:
+                return True
+            if time.monotonic() - nudged[0] > 0.5:
+                nudged[0] = time.monotonic()
+                self.send("session.stopped", f"nudge-{uuid.uuid4().hex[:8]}", "nudge")
+            return False
+
+        eventually(looked_twice, "the timers to look twice for what to wake")
+        eventually(
+            lambda: self.server.query(
+                "SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')"
+            )[0][0]
+            == 0,
+            "the worker to send what was queued",
+        )
+
     def titles(self, title: str) -> list[dict[str, Any]]:
         return [r.json for r in self.sink.requests if r.json and r.json.get("title") == title]
 
@@ -185,7 +212,7 @@ def test_the_source_target_equal_matrix(start: Callable[[], Scene]) -> None:
                     scene.delivered(f"drop{n}")
                 except AssertionError:
                     wrong.append(f"{name}: {scene.rows(f'drop{n}')}, not delivered")
-        time.sleep(SETTLE)
+        scene.settled()
         for n, (name, _, _, inhibited) in enumerate(cases):
             got = len(scene.titles(f"drop m{n}"))
             if got != (0 if inhibited else 1):
@@ -211,7 +238,7 @@ def test_a_drop_right_behind_its_intervention_is_inhibited(start: Callable[[], S
         scene.routed("early", "src0", "src", "drop")
         assert scene.rows("drop") == [("inhibited", scene.reason("src"), "event")]
         scene.delivered("early")
-        time.sleep(SETTLE)
+        scene.settled()
         assert scene.titles("drop s1") == [] and len(scene.titles("drop s0")) == 1
     finally:
         scene.server.stop()
@@ -234,7 +261,7 @@ def test_an_inhibition_outlives_a_restart(start: Callable[[], Scene]) -> None:
         scene.send("score.drop", "drop2", "s1", team="a")
         scene.routed("drop2")
         assert scene.rows("drop2") == [("inhibited", scene.reason("src"), "event")]
-        time.sleep(SETTLE)  # the timers have looked at what waits, more than once
+        scene.settled()  # the timers have looked at what waits, more than once
         assert scene.rows("drop1") == [("inhibited", scene.reason("src"), "event")]
         assert scene.titles("drop s1") == []
         [(alert, episode, event)] = scene.server.query(
@@ -267,7 +294,7 @@ def test_a_drop_notified_before_its_intervention_gets_its_resolved_message(
             lambda: scene.rows("up") == [("delivered", None, "resolved")],
             "the resolved message to be delivered",
         )
-        time.sleep(SETTLE)
+        scene.settled()
         assert len(scene.titles("recovered s1")) == 1
         assert len(scene.titles("drop s1")) == 1  # the first drop; not the inhibited one
     finally:
@@ -297,7 +324,7 @@ def test_the_intervention_ending_notifies_a_drop_still_open_once(
         scene.routed("up-s2")
         assert scene.rows("up-s2") == []  # no resolved message: nothing was sent
 
-        time.sleep(SETTLE)  # still inhibited: the timers send nothing meanwhile
+        scene.settled()  # still inhibited: the timers send nothing meanwhile
         assert not any(scene.titles(f"drop {s}") for s in ("s1", "s2", "s3"))
         for session in ("s1", "s2", "s3"):  # s3's first intervention; its second stays
             scene.send("intervention.resolved", f"end-{session}", session, team="a")
@@ -305,7 +332,7 @@ def test_the_intervention_ending_notifies_a_drop_still_open_once(
 
         [woke] = eventually(lambda: scene.titles("drop s1"), "s1's drop to be notified")
         assert WOKE.search(woke["message"]), woke["message"]
-        time.sleep(SETTLE)
+        scene.settled()
         assert len(scene.titles("drop s1")) == 1
         assert scene.titles("drop s2") == [] and scene.titles("recovered s2") == []
         assert scene.titles("drop s3") == []  # still inhibited, by the second
@@ -328,7 +355,7 @@ def test_the_intervention_ending_notifies_a_drop_still_open_once(
         scene.send("intervention.resolved", "end-s3b", "s3", team="a", intervention="second")
         [woke] = eventually(lambda: scene.titles("drop s3"), "s3's drop to be notified")
         assert WOKE.search(woke["message"]), woke["message"]
-        time.sleep(SETTLE)
+        scene.settled()
         assert len(scene.titles("drop s3")) == 1 and len(scene.titles("recovered s1")) == 1
         assert len(scene.titles("drop s1")) == 1
     finally:
@@ -364,7 +391,7 @@ def test_an_intervention_an_operator_resolved_inhibits_nothing(
         scene.send("intervention.fired", "src2", "s2", team="b")  # another team
         scene.routed("drop2", "src2")
         scene.delivered("drop2")
-        time.sleep(SETTLE)
+        scene.settled()
         assert len(scene.titles("drop s1")) == 1
     finally:
         scene.server.stop()
@@ -391,7 +418,7 @@ def test_interventions_an_operator_resolved_do_not_hide_one_still_open(
         scene.send("score.drop", "drop", "s1", team="a")
         scene.routed("drop")
         assert scene.rows("drop") == [("inhibited", scene.reason("src-open"), "event")]
-        time.sleep(SETTLE)
+        scene.settled()
         assert scene.titles("drop s1") == []
     finally:
         scene.server.stop()
