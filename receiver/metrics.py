@@ -49,16 +49,7 @@ class Metrics:
         self.rejected = {reason: rejected.labels(reason) for reason in REJECT_REASONS}
         self._timings(r)
         self.routed = Counter("receiver_events_routed", "Events routed by the rules.", registry=r)
-        # The timers' passes (receiver.dispatch.router.tick) that ran here: due ones, and
-        # those that also looked for what an ended silence or inhibition should wake. A
-        # rate of 0 on every replica means nothing repeats, escalates or wakes.
-        passes = Counter(
-            "receiver_timer_passes",
-            "Passes of the timers this process ran (not another replica), by part: due, wake.",
-            ["part"],
-            registry=r,
-        )
-        self.timer_due, self.timer_wake = passes.labels("due"), passes.labels("wake")
+        self._timer_passes(r)
         # Tracing (receiver.tracing): spans sent to the collector, or lost when it failed.
         self.trace_spans = Counter(
             "receiver_trace_spans",
@@ -120,6 +111,18 @@ class Metrics:
         """How many deliveries this process has accepted (the admin page's counter)."""
         value = self.registry.get_sample_value("receiver_events_total", {"result": "accepted"})
         return int(value or 0)
+
+    def _timer_passes(self, r: CollectorRegistry) -> None:
+        # The timers' passes (receiver.dispatch.router.tick) that ran here: due ones, and
+        # those that also looked for what an ended silence or inhibition should wake. A
+        # rate of 0 on every replica means nothing repeats, escalates or wakes.
+        passes = Counter(
+            "receiver_timer_passes",
+            "Passes of the timers this process ran (not another replica), by part: due, wake.",
+            ["part"],
+            registry=r,
+        )
+        self.timer_due, self.timer_wake = passes.labels("due"), passes.labels("wake")
 
     def _timings(self, r: CollectorRegistry) -> None:
         self.ingest_seconds = Histogram(

@@ -1,5 +1,5 @@
 """GET /v1/openapi.json: the read API as OpenAPI 3.0 (no key needed). The schemas say what
-the endpoints answer, and tests/api/test_api_schema.py holds the live server to them."""
+the endpoints answer, and tests/api/test_openapi.py holds the live server to them."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from the payload:
 with the rules no field keys, all in file order. Each rule's other conditions are tried
 cheapest first (exact values, then comparisons, lists, globs, regexes): all must hold and
 a test changes nothing, so the order changes no verdict. The verdicts are those of trying
-every rule of the type (tests/rules/test_rules_index.py holds the two to each other on
+every rule of the type (tests/rules/test_index.py holds the two to each other on
 random rules and payloads).
 """
 

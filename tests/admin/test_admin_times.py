@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 from receiver import events
-from tests.admin.test_admin_pages import running, until
+from tests.admin.test_views import running, until
 from tests.servers import HTTPSink
 
 RULES = """

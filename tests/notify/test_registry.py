@@ -20,7 +20,7 @@ from receiver.notify.backoff import Delays
 from receiver.notify.channel import Kind, Parts, Result
 from receiver.store import OutboxRow
 from receiver.store.records import OutboxQuery
-from tests.admin.test_admin_pages import running, until
+from tests.admin.test_views import running, until
 
 
 class Tiny:

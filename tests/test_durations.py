@@ -1,5 +1,5 @@
 """Durations a person types for a silence or a report period are capped at a year, with
-an error that says so, in the CLI as on the admin page (tests/admin/test_admin_pages.py); the
+an error that says so, in the CLI as on the admin page (tests/admin/test_views.py); the
 pure parser refuses what no number of seconds can hold."""
 
 from __future__ import annotations
