@@ -320,6 +320,7 @@ def _notify(
         webhooks=webhooks,
         enrich=enrich,
         settings=settings,
+        links=link_source(settings, store, clock),
     )
     return targets, webhooks, worker, upstream
 

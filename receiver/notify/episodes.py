@@ -18,13 +18,20 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from receiver.links import Links
 from receiver.store import OutboxRow, Store
 
-__all__ = ["KEY_LENGTH", "Episode", "episode_of", "key_of"]
+__all__ = ["KEY_LENGTH", "Episode", "Links", "episode_of", "key_of"]
 
 KEY_LENGTH = 32  # hex digits of an episode's key: well inside ntfy's 64-character limit
+
+
+class Links(Protocol):
+    """What episode_of needs of the app's action links (receiver.links.Links, which this
+    module cannot import: receiver.links reads the rules, which load the channels)."""
+
+    def for_alert(self, alert: str | None, episode: int | None = None) -> Mapping[str, str]: ...
 
 
 def key_of(alert: str, episode: int) -> str:
