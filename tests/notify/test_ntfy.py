@@ -286,3 +286,15 @@ def test_the_kind_builds_its_channel_from_the_settings() -> None:
     assert (built.sequence, built.timeout, built.links) == (False, 3.0, source)
     parts.settings = None
     assert ntfy.KIND.build(parts).sequence is True  # type: ignore[union-attr]
+
+
+def test_the_starters_commented_ntfy_notifiers_are_valid_ntfy_urls() -> None:
+    import re
+
+    from receiver.rules import starter_text
+
+    urls = re.findall(r'^  # ntfy: "(\S+)"$', starter_text(), re.MULTILINE)
+    assert len(urls) == 2
+    for url in urls:
+        url = url.replace("${NTFY_TOPIC}", "attention").replace("${NTFY_TOKEN}", TOKEN)
+        assert registry.channel_of(url) == "ntfy" and registry.problem(url, "ntfys") is None
