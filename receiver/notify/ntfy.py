@@ -7,8 +7,8 @@ ntfy's JSON publish to the server's root (ntfy docs/publish.md, "Publish as JSON
 
 - title and message: the row's (enriched when the rule asks), with a line saying who
   acknowledged it or until when it is snoozed;
-- priority 5 for a message about an open alert (its first message, repeats, escalation
-  steps), 3 for the rest (resolved messages, digests, plain rules' messages);
+- priority 5 for a message about an open, unacknowledged alert (its first message,
+  repeats, escalation steps), 3 for the rest (resolved messages, digests, plain rules');
 - click: the alert's page; actions (an open episode, with RECEIVER_PUBLIC_URL set): `http`
   Ack and Snooze 1h, which the phone POSTs to the signed /act links (clear: true, so the
   notification goes once /act answers 2xx: the action was applied), and `view` Open;
@@ -54,6 +54,9 @@ NAME = "ntfy"
 SCHEMES = frozenset({"ntfy", "ntfys"})
 CLOUD = "ntfy.sh"  # ntfy://topic alone: a topic on the public server, as apprise has it
 PAGE, NORMAL = 5, 3  # ntfy's max and default priorities
+# The rows that page (priority PAGE while their episode is open and unacknowledged): an
+# alert's first message, its repeats, its escalation steps; any other kind informs.
+PAGING_KINDS = frozenset({"event", "repeat", "escalation"})
 PRIORITIES = {"min": 1, "low": 2, "default": 3, "high": 4, "max": 5, "urgent": 5}
 TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 DOC = "ntfy://[user:pass@]host[:port]/topic (ntfys:// for https, ?token= for a token)"
@@ -201,7 +204,7 @@ def message(
     now: float,
 ) -> dict[str, Any]:
     """The JSON ntfy publishes for row (ntfy docs/publish.md, "Publish as JSON")."""
-    paging = episode is not None and episode.open and row.kind != "resolved"
+    paging = episode is not None and episode.open and not episode.acked and row.kind in PAGING_KINDS
     priority = target.priority or (PAGE if paging else NORMAL)
     tags = [] if episode is None else ["rotating_light" if episode.open else "white_check_mark"]
     line = None if episode is None else _status_line(episode, now)

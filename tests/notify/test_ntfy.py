@@ -127,8 +127,9 @@ def test_acked_snoozed_resolved_and_plain_messages() -> None:
     def build(episode: Episode | None, kind: str = "event", **kw: Any) -> dict[str, Any]:
         return message(target, _row(kind=kind), episode, title="T", body="B", now=1000.0, **kw)
 
-    acked = build(_episode(acked_by="alice", acked_at=3600.0), sequence=True)
+    acked = build(_episode(acked_by="alice", acked_at=3600.0), kind="escalation", sequence=True)
     assert acked["message"] == "B\n\nAcknowledged by alice at 01:00 UTC."
+    assert acked["priority"] == 3  # someone has it: no longer a page
     assert [a["label"] for a in acked["actions"]] == ["Open"]  # nothing left to press
     snoozed = build(_episode(snoozed_until=4600.0), sequence=True)
     assert snoozed["message"] == "B\n\nSnoozed until 01:16 UTC."
