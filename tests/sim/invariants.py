@@ -382,8 +382,10 @@ async def wake_at_the_end(run: Run) -> None:
 
 
 def rows_name_their_channel(run: Run) -> None:
-    """Each row records the channel of its notifier's URL (receiver.notify.registry): the
-    pager's ntfy, the others apprise's; the worker sends it through that one."""
+    """Each row records the channel its notifier's URL goes to, which sends it.
+
+    (receiver.notify.registry: the pager's ntfys:// URL the ntfy channel, the others
+    apprise's.)"""
     ruleset = run.ruleset
     wrong = [
         row
