@@ -149,7 +149,7 @@ def check(url: str, scheme: str) -> str | None:
     try:
         parse(url)
     except NtfyURLError as exc:
-        return f"ntfy url ({scheme}://): {exc}"
+        return f"ntfy cannot use this url (scheme {scheme}): {exc}"
     return None
 
 
