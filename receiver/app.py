@@ -323,6 +323,7 @@ def _notify(
         webhooks=webhooks,
         enrich=enrich,
         settings=settings,
+        links=link_source(settings, store, clock),
     )
     return targets, webhooks, worker, upstream
 

@@ -186,6 +186,9 @@ class Settings(BaseSettings):
     # Processes serving the one listening socket (receiver.cli._workers): 1 serves in this
     # process; more start that many workers on the same store, restarted if they die.
     workers: int = Field(default=1, ge=1, le=64)
+    # The ntfy channel's sequence ids (receiver.notify.ntfy): on, one phone notification per
+    # alert episode, replaced by each later message (ntfy 2.16+); off for older servers.
+    ntfy_sequence: Literal["on", "off"] = "on"
 
     @field_validator(
         "notify_timeout",

@@ -1,9 +1,11 @@
 """The one-click action links' pages (receiver.links): GET (and HEAD) /act/<token> shows
 what the link would do and changes nothing (mail scanners and chat unfurlers follow links,
 link checkers send HEAD); its button POSTs to the same URL and does it
-(receiver.dispatch.actions), idempotently; any other method is a 405. No sign-in: the token
-is the capability, so no CSRF token either; the admin's security headers hold, and the
-token never reaches a log line or an error message.
+(receiver.dispatch.actions), idempotently, answering 2xx only when it did: already so, or
+a link of an episode that has ended, is a 409 `action_not_applied`. The POST needs no
+body (a phone's ntfy http action posts an empty one); any other method is a 405. No
+sign-in: the token is the capability, so no CSRF token either; the admin's security
+headers hold, and the token never reaches a log line or an error message.
 
 A token that is not ours answers 404, an expired one 410, an unknown alert 404: each a
 small page that says so, with its error code (`invalid_action_link`, `alert_not_found`);
@@ -58,6 +60,7 @@ _ASK = {
     ),
 }
 _DONE = {"ack": "Acknowledged", "resolve": "Resolved", "snooze": "Snoozed"}
+NOT_APPLIED = "action_not_applied"  # a POST that changed nothing: already so, or stale
 
 
 class ActPages:
@@ -177,8 +180,15 @@ class ActPages:
         )
         log.info("link: %s %s: %s", claim.action, claim.alert, outcome.result)
         self.counted["stale" if outcome.result == "missing" else outcome.result].inc()
-        title = _DONE[claim.action] if outcome.result == "done" else "Nothing to do"
-        return self.page(title, outcome.message + ".")
+        if outcome.result == "done":
+            return self.page(_DONE[claim.action], outcome.message + ".")
+        # Only an applied action answers 2xx: a phone's ntfy button (an http action with
+        # clear: true) dismisses its notification on a 2xx, and must not for nothing.
+        if outcome.result == "missing":
+            return self.refuse(
+                request, "alert_not_found", 404, "No such alert", outcome.message + "."
+            )
+        return self.refuse(request, NOT_APPLIED, 409, "Nothing to do", outcome.message + ".")
 
     def _ask(self, claim: Claim, alert: Alert) -> Response:
         title, detail, button = _ASK[claim.action]

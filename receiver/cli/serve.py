@@ -154,6 +154,12 @@ from receiver.settings import SENDER_SCHEDULE, Settings
     " [RECEIVER_UNHEALTHY_AFTER, 60s].",
 )
 @click.option(
+    "--ntfy-sequence",
+    type=click.Choice(["on", "off"]),
+    help="ntfy sequence ids: one phone notification per alert episode (ntfy 2.16+);"
+    " off for older servers [RECEIVER_NTFY_SEQUENCE, on].",
+)
+@click.option(
     "--workers",
     type=int,
     help="Processes serving the port, each the whole receiver on the one database; a"

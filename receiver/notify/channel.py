@@ -125,8 +125,9 @@ class Channel(Protocol):
 class Parts:
     """What the worker builds its channels from (Kind.build): the store, the apprise
     targets, the rules (a callable: the current ones), the apprise retry schedule, the
-    enrichment (receiver.upstream.enrich), the subscribers' channel when it runs, and the
-    server's settings (a channel's own RECEIVER_* values; None in tests that give none)."""
+    enrichment (receiver.upstream.enrich), the subscribers' channel when it runs, the
+    server's settings (a channel's own RECEIVER_* values; None in tests that give none) and
+    the action links."""
 
     store: Store
     targets: Any  # receiver.notify.targets.Targets
@@ -135,6 +136,10 @@ class Parts:
     enrich: Any = None
     webhooks: Any = None  # receiver.notify.webhook.WebhookChannel, or None
     settings: Any = None  # receiver.settings.Settings, or None
+    # The app's action links (receiver.links.LinkSource: a channel cannot import it, as
+    # receiver.links reads the rules, which load the channels), or None without
+    # RECEIVER_PUBLIC_URL.
+    links: Any = None
 
 
 def _no_problem(url: str, scheme: str) -> str | None:

@@ -71,11 +71,12 @@ class Worker:
         enrich: Enrich | None = None,
         channels: Sequence[Channel] = (),
         settings: Any = None,
+        links: Any = None,  # receiver.links.LinkSource, for the channels' buttons
     ) -> None:
         self.store = store
         # Each row goes to the channel it names (its channel column): the registry's, each
         # built once here (the subscribers' only when given), or one given in their place.
-        parts = Parts(store, targets, rules, backoff, enrich, webhooks, settings)
+        parts = Parts(store, targets, rules, backoff, enrich, webhooks, settings, links)
         self._by_name: dict[str, Channel] = {ch.name: ch for ch in channels}
         for kind in registry.KINDS:
             if kind.name not in self._by_name and (built := kind.build(parts)) is not None:

@@ -98,7 +98,8 @@ def test_the_ack_link_confirms_on_get_and_acks_on_post(
     assert len(http_sink.requests) == settled  # repeats stopped
 
     again = httpx.post(ack)
-    assert again.status_code == 200 and "acknowledged already, by link" in again.text
+    assert again.status_code == 409 and "acknowledged already, by link" in again.text
+    assert "action_not_applied" in again.text  # not applied: a phone keeps its notification
     rows = server.query("SELECT action, source, actor, outcome FROM alert_actions ORDER BY id")
     assert rows == [("ack", "link", "link", "done"), ("ack", "link", "link", "already")]
 
@@ -187,6 +188,7 @@ def test_every_link_attempt_is_counted_and_a_stale_one_recorded(
     assert "Resolved" in httpx.post(resolve).text
     stale = httpx.post(ack)  # its episode has ended
     assert "Nothing to do" in stale.text and "resolved already" in stale.text
+    assert stale.status_code == 409
 
     counted = {
         outcome: server.metric("receiver_action_links_total", f'outcome="{outcome}"')
@@ -241,8 +243,9 @@ def test_acks_at_once_make_one_done_and_the_rest_already(
                     assert answer.status_code == 200, answer.text
                     return str(answer.json()["result"])
                 answer = client.post(path)
-                assert answer.status_code == 200, answer.text
-                return "done" if "<h1>Acknowledged</h1>" in answer.text else "already"
+                done = "<h1>Acknowledged</h1>" in answer.text
+                assert answer.status_code == (200 if done else 409), answer.text
+                return "done" if done else "already"
 
         with ThreadPoolExecutor(8) as pool:
             said = list(pool.map(press, range(8)))

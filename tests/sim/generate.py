@@ -204,6 +204,7 @@ def _rule(r: random.Random, name: str, policies: list[str]) -> dict[str, Any]:
 def _rules_file(r: random.Random) -> dict[str, Any]:
     _SCHEDULED[0] = r.random() < 0.3
     doc: dict[str, Any] = {"notifiers": {n: f"json://127.0.0.1:9/{n}" for n in NOTIFIERS}}
+    doc["notifiers"]["pager"] = "ntfys://127.0.0.1:9/pager"  # the ntfy channel's
     if _SCHEDULED[0]:
         schedule: dict[str, Any] = {
             "timezone": r.choice(["UTC", "Europe/Berlin"]),

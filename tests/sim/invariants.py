@@ -381,8 +381,24 @@ async def wake_at_the_end(run: Run) -> None:
         )
 
 
+def rows_name_their_channel(run: Run) -> None:
+    """Each row records the channel its notifier's URL goes to, which sends it.
+
+    (receiver.notify.registry: the pager's ntfys:// URL the ntfy channel, the others
+    apprise's.)"""
+    ruleset = run.ruleset
+    wrong = [
+        row
+        for row in run.query("SELECT id, notifier, target, channel FROM outbox")
+        if row[1] in ruleset.notifiers and row[3] != ruleset.channel(row[1], row[2])
+    ]
+    if wrong:
+        raise Violation("rows name their channel", f"(id, notifier, target, channel): {wrong[:3]}")
+
+
 CHECKS = (
     nothing_vanishes,
+    rows_name_their_channel,
     open_alerts_accounted,
     once,
     resolved_reaches_paged,
