@@ -370,3 +370,14 @@ class SQLOutbox:
             }
 
         return await self.db.read(select)
+
+    async def episode(self, row_id: int) -> tuple[str, int] | None:
+        """(alert, episode) of the row; None for a row of no alert episode, or no row."""
+
+        def select(q: Query) -> tuple[str, int] | None:
+            row = q("SELECT alert, episode FROM outbox WHERE id = ?", (row_id,)).fetchone()
+            if row is None or row[0] is None or row[1] is None:
+                return None
+            return str(row[0]), int(row[1])
+
+        return await self.db.read(select)

@@ -149,6 +149,11 @@ class Outbox(Protocol):
     async def counts(self) -> dict[str, int]:
         """Notifications waiting ("pending": pending, held, sending) and "dead"."""
 
+    async def episode(self, row_id: int) -> tuple[str, int] | None:
+        """(alert, episode) an outbox row belongs to: an alert's messages (its opener,
+        repeats, escalation steps, resolved message); None for a row of no alert episode
+        (a digest, a storm notice, the heartbeat, a subscriber delivery) or no such row."""
+
 
 class Webhooks(Protocol):
     """Webhook subscriptions and their deliveries (store.webhooks)."""
