@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import re
 
-from receiver.notify import apprise, webhook
+from receiver.notify import apprise, slack, webhook
 from receiver.notify.channel import Kind
 
 # Claimed schemes first, then the fallback: apprise takes what it knows, so it comes last.
 KINDS: list[Kind] = [
     webhook.KIND,
+    slack.KIND,
     apprise.KIND,
 ]
 

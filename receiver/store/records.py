@@ -481,28 +481,3 @@ class Backlog:
     unrouted: int
     pending: dict[str, int]
     oldest: dict[str, float]
-
-
-@dataclass(frozen=True)
-class ChatThread:
-    """The one message a chat channel keeps for an alert episode at one target
-    (store.threads): key, the episode's; target, the notifier's channel as written
-    (slack-app://C0123ABCD); channel_id and ts, the message's address once posted (None
-    while a sender holds the claim to post it); card, what it shows (the channel's)."""
-
-    key: str
-    target: str
-    channel_id: str | None
-    ts: str | None
-    card: dict[str, Any]
-    created_at: float
-    updated_at: float
-
-
-@dataclass(frozen=True)
-class ThreadClaim:
-    """store.threads.claim's answer: "posted" (thread.ts is the message), "mine" (post it,
-    then record it) or "busy" (another sender is posting it: try again shortly)."""
-
-    state: str
-    thread: ChatThread

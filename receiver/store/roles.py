@@ -18,7 +18,6 @@ from receiver.store.records import (
     Attempt,
     Backlog,
     Chain,
-    ChatThread,
     EventQuery,
     EventRow,
     Noise,
@@ -30,9 +29,9 @@ from receiver.store.records import (
     SessionPage,
     SessionQuery,
     StoredEvent,
-    ThreadClaim,
     Webhook,
 )
+from receiver.store.threads import ChatThread, ThreadClaim
 
 OnAccepted = Callable[[], None]
 # What accept() did: stored it; or its id was stored already, with the same raw body

@@ -11,10 +11,36 @@ it ran out."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from receiver.store.records import ChatThread, ThreadClaim
 from receiver.store.statements import Query, Runner
+
+
+@dataclass(frozen=True)
+class ChatThread:
+    """The one message a chat channel keeps for an alert episode at one target: key, the
+    episode's; target, the notifier's channel as written (slack-app://C0123ABCD);
+    channel_id and ts, the message's address once posted (None while a sender holds the
+    claim to post it); card, what it shows (the channel's)."""
+
+    key: str
+    target: str
+    channel_id: str | None
+    ts: str | None
+    card: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class ThreadClaim:
+    """claim's answer: "posted" (thread.ts is the message), "mine" (post it, then record
+    it) or "busy" (another sender is posting it: try again shortly)."""
+
+    state: str
+    thread: ChatThread
+
 
 THREADS_SCHEMA = """
     CREATE TABLE chat_threads (
