@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from receiver.events import sample
-from receiver.simulator.slack_api import Message, SlackAPI
-from tests.harness import Receiver, eventually
+from receiver.simulator.slack_api import Message, SlackAPI, signed
+from receiver.simulator.slack_api import click as slack_click
+from tests.harness import Receiver, eventually, http_client
 
 pytestmark = pytest.mark.e2e
 
@@ -88,5 +90,75 @@ def test_one_message_per_episode_updated_in_place_and_resolved(
         # Every call carried the bot token; none the signing secret.
         assert {c.token for c in slack.calls} == {TOKEN}
         assert SIGNING not in server.logs() and TOKEN not in server.logs()
+    finally:
+        server.stop()
+
+
+PATIENT = RULES.replace("after: {step}s", "after: 10m")
+
+
+def click(
+    server: Receiver, message: Message | dict[str, Any], action: str = "", **headers: str
+) -> int:
+    """Post a click on message's button action (or the click payload given), signed."""
+    payload = message if isinstance(message, dict) else slack_click(message, action)
+    body, signed_headers = signed(payload, SIGNING)
+    answer = http_client.post(
+        f"{server.url}/slack/interactivity",
+        content=body,
+        headers={**signed_headers, **headers},
+        timeout=10,
+    )
+    return answer.status_code
+
+
+def test_a_click_on_ack_acks_stops_the_chain_and_shows_who(tmp_path: Path, slack: SlackAPI) -> None:
+    server = slack_receiver(tmp_path, slack, rules=PATIENT).start()
+    try:
+        server.send(sample("score.drop", id="e1", sessionId="s1", score=8))
+        [message] = eventually(slack.messages, "the first message")
+        ack = slack_click(message, "ack")
+        assert click(server, ack) == 200
+        eventually(lambda: "Acknowledged by <@U123> at" in slack.render(message), "who acked")
+        assert buttons(message) == ["resolve", "open"]
+        acted = server.query("SELECT action, source, actor, outcome FROM alert_actions")
+        assert acted == [("ack", "slack", "<@U123> (ada)", "done")]
+        # The chain stops (the timers see the ack): step 2 can no longer fire.
+        chain = "SELECT next_at FROM escalations WHERE alert = 'session:s1'"
+        eventually(lambda: server.query(chain) == [(None,)], "the chain to stop")
+
+        # Slack retries a delivery it thinks was lost: it acts once.
+        assert click(server, ack, **{"X-Slack-Retry-Num": "1"}) == 200
+        eventually(
+            lambda: server.metric("receiver_slack_interactions_total", 'outcome="retried"'),
+            "the retry counted",
+        )
+        assert len(server.query("SELECT 1 FROM alert_actions")) == 1
+
+        # Resolved meanwhile: a click on the old buttons says so in the message.
+        stale = Message(message.channel, message.ts, message.text, list(message.blocks))
+        server.send(sample("score.recover", id="e2", sessionId="s1", score=70))
+        eventually(lambda: "Resolved" in slack.render(message), "the resolved message")
+        assert buttons(message) == []
+        assert click(server, stale, "resolve") == 200
+        eventually(lambda: "resolved already" in slack.render(message), "the note")
+        assert buttons(message) == []
+        assert server.metric("receiver_slack_interactions_total", 'outcome="done"') == 1
+    finally:
+        server.stop()
+
+
+def test_resolve_from_slack_resolves_and_says_by_whom(tmp_path: Path, slack: SlackAPI) -> None:
+    server = slack_receiver(tmp_path, slack, rules=PATIENT).start()
+    try:
+        server.send(sample("score.drop", id="e1", sessionId="s1", score=8))
+        [message] = eventually(slack.messages, "the first message")
+        assert click(server, message, "resolve") == 200
+        eventually(lambda: "Resolved by <@U123>" in slack.render(message), "resolved by")
+        [(state,)] = server.query("SELECT state FROM alerts WHERE id = 'session:s1'")
+        assert state == "resolved" and buttons(message) == []
+        # The resolved notification the action made goes to the thread, not a new message.
+        eventually(lambda: message.replies, "the resolved reply")
+        assert len(slack.messages()) == 1
     finally:
         server.stop()

@@ -67,7 +67,8 @@ def with_state(
 ) -> dict[str, Any]:
     """card as the episode stands now. note: a line about the last click that changed
     nothing ("Already resolved: the click changed nothing")."""
-    new = {k: v for k, v in card.items() if k not in ("acked_by", "acked_at", "until", "note")}
+    dropped = ("acked_by", "acked_at", "until", "note", "resolved_by")
+    new = {k: v for k, v in card.items() if k not in dropped}
     new["state"] = state
     if acked_by is not None:
         new["acked_by"], new["acked_at"] = acked_by, acked_at

@@ -166,7 +166,7 @@ class SlackChannel:
                 rule=row.rule,
                 buttons=target.buttons,
             )
-            card = state_of(card, episode)
+            card = await state_of(self.store, card, episode)
             text, msg_blocks = rendered(card, links, episode, self.public_url)
             try:
                 channel_id, ts = await self.messenger.post(target.channel, text, msg_blocks)
@@ -179,7 +179,7 @@ class SlackChannel:
             return Result.delivered(status=200)
         thread = claim.thread
         assert thread.channel_id is not None and thread.ts is not None
-        card = state_of(thread.card, episode)
+        card = await state_of(self.store, thread.card, episode)
         text, msg_blocks = rendered(card, links, episode, self.public_url)
         await self.messenger.update(thread.channel_id, thread.ts, text, msg_blocks)
         await self.store.threads.update(episode.key, target.key, card=card, now=now)
@@ -197,15 +197,25 @@ class SlackChannel:
         return found
 
 
-def state_of(card: dict[str, Any], episode: Episode, note: str | None = None) -> dict[str, Any]:
-    """card as episode stands now."""
+async def state_of(
+    store: Store, card: dict[str, Any], episode: Episode, note: str | None = None
+) -> dict[str, Any]:
+    """card as episode stands now (resolved: by whom, when an operator did it)."""
+    resolved_by = None
+    if episode.state == "resolved":
+        done = [
+            a.actor
+            for a in await store.alerts.actions([episode.alert])
+            if (a.episode, a.action, a.outcome) == (episode.episode, "resolve", "done")
+        ]
+        resolved_by = done[-1] if done else None
     return blocks.with_state(
         card,
         state=episode.state,
         acked_by=episode.acked_by,
         acked_at=episode.acked_at,
         snoozed_until=episode.snoozed_until,
-        resolved_by=card.get("resolved_by"),
+        resolved_by=resolved_by,
         note=note,
     )
 
