@@ -176,6 +176,7 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
                          /v1/openapi.json (no key)
     /admin               the admin page (unless --admin off)
     /act/TOKEN           the one-click action links (with --public-url)
+    /slack/interactivity the Slack app's buttons (RECEIVER_SLACK_SIGNING_SECRET)
     /healthz, /readyz,   the operational endpoints
     /metrics
 
