@@ -121,6 +121,8 @@ def test_a_click_on_ack_acks_stops_the_chain_and_shows_who(tmp_path: Path, slack
         assert click(server, ack) == 200
         eventually(lambda: "Acknowledged by <@U123> at" in slack.render(message), "who acked")
         assert buttons(message) == ["resolve", "open"]
+        eventually(lambda: message.replies, "the ack's reply in the thread")
+        assert message.replies[0].text == "<@U123> acknowledged it"
         acted = server.query("SELECT action, source, actor, outcome FROM alert_actions")
         assert acted == [("ack", "slack", "<@U123> (ada)", "done")]
         # The chain stops (the timers see the ack): step 2 can no longer fire.

@@ -76,7 +76,9 @@ class Messenger:
     async def post(self, channel: str, text: str, msg_blocks: list[dict[str, Any]],
                    thread_ts: str | None = None) -> tuple[str, str]:  # fmt: skip
         """Post a message (a reply when thread_ts): its (channel id, ts)."""
-        args: dict[str, Any] = {"channel": channel, "text": text, "blocks": msg_blocks}
+        args: dict[str, Any] = {"channel": channel, "text": text}
+        if msg_blocks:  # a reply is text alone
+            args["blocks"] = msg_blocks
         if thread_ts is not None:
             args["thread_ts"] = thread_ts
         answer = await self.call("chat.postMessage", **args)

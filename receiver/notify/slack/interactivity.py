@@ -206,6 +206,13 @@ class Interactivity:
         note = None if outcome.result == "done" else f"{blocks.mention(user)}: {outcome.message}"
         episode = await episode_now(self.store, claim.alert, claim.episode or outcome.episode)
         await self._note(channel_id, ts, episode, note)
+        if outcome.result == "done" and claim.action != "resolve":
+            # For the record, as a notification's reply would be (a resolve has its
+            # resolved message for that).
+            said = {"ack": "acknowledged it", "snooze": "snoozed it"}[claim.action]
+            if outcome.until is not None:
+                said += f" until {blocks.clock_time(outcome.until)}"
+            await self.messenger.post(channel_id, f"{blocks.mention(user)} {said}", [], ts)
         return "stale" if outcome.result == "missing" else outcome.result
 
     async def _first(self, click_id: str) -> bool:
