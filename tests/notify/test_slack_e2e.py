@@ -49,14 +49,15 @@ def slack() -> Iterator[SlackAPI]:
         api.stop()
 
 
-def slack_receiver(tmp_path: Path, slack: SlackAPI, rules: str = RULES, **env: str) -> Receiver:
-    server = Receiver(tmp_path, rules=rules.format(step=STEP))
+def slack_receiver(
+    tmp_path: Path, slack: SlackAPI, rules: str = RULES, db: str | None = None
+) -> Receiver:
+    server = Receiver(tmp_path, rules=rules.format(step=STEP), db=db)
     server.env.update(
         RECEIVER_SLACK_BOT_TOKEN=TOKEN,
         RECEIVER_SLACK_SIGNING_SECRET=SIGNING,
         RECEIVER_SLACK_API_URL=slack.url,
         RECEIVER_PUBLIC_URL=server.url,
-        **env,
     )
     return server
 
@@ -112,8 +113,11 @@ def click(
     return answer.status_code
 
 
-def test_a_click_on_ack_acks_stops_the_chain_and_shows_who(tmp_path: Path, slack: SlackAPI) -> None:
-    server = slack_receiver(tmp_path, slack, rules=PATIENT).start()
+def test_a_click_on_ack_acks_stops_the_chain_and_shows_who(
+    tmp_path: Path, slack: SlackAPI, receiver_db: str | None
+) -> None:
+    """On SQLite and PostgreSQL."""
+    server = slack_receiver(tmp_path, slack, rules=PATIENT, db=receiver_db).start()
     try:
         server.send(sample("score.drop", id="e1", sessionId="s1", score=8))
         [message] = eventually(slack.messages, "the first message")
