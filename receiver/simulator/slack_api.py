@@ -7,7 +7,9 @@ Slack's reference pages show them (docs.slack.dev/reference/methods): `chat.post
 `invalid_auth`, none is `not_authed`, a scope the token lacks is `missing_scope` (with
 `needed` and `provided`), and the token's scopes are in the `X-OAuth-Scopes` header. A
 channel is known by id or by name (`#alerts`); a post to one the bot has not joined is
-`not_in_channel`. It keeps every message (and its thread replies) and records every call.
+`not_in_channel`; fail["chat.postMessage"] = "ratelimited" answers HTTP 429 with
+Retry-After, as Slack's rate limits do. It keeps every message (and its thread replies)
+and records every call.
 
     api = SlackAPI(token="xoxb-test").start()    # RECEIVER_SLACK_API_URL=api.url
     ...
@@ -79,6 +81,7 @@ class SlackAPI:
         self.joined = joined if joined is not None else set(self.channels.values())
         self.calls: list[Call] = []
         self.fail: dict[str, str] = {}
+        self.retry_after = 3  # seconds a "ratelimited" answer asks to wait (HTTP 429)
         self._messages: dict[tuple[str, str], Message] = {}
         self._order: list[tuple[str, str]] = []
         self._ts = itertools.count(1)
@@ -110,7 +113,10 @@ class SlackAPI:
                 token = auth.removeprefix("Bearer ").strip() or args.pop("token", None)
                 answer = api.answer(method, args, token)
                 data = json.dumps(answer).encode()
-                self.send_response(200)
+                limited = answer.get("error") == "ratelimited"  # Slack's 429, Retry-After
+                self.send_response(429 if limited else 200)
+                if limited:
+                    self.send_header("Retry-After", str(api.retry_after))
                 self.send_header("Content-Type", "application/json; charset=utf-8")
                 self.send_header("Content-Length", str(len(data)))
                 if token == api.token:

@@ -116,3 +116,15 @@ def test_a_row_of_no_episode_is_posted_as_it_is(
     assert [r.outcome for r in on_two_replicas(store_url, plain)] == ["delivered"] * 2
     assert len(slack.messages()) == 2
     assert all(not b.get("type") == "actions" for m in slack.messages() for b in m.blocks)
+
+
+def test_a_rate_limited_post_is_retried_after_slacks_wait(
+    store_url: str, slack: SlackAPI, one_episode: None
+) -> None:
+    async def limited(a: Store, b: Store) -> list[Result]:
+        slack.fail["chat.postMessage"] = "ratelimited"
+        return [await channel(a, slack).send(row(1)), await channel(b, slack).send(row(1))]
+
+    first, then = on_two_replicas(store_url, limited)
+    assert (first.outcome, first.retry_after) == ("retry", 3.0)
+    assert then.outcome == "delivered" and len(slack.messages()) == 1
