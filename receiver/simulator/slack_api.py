@@ -233,6 +233,12 @@ class SlackAPI:
 
     # -- what tests and the demo look at ------------------------------------------------------
 
+    def delete(self, message: Message) -> None:
+        """Delete a message, as a user can in Slack (chat.update then: message_not_found)."""
+        with self._lock:
+            self._messages.pop((message.channel, message.ts), None)
+            self._order.remove((message.channel, message.ts))
+
     def messages(self) -> list[Message]:
         """The top-level messages, oldest first (with their threads)."""
         with self._lock:

@@ -312,6 +312,11 @@ class Threads(Protocol):
     ) -> bool:
         """Record the first message, posted under a claim; False if one was already."""
 
+    async def moved(
+        self, key: str, target: str, *, channel_id: str, ts: str, card: dict[str, Any], now: float
+    ) -> None:
+        """The thread's message is now another (its first was deleted)."""
+
     async def release(self, key: str, target: str) -> None:
         """Give an unposted claim back."""
 

@@ -128,6 +128,20 @@ class SQLThreads:
 
         return await self.db.statements(write)
 
+    async def moved(
+        self, key: str, target: str, *, channel_id: str, ts: str, card: dict[str, Any], now: float
+    ) -> None:
+        """The message of (key, target) is now another (the first was deleted in Slack)."""
+
+        def write(q: Query) -> None:
+            q(
+                "UPDATE chat_threads SET channel_id = ?, ts = ?, card = ?, updated_at = ?"
+                " WHERE key = ? AND target = ?",
+                (channel_id, ts, json.dumps(card), now, key, target),
+            )
+
+        await self.db.statements(write)
+
     async def release(self, key: str, target: str) -> None:
         """Give a claim back (the post failed): the next sender posts at once."""
 

@@ -128,3 +128,18 @@ def test_a_rate_limited_post_is_retried_after_slacks_wait(
     first, then = on_two_replicas(store_url, limited)
     assert (first.outcome, first.retry_after) == ("retry", 3.0)
     assert then.outcome == "delivered" and len(slack.messages()) == 1
+
+
+def test_a_message_deleted_in_slack_is_posted_again(
+    store_url: str, slack: SlackAPI, one_episode: None
+) -> None:
+    async def deleted(a: Store, b: Store) -> list[Result]:
+        first = await channel(a, slack).send(row(1))
+        slack.delete(slack.messages()[0])
+        second = await channel(b, slack).send(row(2))
+        third = await channel(a, slack).send(row(3))
+        return [first, second, third]
+
+    assert [r.outcome for r in on_two_replicas(store_url, deleted)] == ["delivered"] * 3
+    [message] = slack.messages()  # the new one, updated by the third row
+    assert message.edits == 1 and len(message.replies) == 2

@@ -183,10 +183,20 @@ class SlackChannel:
         assert thread.channel_id is not None and thread.ts is not None
         card = await state_of(self.store, thread.card, episode)
         text, msg_blocks = rendered(card, links, episode, self.public_url)
-        await self.messenger.update(thread.channel_id, thread.ts, text, msg_blocks)
-        await self.store.threads.update(episode.key, target.key, card=card, now=now)
+        channel_id, ts = thread.channel_id, thread.ts
+        try:
+            await self.messenger.update(channel_id, ts, text, msg_blocks)
+            await self.store.threads.update(episode.key, target.key, card=card, now=now)
+        except SendError as exc:
+            if exc.error != "message_not_found":
+                raise
+            # Someone deleted the message in Slack: the episode gets a new one.
+            channel_id, ts = await self.messenger.post(target.channel, text, msg_blocks)
+            await self.store.threads.moved(
+                episode.key, target.key, channel_id=channel_id, ts=ts, card=card, now=now
+            )
         reply = blocks.reply(row.title, row.body)
-        await self.messenger.post(thread.channel_id, reply, [], thread_ts=thread.ts)
+        await self.messenger.post(channel_id, reply, [], thread_ts=ts)
         return Result.delivered(status=200)
 
     def _target(self, row: OutboxRow) -> SlackURL:

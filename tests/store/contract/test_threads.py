@@ -96,3 +96,16 @@ def test_two_replicas_claiming_at_once_give_the_post_to_one(store_url: str) -> N
                 await store.close()
 
     assert asyncio.run(main()) == ["busy"] * 7 + ["mine"]
+
+
+def test_a_moved_message_is_found_at_its_new_address(store_url: str) -> None:
+    async def scenario(store: Store) -> list[Any]:
+        await store.threads.claim("a#1", TARGET, now=10.0, lease=30.0)
+        await store.threads.posted("a#1", TARGET, channel_id="C1", ts="1.1", card={}, now=11.0)
+        await store.threads.moved(
+            "a#1", TARGET, channel_id="C1", ts="2.2", card={"state": "open"}, now=12.0
+        )
+        claim = await store.threads.claim("a#1", TARGET, now=13.0, lease=30.0)
+        return [claim.state, claim.thread.ts, await store.threads.find("C1", "1.1")]
+
+    assert run(store_url, scenario) == ["posted", "2.2", None]
