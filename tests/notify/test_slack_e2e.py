@@ -154,17 +154,27 @@ def test_a_click_on_ack_acks_stops_the_chain_and_shows_who(
         server.stop()
 
 
-def test_resolve_from_slack_resolves_and_says_by_whom(tmp_path: Path, slack: SlackAPI) -> None:
+def test_snooze_then_resolve_from_slack_say_until_when_and_by_whom(
+    tmp_path: Path, slack: SlackAPI
+) -> None:
     server = slack_receiver(tmp_path, slack, rules=PATIENT).start()
     try:
         server.send(sample("score.drop", id="e1", sessionId="s1", score=8))
         [message] = eventually(slack.messages, "the first message")
+        assert click(server, message, "snooze") == 200
+        eventually(lambda: "Snoozed until" in slack.render(message), "the snooze")
+        [(action, until)] = server.query("SELECT action, until FROM alert_actions")
+        assert action == "snooze" and until is not None
+        eventually(lambda: message.replies, "the snooze's reply")
+        assert message.replies[0].text.startswith("<@U123> snoozed it until ")
+        assert buttons(message) == ["ack", "resolve", "snooze", "open"]
+
         assert click(server, message, "resolve") == 200
         eventually(lambda: "Resolved by <@U123>" in slack.render(message), "resolved by")
         [(state,)] = server.query("SELECT state FROM alerts WHERE id = 'session:s1'")
         assert state == "resolved" and buttons(message) == []
         # The resolved notification the action made goes to the thread, not a new message.
-        eventually(lambda: message.replies, "the resolved reply")
-        assert len(slack.messages()) == 1
+        eventually(lambda: len(message.replies) == 2, "the resolved reply")
+        assert "resolved" in message.replies[1].text and len(slack.messages()) == 1
     finally:
         server.stop()
