@@ -170,6 +170,8 @@ class _Parts:
         holder = RulesHolder(
             settings.rules, ruleset or reloader.initial_rules(settings), builtin=builtin
         )
+        if (problem := slack.token_problem(holder(), settings)) is not None:
+            raise ConfigError(problem)
         store = open_store(
             settings.db,
             synchronous=settings.synchronous,

@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from receiver.app import create_app
+from receiver.cli import cli
+from receiver.errors import ConfigError
 from receiver.notify import registry
 from receiver.notify.slack import blocks
 from receiver.notify.slack.url import SlackURL, parse
+from receiver.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -43,15 +50,25 @@ def test_a_bad_slack_app_url_is_a_check_problem(
     assert registry.channel_of(url) == "slack-app"
 
 
-def test_a_slack_app_url_without_a_bot_token_is_a_check_problem(
-    monkeypatch: pytest.MonkeyPatch,
+def test_receiver_check_and_serve_need_the_bot_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("RECEIVER_SLACK_BOT_TOKEN", raising=False)
-    assert registry.problem("slack-app://C0123ABCD", '"slack-app"') == (
-        "slack-app:// needs the Slack app's bot token in RECEIVER_SLACK_BOT_TOKEN"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        'notifiers:\n  oncall: "slack-app://#alerts"\n  mail: "console://"\n'
+        "rules:\n  - name: all\n    notify: [oncall, mail]\n"
     )
+    monkeypatch.delenv("RECEIVER_SLACK_BOT_TOKEN", raising=False)
+    result = CliRunner().invoke(cli, ["check", str(rules)])
+    assert result.exit_code == 1
+    assert 'notifier "oncall": slack-app:// needs the Slack app\'s bot token' in result.output
+    # --no-env checks the file alone, as for any secret.
+    assert CliRunner().invoke(cli, ["check", "--no-env", str(rules)]).exit_code == 0
+    with pytest.raises(ConfigError, match='notifier "oncall": slack-app:// needs'):
+        create_app(Settings(db=str(tmp_path / "r.db"), rules=rules))
     monkeypatch.setenv("RECEIVER_SLACK_BOT_TOKEN", "xoxb-1")
-    assert registry.problem("slack-app://C0123ABCD", '"slack-app"') is None
+    assert CliRunner().invoke(cli, ["check", str(rules)]).exit_code == 0
+    create_app(Settings(db=str(tmp_path / "r.db"), rules=rules))
 
 
 CARD = blocks.new_card(title="drop s1", body="score 8", alert="session:s1", episode=2, rule="r")
