@@ -415,6 +415,8 @@ class PostgresStore:
                     " WHERE ends_at < %s LIMIT %s)",
                     "DELETE FROM replays WHERE id IN (SELECT id FROM replays"
                     " WHERE requested_at < %s LIMIT %s)",
+                    "DELETE FROM chat_threads WHERE (key, target) IN (SELECT key, target"
+                    " FROM chat_threads WHERE updated_at < %s LIMIT %s)",
                 )
             )
             return counts

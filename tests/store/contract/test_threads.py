@@ -109,3 +109,17 @@ def test_a_moved_message_is_found_at_its_new_address(store_url: str) -> None:
         return [claim.state, claim.thread.ts, await store.threads.find("C1", "1.1")]
 
     assert run(store_url, scenario) == ["posted", "2.2", None]
+
+
+def test_retention_prunes_messages_not_updated_since(store_url: str) -> None:
+    async def scenario(store: Store) -> list[str]:
+        for key, at in (("old#1", 10.0), ("new#1", 500.0)):
+            await store.threads.claim(key, TARGET, now=at, lease=30.0)
+            await store.threads.posted(key, TARGET, channel_id="C1", ts=key, card={}, now=at)
+        await store.events.prune(100.0, limit=100)
+        return [
+            (await store.threads.claim(key, TARGET, now=600.0, lease=30.0)).state
+            for key in ("old#1", "new#1")
+        ]
+
+    assert run(store_url, scenario) == ["mine", "posted"]  # the old one would post anew
