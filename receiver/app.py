@@ -32,8 +32,9 @@ from receiver.links import LinkSource
 from receiver.links import source as link_source
 from receiver.logs import redact_url
 from receiver.metrics import Metrics
-from receiver.notify import registry
+from receiver.notify import registry, slack
 from receiver.notify.backoff import Backoff
+from receiver.notify.slack.interactivity import Interactivity
 from receiver.notify.targets import Targets
 from receiver.notify.webhook import WebhookChannel
 from receiver.notify.worker import Worker
@@ -111,6 +112,7 @@ def create_app(
                 if parts.links is not None
                 else []
             ),
+            *parts.slack.routes(),
             *OpsEndpoints(
                 store,
                 parts.supervisor,
@@ -158,6 +160,7 @@ class _Parts:
     admin: AdminPages | None
     supervisor: Supervisor
     links: LinkSource | None
+    slack: Interactivity
     routing: bool = True  # False: an ingest worker (create_app)
 
     @classmethod
@@ -170,6 +173,8 @@ class _Parts:
         holder = RulesHolder(
             settings.rules, ruleset or reloader.initial_rules(settings), builtin=builtin
         )
+        if (problem := slack.token_problem(holder(), settings)) is not None:
+            raise ConfigError(problem)
         store = open_store(
             settings.db,
             synchronous=settings.synchronous,
@@ -221,6 +226,7 @@ class _Parts:
             admin=admin,
             supervisor=supervisor,
             links=links,
+            slack=_slack(settings, store, holder, metrics, links, worker.wake, clock),
         )
 
     @contextlib.asynccontextmanager
@@ -384,3 +390,28 @@ def from_env() -> Starlette:
     except ConfigError as exc:
         print(f"Error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(STARTUP_FAILURE) from exc
+
+
+def _slack(
+    settings: Settings,
+    store: Store,
+    holder: RulesHolder,
+    metrics: Metrics,
+    links: LinkSource | None,
+    wake: Callable[[], None],
+    clock: Callable[[], float],
+) -> Interactivity:
+    """POST /slack/interactivity: the Slack app's buttons (off without a signing secret)."""
+    tokens = LinkSource(store, base=settings.public_url or "", ttl=settings.link_ttl, clock=clock)
+    return Interactivity(
+        store,
+        signing_secret=settings.slack_signing_secret,
+        messenger=slack.messenger(settings),
+        links=tokens.get,
+        link_source=links,
+        rules=holder,
+        metrics=metrics,
+        max_body=settings.max_body,
+        wake_worker=wake,
+        clock=clock,
+    )

@@ -27,6 +27,20 @@ REJECT_REASONS = (
 )
 
 LINK_OUTCOMES = ("done", "already", "stale", "invalid", "expired")
+# Clicks on the Slack app's buttons (POST /slack/interactivity): what each came to. A
+# refused one (not configured, a bad or old signature) is a dead button to look into.
+SLACK_OUTCOMES = (
+    "done",
+    "already",
+    "stale",
+    "retried",  # a retried delivery of a click acted on already
+    "ignored",  # signed, but not a button of ours (another action, another payload type)
+    "failed",  # the action or the message update failed
+    "not_configured",
+    "invalid_signature",
+    "expired_timestamp",
+    "invalid_request",
+)
 
 
 class Metrics:
@@ -104,6 +118,7 @@ class Metrics:
             o: webhook.labels(o) for o in ("delivered", "retried", "dead", "gone")
         }
         self.action_links = _action_links(r)
+        self.slack_interactions = _slack_interactions(r)
         self.backlog = BacklogCollector(channels)
         r.register(self.backlog)
 
@@ -166,6 +181,18 @@ def _action_links(r: CollectorRegistry) -> dict[str, Counter]:
         registry=r,
     )
     return {o: links.labels(o) for o in LINK_OUTCOMES}
+
+
+def _slack_interactions(r: CollectorRegistry) -> dict[str, Counter]:
+    slack = Counter(
+        "receiver_slack_interactions",
+        "Clicks on the Slack app's buttons (POST /slack/interactivity), by outcome: done,"
+        " already, stale (as action links); retried, ignored, failed; refused:"
+        " not_configured, invalid_signature, expired_timestamp, invalid_request.",
+        ["outcome"],
+        registry=r,
+    )
+    return {o: slack.labels(o) for o in SLACK_OUTCOMES}
 
 
 class BacklogCollector:

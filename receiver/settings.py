@@ -176,6 +176,12 @@ class Settings(BaseSettings):
     # link_ttl; unset, templates see links empty.
     public_url: str | None = None
     link_ttl: float = Field(default=86400.0, gt=0)
+    # The Slack app channel (slack-app:// notifiers, receiver.notify.slack): the app's bot
+    # token (xoxb-...) and signing secret, read only from the environment, never shown; and
+    # the Web API's address (a proxy, or a stand-in in tests).
+    slack_bot_token: str | None = Field(default=None, repr=False)
+    slack_signing_secret: str | None = Field(default=None, repr=False)
+    slack_api_url: str = "https://slack.com/api/"
     # PostgreSQL: a statement run this many times on one connection is prepared there;
     # None ("off") never prepares, for a pooler that does not keep prepared statements.
     db_prepare_threshold: int | None = DB_PREPARE_THRESHOLD
@@ -211,7 +217,7 @@ class Settings(BaseSettings):
     def _duration(cls, value: object) -> object:
         """Seconds as a number, or a duration such as 30s, 15m, 1h30m, 1d."""
         if isinstance(value, str) and value.strip() and not value.strip()[-1].isdigit():
-            from receiver.rules import parse_duration
+            from receiver.durations import parse_duration
 
             return parse_duration(value.strip())
         return value
@@ -262,6 +268,22 @@ class Settings(BaseSettings):
                 f"must be the service's base URL, http(s)://... ending in /v1; got {url[:80]!r}"
             )
         return url
+
+    @field_validator("slack_bot_token", "slack_signing_secret")
+    @classmethod
+    def _blank_is_unset(cls, value: str | None) -> str | None:
+        return value.strip() if value is not None and value.strip() else None
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _slack_api_url(cls, value: str) -> str:
+        """An http(s) URL; the Web API's methods are below it, so it ends in a slash."""
+        url = value.strip()
+        if not url.startswith(("http://", "https://")) or not urlsplit(url).hostname:
+            raise ValueError(
+                f"must be an http(s) URL such as https://slack.com/api/; got {url[:80]!r}"
+            )
+        return url if url.endswith("/") else url + "/"
 
     @field_validator("public_url")
     @classmethod

@@ -47,8 +47,17 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
         {"rows": rows, "state": state or "", "notifier": notifier or "",
          "states": OUTBOX_STATES, "notifiers": notifiers, "next": next_page,
          "channel": channel or "", "channels": channels,
-         "target": await admin.targets()},
+         "target": await admin.targets(), "slack": slack_clicks(request)},
     )  # fmt: skip
+
+
+def slack_clicks(request: Request) -> list[tuple[str, int]]:
+    """The Slack app's button clicks since this process started, by outcome (those that
+    happened): a button that does nothing shows here as refused or failed."""
+    metrics = getattr(request.app.state, "metrics", None)
+    counters = getattr(metrics, "slack_interactions", {})
+    counts = [(outcome, int(counter._value.get())) for outcome, counter in counters.items()]
+    return [(outcome, n) for outcome, n in counts if n]
 
 
 async def detail(admin: Admin, request: Request, session: Session) -> Response:

@@ -1,6 +1,6 @@
 """The `receiver` command: serve, init, sign, send, check, explain, deliveries, retry, replay,
-alerts, silence, db, keys, webhooks, upstream, simulate, backtest, report, oncall. One module
-per group of commands; this one gathers them."""
+alerts, silence, db, keys, webhooks, upstream, simulate, backtest, report, oncall, slack. One
+module per group of commands; this one gathers them."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from receiver.cli.rules import check, explain, init
 from receiver.cli.send import send, sign
 from receiver.cli.serve import serve
 from receiver.cli.simulate import simulate
+from receiver.cli.slack import slack
 from receiver.cli.upstream import upstream
 from receiver.cli.webhooks import webhooks
 
@@ -39,6 +40,6 @@ def cli() -> None:
 
 for command in (
     serve, init, sign, send, check, explain, deliveries, retry, replay, alerts, silence, db,
-    keys, webhooks, upstream, simulate, backtest, report, oncall,
+    keys, webhooks, upstream, simulate, backtest, report, oncall, slack,
 ):  # fmt: skip
     cli.add_command(command)

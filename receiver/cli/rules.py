@@ -21,7 +21,8 @@ from receiver.cli._common import (
     with_store,
 )
 from receiver.errors import ReceiverError
-from receiver.settings import DEFAULT_RULES
+from receiver.notify import slack
+from receiver.settings import DEFAULT_RULES, Settings
 
 
 @click.command()
@@ -48,6 +49,8 @@ def check(path: Path | None, rules_path: Path | None, no_env: bool) -> None:
             f"no {DEFAULT_RULES} and no RECEIVER_RULES: `receiver serve` would use the"
             " built-in rules below (`receiver init` writes them to rules.yaml)"
         )
+    if not no_env and (problem := slack.token_problem(ruleset, Settings())) is not None:
+        raise click.ClickException(f"{ruleset.source}: {problem}")
     echo(f"{ruleset.source}: OK")
     echo_lines(ruleset.summary().splitlines())
     for note in env_notes(ruleset, no_env=no_env):

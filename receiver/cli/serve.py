@@ -149,6 +149,12 @@ from receiver.settings import SENDER_SCHEDULE, Settings
     help="How long an action link works [RECEIVER_LINK_TTL, 24h].",
 )
 @click.option(
+    "--slack-api-url",
+    help="Slack's Web API address, for a proxy [RECEIVER_SLACK_API_URL, https://slack.com/api/]."
+    " The bot token and signing secret come only from RECEIVER_SLACK_BOT_TOKEN and"
+    " RECEIVER_SLACK_SIGNING_SECRET.",
+)
+@click.option(
     "--unhealthy-after",
     help="A background loop failing this long makes /healthz answer 503"
     " [RECEIVER_UNHEALTHY_AFTER, 60s].",
@@ -176,6 +182,7 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
                          /v1/openapi.json (no key)
     /admin               the admin page (unless --admin off)
     /act/TOKEN           the one-click action links (with --public-url)
+    /slack/interactivity the Slack app's buttons (RECEIVER_SLACK_SIGNING_SECRET)
     /healthz, /readyz,   the operational endpoints
     /metrics
 

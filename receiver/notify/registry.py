@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import re
 
-from receiver.notify import apprise, ntfy, webhook
+from receiver.notify import apprise, ntfy, slack, webhook
 from receiver.notify.channel import Kind
 
 # Claimed schemes first, then the fallback: apprise takes what it knows, so it comes last.
 KINDS: list[Kind] = [
     webhook.KIND,
     ntfy.KIND,
+    slack.KIND,
     apprise.KIND,
 ]
 

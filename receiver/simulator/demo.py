@@ -9,8 +9,10 @@ enrichment from the fake. It registers the receiver upstream (`receiver upstream
 register`, whose secret the receiver then verifies with), lets the live sessions' events
 flow, stops the receiver for a while (a sender outage: the fake's deliveries fail and are
 retried on the service's schedule, sped up), starts it again, and prints as it happens what
-arrived, what was routed where and what was delivered. It ends with a summary table and
-stops everything it started, on Ctrl-C too.
+arrived, what was routed where and what was delivered. Two scenes end it: an escalation
+with an ack link followed (escalation_scene), and a Slack app message updated in place by
+a click on Ack, against a Slack Web API stand-in (slack_scene). It ends with a summary
+table and stops everything it started, on Ctrl-C too.
 """
 
 from __future__ import annotations
@@ -25,12 +27,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,8 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from receiver.simulator import escalation_scene
+from receiver.simulator import escalation_scene, slack_scene
+from receiver.simulator.sink import Sink
 from receiver.store import Store, open_store
 from receiver.store.records import EventQuery, OutboxQuery
 
@@ -91,53 +92,6 @@ def free_port(port: int = 0) -> int:
         s.bind((HOST, port))  # OSError for a port taken; 0: any free one
         free: int = s.getsockname()[1]
         return free
-
-
-# -- the sink: Slack and email, here ---------------------------------------------------------
-
-
-@dataclass
-class Sink:
-    """An HTTP server taking apprise's json:// POSTs; what arrived, by channel."""
-
-    port: int = 0
-    arrived: list[tuple[float, str, dict[str, Any]]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    _server: ThreadingHTTPServer | None = None
-
-    def start(self) -> Sink:
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                try:
-                    message = json.loads(body)
-                except ValueError:
-                    message = {}
-                with sink.lock:
-                    sink.arrived.append((time.monotonic(), self.path.strip("/"), message))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer((HOST, self.port), Handler)
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def since(self, seen: int) -> list[tuple[float, str, dict[str, Any]]]:
-        with self.lock:
-            return self.arrived[seen:]
 
 
 # -- children --------------------------------------------------------------------------------
@@ -228,6 +182,8 @@ class Demo:
         self._stats_at = 0.0
         self._retried = 0
         self.escalations: dict[str, str] = {}  # the last scene's alerts and what befell them
+        self.slack = slack_scene.stand_in()  # the Slack Web API, for the Slack app scene
+        self.slack_done: dict[str, str] = {}
 
     def say(self, what: str, text: str, style: str = "") -> None:
         stamp = f"{time.monotonic() - self.t0:5.1f}s"
@@ -259,6 +215,7 @@ class Demo:
             "RECEIVER_RETRY_INITIAL": "1s",
             "RECEIVER_SHUTDOWN_GRACE": "5s",
             "RECEIVER_PUBLIC_URL": self.receiver_url,  # signed one-click links in messages
+            **slack_scene.env(self.slack),
         }
 
     def start_receiver(self) -> None:
@@ -270,7 +227,7 @@ class Demo:
         self.say("sink", f"Slack and email stand-in on http://{HOST}:{self.sink.port}")
         scene = escalation_scene.RULES.format(step=escalation_scene.STEP)
         rules = RULES.format(host=HOST, port=self.sink.port).replace("rules:\n", scene, 1)
-        (self.dir / "rules.yaml").write_text(rules)
+        (self.dir / "rules.yaml").write_text(slack_scene.rules(rules))
         fake = self.children.start(
             "upstream",
             [
@@ -379,6 +336,10 @@ class Demo:
                 self.escalations = await escalation_scene.play(self)
             except (TimeoutError, httpx.HTTPError) as exc:
                 self.escalations = {"escalation scene": f"failed: {exc}"}
+            try:
+                self.slack_done = await slack_scene.play(self)
+            except (TimeoutError, httpx.HTTPError) as exc:
+                self.slack_done = {"slack scene": f"failed: {exc}"}
             await self.watch(store)
             self.say("stop", "no more traffic; a few seconds to finish sends", "bold")
             self.stats = httpx.get(f"http://{HOST}:{self.fake_port}/_fake/stats", timeout=5).json()
@@ -423,6 +384,7 @@ class Demo:
             ),
         ]
         rows += [("escalation", alert, outcome) for alert, outcome in self.escalations.items()]
+        rows += [("slack app", alert, outcome) for alert, outcome in self.slack_done.items()]
         for stage, what, count in rows:
             table.add_row(stage, what, str(count))
         return table
@@ -491,6 +453,7 @@ def main(seconds: float, keep: Path | None, port: int) -> None:
         finally:
             demo.children.stop_all()
             demo.sink.stop()
+            demo.slack.stop()
         console.print(demo.summary())
         if interrupted:
             sys.exit(130)

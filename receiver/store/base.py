@@ -34,6 +34,7 @@ from receiver.store.roles import (
     Outbox,
     Sessions,
     Stats,
+    Threads,
     Upstream,
     Webhooks,
 )
@@ -391,6 +392,8 @@ class Store(Protocol):
     def outbox(self) -> Outbox: ...
     @property
     def webhooks(self) -> Webhooks: ...
+    @property
+    def threads(self) -> Threads: ...
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

@@ -54,6 +54,10 @@ TABLES: dict[str, tuple[str, ...]] = {
     ),
     "inhibitors": ("rule", "key", "alert", "episode", "event", "since"),
     "storms": ("rule", "start", "count", "prev"),
+    # The Slack app's message of each alert episode: later notifications update it.
+    "chat_threads": (
+        "key", "target", "channel_id", "ts", "card", "claimed_until", "created_at", "updated_at",
+    ),
     "groups": ("id", "rule", "key", "opened_at", "closes_at", "count", "members", "state"),
     "silences": ("id", "matchers", "reason", "created_at", "starts_at", "ends_at", "expired_at"),
     "state": ("name", "value"),

@@ -31,6 +31,7 @@ from receiver.store.records import (
     StoredEvent,
     Webhook,
 )
+from receiver.store.threads import ChatThread, ThreadClaim
 
 OnAccepted = Callable[[], None]
 # What accept() did: stored it; or its id was stored already, with the same raw body
@@ -289,3 +290,38 @@ class Stats(Protocol):
     async def backlog(self, now: float) -> Backlog:
         """Unrouted events and outbox rows waiting, by channel, with their ages, as the
         database counts them (every replica's): the backlog gauges on /metrics."""
+
+
+class Threads(Protocol):
+    """The one message a chat channel keeps per alert episode and target (store.threads,
+    receiver.store.threads)."""
+
+    async def claim(self, key: str, target: str, *, now: float, lease: float) -> ThreadClaim:
+        """The posted message of (key, target), or the right to post it ("mine"), or
+        "busy" while another sender holds that right."""
+
+    async def posted(
+        self,
+        key: str,
+        target: str,
+        *,
+        channel_id: str,
+        ts: str,
+        card: dict[str, Any],
+        now: float,
+    ) -> bool:
+        """Record the first message, posted under a claim; False if one was already."""
+
+    async def moved(
+        self, key: str, target: str, *, channel_id: str, ts: str, card: dict[str, Any], now: float
+    ) -> None:
+        """The thread's message is now another (its first was deleted)."""
+
+    async def release(self, key: str, target: str) -> None:
+        """Give an unposted claim back."""
+
+    async def update(self, key: str, target: str, *, card: dict[str, Any], now: float) -> None:
+        """What the message shows now."""
+
+    async def find(self, channel_id: str, ts: str) -> ChatThread | None:
+        """The thread of a message, by its address."""

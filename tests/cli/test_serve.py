@@ -33,6 +33,8 @@ PAGES = {p.name: p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").g
 NOT_SERVE = {
     "RECEIVER_SECRETS",
     "RECEIVER_UPSTREAM_KEY",
+    "RECEIVER_SLACK_BOT_TOKEN",
+    "RECEIVER_SLACK_SIGNING_SECRET",
     "RECEIVER_URL",
     "RECEIVER_SIGN_SECRET",
     "RECEIVER_SIMULATE_KEYS",

@@ -155,7 +155,8 @@ def _param(case: str, message: str, env: dict[str, str] | None = None) -> object
             "url-unknown-scheme",
             'notifier "oncall": url #2: no channel takes this url (scheme "slak"); the channels:'
             " webhook (subscribers of POST /v1/webhooks, no notifier url); ntfy (ntfy://,"
-            " ntfys://); notify (every scheme apprise knows, see https://appriseit.com/services/)",
+            " ntfys://); slack-app (slack-app://); notify (every scheme apprise knows, see"
+            " https://appriseit.com/services/)",
         ),
         _param(
             "notifier-empty-list",

@@ -205,6 +205,8 @@ def _rules_file(r: random.Random) -> dict[str, Any]:
     _SCHEDULED[0] = r.random() < 0.3
     doc: dict[str, Any] = {"notifiers": {n: f"json://127.0.0.1:9/{n}" for n in NOTIFIERS}}
     doc["notifiers"]["pager"] = "ntfys://127.0.0.1:9/pager"  # the ntfy channel's
+    if r.random() < 0.3:  # the Slack app's channel (the runner sends no row, any channel)
+        doc["notifiers"]["chat"] = f"slack-app://C0SIM{r.choice(['', '?buttons=ack'])}"
     if _SCHEDULED[0]:
         schedule: dict[str, Any] = {
             "timezone": r.choice(["UTC", "Europe/Berlin"]),

@@ -73,6 +73,12 @@ def test_a_short_demo_runs_the_whole_chain(tmp_path: Path) -> None:
     assert "POST /act/*** -> 200: acknowledged" in out
     assert re.search(r"step 2 after \d+s: email <- Paging: demo_escalation_\w+_1", out)
     assert "acknowledged by its link" in summary and "came anyway" not in summary
+    # The Slack scene: one message, as posted and then updated in place by a click on Ack.
+    posted = out.index("the message as posted")
+    updated = out.index("updated in place")
+    assert "[ Ack ] [ Resolve ] [ Snooze 1h ]" in out[posted:updated]
+    assert "Acknowledged by <@U0ADA>" in out[updated:]
+    assert re.search(r"1 message, \d+ edits, acked", summary)
     # The receiver verified every delivery with the secret registration gave it.
     log = (tmp_path / "receiver.log").read_text()
     assert "invalid_signature" not in log

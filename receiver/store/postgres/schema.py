@@ -16,6 +16,7 @@ from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
+from receiver.store.threads import THREADS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
@@ -181,6 +182,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     NOTICE_EVENT_SCHEMA,
     # 19: the channel that sends each outbox row (SQLite's 22).
     OUTBOX_CHANNEL_SCHEMA,
+    # 20: the one chat message per alert episode and target (SQLite's 23).
+    THREADS_SCHEMA.format(real="DOUBLE PRECISION"),
 ]
 
 

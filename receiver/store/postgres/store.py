@@ -50,6 +50,7 @@ from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
 from receiver.store.statements import POSTGRES, Query
 from receiver.store.stats import SQLStats
+from receiver.store.threads import SQLThreads
 from receiver.store.upstream_state import SQLUpstream
 from receiver.store.views import SQLSessions
 from receiver.store.webhooks import SQLWebhooks
@@ -102,6 +103,7 @@ class PostgresStore:
         self.sessions = SQLSessions(self)
         self.keys = SQLKeys(self)
         self.upstream = SQLUpstream(self)
+        self.threads = SQLThreads(self)
         self.history = SQLHistory(self)
         self.events = SQLEvents(
             self,
@@ -413,6 +415,8 @@ class PostgresStore:
                     " WHERE ends_at < %s LIMIT %s)",
                     "DELETE FROM replays WHERE id IN (SELECT id FROM replays"
                     " WHERE requested_at < %s LIMIT %s)",
+                    "DELETE FROM chat_threads WHERE (key, target) IN (SELECT key, target"
+                    " FROM chat_threads WHERE updated_at < %s LIMIT %s)",
                 )
             )
             return counts

@@ -162,6 +162,8 @@ def prune(conn: sqlite3.Connection, before: float, limit: int) -> dict[str, int]
             "DELETE FROM silences WHERE id IN (SELECT id FROM silences WHERE ends_at < ? LIMIT ?)",
             "DELETE FROM replays WHERE id IN (SELECT id FROM replays"
             " WHERE requested_at < ? LIMIT ?)",
+            "DELETE FROM chat_threads WHERE rowid IN (SELECT rowid FROM chat_threads"
+            " WHERE updated_at < ? LIMIT ?)",
         )
     )
     return {

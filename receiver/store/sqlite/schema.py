@@ -16,6 +16,7 @@ from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
+from receiver.store.threads import THREADS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
@@ -198,6 +199,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     NOTICE_EVENT_SCHEMA,
     # 22: the channel that sends each outbox row (receiver.notify.registry).
     OUTBOX_CHANNEL_SCHEMA,
+    # 23: the one chat message per alert episode and target (receiver.store.threads).
+    THREADS_SCHEMA.format(real="REAL"),
 ]
 
 

@@ -34,6 +34,7 @@ from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
 from receiver.store.statements import SQLITE, Query
 from receiver.store.stats import SQLStats
+from receiver.store.threads import SQLThreads
 from receiver.store.upstream_state import SQLUpstream
 from receiver.store.views import SQLSessions
 from receiver.store.webhooks import SQLWebhooks
@@ -112,6 +113,7 @@ class SQLiteStore:
         self.sessions = SQLSessions(self)
         self.keys = SQLKeys(self)
         self.upstream = SQLUpstream(self)
+        self.threads = SQLThreads(self)
         self.history = SQLHistory(self)
         self.events = SQLEvents(
             self,
