@@ -262,6 +262,7 @@ class Router:
                 return Counter()
             pipeline = Pipeline(tx, ruleset, now, links=self.links)
             pipeline.repeats()
+            pipeline.flaps()
             escalations.run(
                 tx, ruleset, now, silences=pipeline.silences, counts=pipeline.counts,
                 links=self.links,
@@ -277,7 +278,7 @@ class Router:
             # Read afresh: with several replicas, events may have reached the others.
             self._last_event = max(self._last(tx), tx.events.last_received() or 0.0)
             pipeline.heartbeat(self._last_event, arrived=False)
-            self._next_step = tx.escalations.next_due()
+            self._next_step = _soonest(tx.escalations.next_due(), tx.flaps.next_due())
             return pipeline.counts
 
         self._count(await self.store.transact(work))
@@ -476,3 +477,8 @@ def _decided(
         return ahead[1], ahead[2]
     payload = load_stored(event.body)
     return payload, ruleset.route(payload)
+
+
+def _soonest(*times: float | None) -> float | None:
+    """The earliest of times that are set (None: none is)."""
+    return min((t for t in times if t is not None), default=None)

@@ -13,6 +13,7 @@ from receiver.store.records import (
     OUTBOX_STATES,
     Alert,
     Chain,
+    Flap,
     Group,
     Inhibitor,
     Notice,
@@ -239,6 +240,29 @@ class TxStorms(Protocol):
         before's count, 0 when that was not the window just before)."""
 
 
+class TxFlaps(Protocol):
+    """Flap detection's record of each (rule, alert) (tx.flaps; receiver.dispatch.flap)."""
+
+    def change(
+        self, rule: str, alert: str, state: str, event: str | None, now: float, *,
+        changes: int, within: float, quiet: float,
+    ) -> tuple[Flap, Flap]:  # fmt: skip
+        """Count one change of the alert (state: what it became, by event) under rule:
+        (the record before, after); flaps.changed says when it flaps. Routing calls it with
+        the alert locked (it changes the alert in the same transaction)."""
+
+    def due(self, now: float, limit: int = 100) -> list[Flap]:
+        """Flapping records whose quiet has passed by now, soonest first (PostgreSQL: their
+        alerts locked)."""
+
+    def settle(self, rule: str, alert: str, now: float) -> bool:
+        """End the flapping period if it is still due; whether this call ended it."""
+
+    def next_due(self) -> float | None: ...
+    def of(self, alert: str) -> list[Flap]:
+        """The alert's records, by rule."""
+
+
 class TxThrottle(Protocol):
     """Throttle windows of (rule, key) (tx.throttle)."""
 
@@ -338,6 +362,8 @@ class Tx(Protocol):
     def throttle(self) -> TxThrottle: ...
     @property
     def storms(self) -> TxStorms: ...
+    @property
+    def flaps(self) -> TxFlaps: ...
     @property
     def silences(self) -> TxSilences: ...
     @property

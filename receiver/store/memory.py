@@ -23,6 +23,7 @@ from typing import Any
 from receiver.events import _Event as Event
 from receiver.sessions import Fact
 from receiver.store.memory_escalations import MemoryEscalations, MemoryInhibitors
+from receiver.store.memory_flaps import MemoryFlaps
 from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
 from receiver.store.records import (
     SENT_STATES,
@@ -401,6 +402,7 @@ class MemoryTx:
         self.digests = MemoryDigests(t)
         self.throttle = MemoryThrottle(t)
         self.storms = MemoryStorms(t)
+        self.flaps = MemoryFlaps(t)
         self.silences = MemorySilences(t)
         self.state = MemoryState(t)
         self.scratch = MemoryScratch(t)

@@ -21,6 +21,7 @@ OUTBOX_STATES = (
     "grouped",
     "storm",
     "stale",
+    "flapping",
 )
 
 
@@ -481,3 +482,17 @@ class Backlog:
     unrouted: int
     pending: dict[str, int]
     oldest: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Flap:
+    """Flap detection's record of an alert under a rule (tx.flaps): its latest changes'
+    times, flapping since when (None: not) and settling when, and its last change."""
+
+    rule: str
+    alert: str
+    changes: tuple[float, ...] = ()
+    since: float | None = None
+    settle_at: float | None = None
+    state: str = "resolved"  # the alert after its last change
+    event: str | None = None  # the event of its last change

@@ -13,6 +13,7 @@ from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
+from receiver.store.flaps import FLAPS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
@@ -181,6 +182,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     NOTICE_EVENT_SCHEMA,
     # 19: the channel that sends each outbox row (SQLite's 22).
     OUTBOX_CHANNEL_SCHEMA,
+    # 20: flap detection's record of each alert under each rule with `flap:` (SQLite's 23).
+    FLAPS_SCHEMA.format(real="DOUBLE PRECISION"),
 ]
 
 

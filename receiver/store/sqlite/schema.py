@@ -13,6 +13,7 @@ from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
+from receiver.store.flaps import FLAPS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
@@ -198,6 +199,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     NOTICE_EVENT_SCHEMA,
     # 22: the channel that sends each outbox row (receiver.notify.registry).
     OUTBOX_CHANNEL_SCHEMA,
+    # 23: flap detection's record of each alert under each rule with `flap:`.
+    FLAPS_SCHEMA.format(real="REAL"),
 ]
 
 
