@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from receiver.backtest_result import HOUR, Comparison, Paged, Result, Tally, compare
-from receiver.dispatch import inhibition
+from receiver.dispatch import flap, inhibition
 from receiver.dispatch.alerts import Transition, apply
 from receiver.dispatch.pipeline import UNTITLED, Pipeline
 from receiver.dispatch.silences import active_silences
@@ -296,6 +296,10 @@ class Backtest:
                 self._step(row, state)
             if state == "inhibited" and row.reason:  # "inhibited by NAME (EVENT, ...)"
                 result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
+            elif state == "flapping":
+                result.flapping[row.alert or "?"] += 1
+            elif kind == flap.KIND and (row.reason or "").startswith(flap.STARTED):
+                result.flap_periods.add((row.rule, row.alert or "?", row.created_at))
             if state == "pending" or state == "held":  # sent when deliver_due() gets to it
                 if row.id not in waiting:
                     waiting[row.id] = self._episode(row)

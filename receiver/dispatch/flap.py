@@ -31,6 +31,7 @@ from receiver.store.records import Alert, Flap, Notification
 
 KIND = "flap"  # the outbox kind of the flapping message and of a settled-resolved note
 STATE = "flapping"  # the outbox state of what flapping held back
+STARTED = "started flapping"  # the head of the flapping message's reason
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def count(
             continue
         quiet = format_duration(spec.quiet)
         if old.since is None:
-            why = f"started flapping: {spec.text}; quiet until {quiet} without a change"
+            why = f"{STARTED}: {spec.text}; quiet until {quiet} without a change"
         else:
             why = f"{_word(alert.id, alert.state)} again, flapping since {_clock(new.since)}"
             why += f"; quiet until {quiet} without a change"
@@ -101,7 +102,9 @@ def announce(
         f"No message for each change until it stays {format_duration(spec.quiet)} in one"
         " state; then one saying where it settled."
     )
-    _send(tx, ruleset, rule, alert, payload, title, _linked(body, alert, links), now, silences)
+    body = _linked(body, alert, links)
+    why = f"{STARTED}: {spec.text}, now {word}"
+    _send(tx, ruleset, rule, alert, payload, title, body, now, silences, why)
 
 
 def settle(
@@ -127,7 +130,8 @@ def settle(
         if alert.state != "open":
             title = f"[{rule.name}] settled {_word(alert.id, alert.state)}: {alert.id}"
             body = f"{alert.id} settled {_word(alert.id, alert.state)} {since}."
-            _send(tx, ruleset, rule, alert, opener(tx, alert), title, body, now, silences)
+            why = f"settled {_word(alert.id, alert.state)}"
+            _send(tx, ruleset, rule, alert, opener(tx, alert), title, body, now, silences, why)
             continue
         _settled_open(tx, ruleset, rule, alert, flap, since, now, silences, links)
 
@@ -179,10 +183,12 @@ def _send(
     body: str,
     now: float,
     silences: Active,
+    why: str,
 ) -> None:
-    """One message of kind flap to the rule's targets, filed under the alert's opener."""
+    """One message of kind flap to the rule's targets, filed under the alert's opener, with
+    why as its reason (or what silences it)."""
     held = suppression(tx, ruleset, rule, fields, silences, now, alert.id)
-    state, reason = ("pending", None) if held is None else (held[0], held[2])
+    state, reason = ("pending", why) if held is None else (held[0], held[2])
     for d in targets(ruleset, rule, title, body, now):
         tx.outbox.add(
             alert.opened_event or "-", _notification(ruleset, d, d.title, d.body), state=state,

@@ -23,7 +23,7 @@ FLAPS_SCHEMA = """
     );
     CREATE INDEX flaps_settle ON flaps (settle_at) WHERE settle_at IS NOT NULL;
 """
-_COLUMNS = "rule, alert, changes, since, settle_at, state, event"
+FLAP_COLUMNS = "rule, alert, changes, since, settle_at, state, event"
 
 
 def changed(
@@ -39,7 +39,8 @@ def changed(
     return Flap(old.rule, old.alert, times, since, settle_at, state, event)
 
 
-def _flap(row: tuple[object, ...]) -> Flap:
+def read_flap(row: tuple[object, ...]) -> Flap:
+    """A Flap from a row of FLAP_COLUMNS."""
     rule, alert, changes, since, settle_at, state, event = row
     return Flap(
         str(rule), str(alert), tuple(json.loads(str(changes))),
@@ -64,12 +65,12 @@ class SQLTxFlaps:
         """Count one change of the alert (it opened or resolved) under rule: (the record
         before, the record after)."""
         row = self.st.q(
-            f"SELECT {_COLUMNS} FROM flaps WHERE alert = ? AND rule = ?", (alert, rule)
+            f"SELECT {FLAP_COLUMNS} FROM flaps WHERE alert = ? AND rule = ?", (alert, rule)
         ).fetchone()
-        old = Flap(rule, alert) if row is None else _flap(row)
+        old = Flap(rule, alert) if row is None else read_flap(row)
         new = changed(old, state, event, now, changes=changes, within=within, quiet=quiet)
         self.st.q(
-            f"INSERT INTO flaps ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO flaps ({FLAP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (alert, rule) DO UPDATE SET changes = excluded.changes,"
             " since = excluded.since, settle_at = excluded.settle_at,"
             " state = excluded.state, event = excluded.event",
@@ -80,11 +81,11 @@ class SQLTxFlaps:
     def due(self, now: float, limit: int = 100) -> list[Flap]:
         """Flapping records whose quiet has passed by now, soonest first."""
         rows = self.st.q(
-            f"SELECT {_COLUMNS} FROM flaps WHERE settle_at IS NOT NULL AND settle_at <= ?"
+            f"SELECT {FLAP_COLUMNS} FROM flaps WHERE settle_at IS NOT NULL AND settle_at <= ?"
             " ORDER BY settle_at LIMIT ?",
             (now, limit),
         )
-        return [_flap(r) for r in rows]
+        return [read_flap(r) for r in rows]
 
     def settle(self, rule: str, alert: str, now: float) -> bool:
         """End the flapping of (rule, alert) if its quiet has passed by now and it is still
@@ -102,5 +103,7 @@ class SQLTxFlaps:
 
     def of(self, alert: str) -> list[Flap]:
         """The alert's records, by rule."""
-        rows = self.st.q(f"SELECT {_COLUMNS} FROM flaps WHERE alert = ? ORDER BY rule", (alert,))
-        return [_flap(r) for r in rows]
+        rows = self.st.q(
+            f"SELECT {FLAP_COLUMNS} FROM flaps WHERE alert = ? ORDER BY rule", (alert,)
+        )
+        return [read_flap(r) for r in rows]

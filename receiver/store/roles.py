@@ -20,6 +20,7 @@ from receiver.store.records import (
     Chain,
     EventQuery,
     EventRow,
+    Flap,
     Noise,
     OutboxQuery,
     OutboxRow,
@@ -243,6 +244,9 @@ class Alerts(Protocol):
 
     async def chains(self, alert_id: str) -> list[Chain]:
         """The alert's escalation chains, newest episode first."""
+
+    async def flaps(self, alert_id: str) -> list[Flap]:
+        """Flap detection's records of the alert (tx.flaps), by rule."""
 
     async def record(self, action: Action) -> None: ...
     async def actions(self, alert_ids: Iterable[str], *, limit: int = 100) -> list[Action]:
