@@ -21,6 +21,7 @@ from typing import Any
 
 from receiver.dispatch import escalations
 from receiver.dispatch.alerts import Transition, opener
+from receiver.dispatch.alerts import payload as stored_payload
 from receiver.dispatch.inhibition import suppression
 from receiver.dispatch.silences import Active
 from receiver.links import Links
@@ -41,6 +42,7 @@ class Flapping:
 
     reason: str
     started: bool
+    opened: str | None = None  # the event of the alert's last open the rule counted
 
 
 def count(
@@ -53,10 +55,13 @@ def count(
 ) -> dict[str, Flapping]:
     """Count the event's change of its alert under each rule with `flap` that follows it
     (an opening event: the rules it matched; a resolving one: the rules that counted the
-    alert before); the rules under which the alert is flapping now."""
+    alert before); the rules under which the alert is flapping now (for an update of an open
+    alert too, which is no change)."""
     alert = transition.alert
-    if alert is None or transition.what not in ("open", "resolve") or not ruleset.flaps:
+    if alert is None or not ruleset.flaps or transition.what not in ("open", "resolve", "update"):
         return {}
+    if transition.what == "update":  # no change, but while it flaps its drops are kept too
+        return _still(tx, ruleset, alert, matched)
     names = matched if transition.what == "open" else [f.rule for f in tx.flaps.of(alert.id)]
     found: dict[str, Flapping] = {}
     for name in dict.fromkeys(names):
@@ -76,8 +81,21 @@ def count(
         else:
             why = f"{_word(alert.id, alert.state)} again, flapping since {_clock(new.since)}"
             why += f"; quiet until {quiet} without a change"
-        found[name] = Flapping(why, old.since is None)
+        found[name] = Flapping(why, old.since is None, new.opened)
     return found
+
+
+def _still(tx: Tx, ruleset: Ruleset, alert: Alert, matched: Iterable[str]) -> dict[str, Flapping]:
+    """The matched rules with flap under which the alert flaps: an update of it (another
+    drop while open) is kept as any change would be."""
+    names = {n for n in matched if (rule := ruleset.by_name.get(n)) and rule.flap is not None}
+    if not names:
+        return {}
+    return {
+        f.rule: Flapping(f"flapping since {_clock(f.since)}, an update of the alert", False)
+        for f in tx.flaps.of(alert.id)
+        if f.rule in names and f.since is not None
+    }
 
 
 def announce(
@@ -90,9 +108,11 @@ def announce(
     *,
     silences: Active,
     links: Links | None,
+    opened: str | None,
 ) -> None:
     """The one message saying the alert started flapping, to the rule's targets (a rule that
-    only escalates: its first step's); silenced, muted or inhibited as the event would be."""
+    only escalates: its first step's), filed under the rule's last opening event of it
+    (opened); silenced, muted or inhibited as the event would be."""
     spec = rule.flap
     assert spec is not None
     word = _word(alert.id, alert.state)
@@ -104,7 +124,7 @@ def announce(
     )
     body = _linked(body, alert, links)
     why = f"{STARTED}: {spec.text}, now {word}"
-    _send(tx, ruleset, rule, alert, payload, title, body, now, silences, why)
+    _send(tx, ruleset, rule, alert, opened, payload, title, body, now, silences, why)
 
 
 def settle(
@@ -127,11 +147,17 @@ def settle(
             continue  # the rule is gone, or no longer detects flapping: nothing to say
         counts["flap"] += 1
         since = f"after flapping since {_clock(flap.since or now)}"
-        if alert.state != "open":
-            title = f"[{rule.name}] settled {_word(alert.id, alert.state)}: {alert.id}"
-            body = f"{alert.id} settled {_word(alert.id, alert.state)} {since}."
-            why = f"settled {_word(alert.id, alert.state)}"
-            _send(tx, ruleset, rule, alert, opener(tx, alert), title, body, now, silences, why)
+        # Open as the rule saw it: the episode its last counted open opened (an episode
+        # opened by an event the rule does not match is no change of the rule's).
+        if alert.state != "open" or flap.state != "open" or alert.opened_event != flap.opened:
+            word = _word(alert.id, "resolved")
+            title = f"[{rule.name}] settled {word}: {alert.id}"
+            body = f"{alert.id} settled {word} {since}."
+            fields = stored_payload(tx, flap.opened or "") or {}
+            _send(
+                tx, ruleset, rule, alert, flap.opened, fields, title, body, now, silences,
+                f"settled {word}",
+            )  # fmt: skip
             continue
         _settled_open(tx, ruleset, rule, alert, flap, since, now, silences, links)
 
@@ -178,6 +204,7 @@ def _send(
     ruleset: Ruleset,
     rule: Rule,
     alert: Alert,
+    event: str | None,
     fields: Mapping[str, Any],
     title: str,
     body: str,
@@ -185,13 +212,14 @@ def _send(
     silences: Active,
     why: str,
 ) -> None:
-    """One message of kind flap to the rule's targets, filed under the alert's opener, with
-    why as its reason (or what silences it)."""
+    """One message of kind flap to the rule's targets, filed under event (the rule's last
+    opening event of the alert), with why as its reason (or what silences it)."""
     held = suppression(tx, ruleset, rule, fields, silences, now, alert.id)
     state, reason = ("pending", why) if held is None else (held[0], held[2])
     for d in targets(ruleset, rule, title, body, now):
         tx.outbox.add(
-            alert.opened_event or "-", _notification(ruleset, d, d.title, d.body), state=state,
+            event or alert.opened_event or "-", _notification(ruleset, d, d.title, d.body),
+            state=state,
             now=now, reason=reason, kind=KIND, alert=alert.id, episode=alert.episode,
         )  # fmt: skip
 

@@ -116,6 +116,7 @@ class Pipeline:
                 flap.announce(
                     self.tx, self.ruleset, self.ruleset.by_name[name], transition.alert,
                     payload, self.now, silences=self.silences, links=self.links,
+                    opened=flapping.opened,
                 )  # fmt: skip
                 self.counts["flap"] += 1
 

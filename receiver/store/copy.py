@@ -54,7 +54,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     ),
     "inhibitors": ("rule", "key", "alert", "episode", "event", "since"),
     "storms": ("rule", "start", "count", "prev"),
-    "flaps": ("alert", "rule", "changes", "since", "settle_at", "state", "event"),
+    "flaps": ("alert", "rule", "changes", "since", "settle_at", "state", "event", "opened"),
     "groups": ("id", "rule", "key", "opened_at", "closes_at", "count", "members", "state"),
     "silences": ("id", "matchers", "reason", "created_at", "starts_at", "ends_at", "expired_at"),
     "state": ("name", "value"),

@@ -19,11 +19,12 @@ FLAPS_SCHEMA = """
         settle_at {real},
         state TEXT NOT NULL,
         event TEXT,
+        opened TEXT,
         PRIMARY KEY (alert, rule)
     );
     CREATE INDEX flaps_settle ON flaps (settle_at) WHERE settle_at IS NOT NULL;
 """
-FLAP_COLUMNS = "rule, alert, changes, since, settle_at, state, event"
+FLAP_COLUMNS = "rule, alert, changes, since, settle_at, state, event, opened"
 
 
 def changed(
@@ -36,17 +37,19 @@ def changed(
     times = (*(t for t in old.changes if t > now - within), now)[-changes:]
     since = now if old.since is None and len(times) >= changes else old.since
     settle_at = now + quiet if since is not None else None
-    return Flap(old.rule, old.alert, times, since, settle_at, state, event)
+    opened = event if state == "open" else old.opened
+    return Flap(old.rule, old.alert, times, since, settle_at, state, event, opened)
 
 
 def read_flap(row: tuple[object, ...]) -> Flap:
     """A Flap from a row of FLAP_COLUMNS."""
-    rule, alert, changes, since, settle_at, state, event = row
+    rule, alert, changes, since, settle_at, state, event, opened = row
     return Flap(
         str(rule), str(alert), tuple(json.loads(str(changes))),
         None if since is None else float(since),  # type: ignore[arg-type]
         None if settle_at is None else float(settle_at),  # type: ignore[arg-type]
         str(state), None if event is None else str(event),
+        None if opened is None else str(opened),
     )  # fmt: skip
 
 
@@ -70,11 +73,20 @@ class SQLTxFlaps:
         old = Flap(rule, alert) if row is None else read_flap(row)
         new = changed(old, state, event, now, changes=changes, within=within, quiet=quiet)
         self.st.q(
-            f"INSERT INTO flaps ({FLAP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO flaps ({FLAP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (alert, rule) DO UPDATE SET changes = excluded.changes,"
             " since = excluded.since, settle_at = excluded.settle_at,"
-            " state = excluded.state, event = excluded.event",
-            (rule, alert, json.dumps(list(new.changes)), new.since, new.settle_at, state, event),
+            " state = excluded.state, event = excluded.event, opened = excluded.opened",
+            (
+                rule,
+                alert,
+                json.dumps(list(new.changes)),
+                new.since,
+                new.settle_at,
+                state,
+                event,
+                new.opened,
+            ),  # fmt: skip
         )
         return old, new
 

@@ -496,3 +496,4 @@ class Flap:
     settle_at: float | None = None
     state: str = "resolved"  # the alert after its last change
     event: str | None = None  # the event of its last change
+    opened: str | None = None  # the event of its last open (its messages are filed there)

@@ -150,3 +150,16 @@ def test_escalation_pauses_while_flapping_and_resumes_when_it_settles_open(
     routed.advance(5 * 60)
     pages = [r for r in routed.rows() if r.kind == "escalation" and r.state == "pending"]
     assert len(pages) == 4  # the second step
+
+
+@pytest.mark.parametrize("routed", [FLAP + "\n    escalate: page"], indirect=True)
+def test_another_drop_of_an_alert_that_flaps_is_kept_and_starts_no_chain(
+    routed: Routed,
+) -> None:
+    oscillate(routed, 5)  # flapping, and open
+    stamp = at(routed.now - T0.timestamp())
+    routed.send(sample("score.drop", id="again", sessionId="s1", timestamp=stamp))
+    [row] = [r for r in routed.rows("again") if r.kind == "event"]
+    assert row.state == "flapping" and "an update of the alert" in (row.reason or "")
+    assert routed.explain("again")["rules"][0]["decision"] == "flapping"
+    assert not [c for c in routed.chains("session:s1") if c.next_at is not None]
