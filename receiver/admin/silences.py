@@ -8,6 +8,7 @@ from starlette.responses import Response
 
 from receiver.admin._common import Admin, row_id
 from receiver.admin.auth import Session
+from receiver.dispatch import silences
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.errors import ReceiverError
 from receiver.rules.match import parse_matchers
@@ -35,8 +36,12 @@ async def _add(admin: Admin, form: FormData) -> str | None:
     matchers, problems = parse_matchers(str(form.get("matchers", "")).splitlines())
     if problems:
         return "; ".join(problems)
+    until_resolved = form.get("until_resolved") is not None
+    after: float | None = None
     try:
         seconds = parse_duration(str(form.get("duration", "")).strip(), limit=MAX_SPAN)
+        if until_resolved:
+            after = parse_duration(str(form.get("after") or "5m").strip(), limit=MAX_SPAN)
     except (ValueError, ReceiverError) as exc:
         return str(exc)
     reason = str(form.get("reason", "")).strip()
@@ -44,8 +49,8 @@ async def _add(admin: Admin, form: FormData) -> str | None:
         return "a reason is needed: it is shown with every silenced notification"
     now = admin.clock()
 
-    def add(tx: Tx) -> int:
-        return tx.silences.add(matchers, reason, now, now + seconds)
+    def add(tx: Tx) -> tuple[int, tuple[str, ...]]:
+        return silences.add(tx, matchers, reason, now, now + seconds, after=after)
 
     await admin.store.transact(add)
     return None

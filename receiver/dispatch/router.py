@@ -33,6 +33,7 @@ from receiver.dispatch import escalations
 from receiver.dispatch.alerts import EpisodeGuess, alert_id, stored_alerts
 from receiver.dispatch.fanout import fan_out
 from receiver.dispatch.pipeline import Pipeline
+from receiver.dispatch.silences import end_resolved
 from receiver.errors import StorageUnavailableError
 from receiver.events import load_stored
 from receiver.links import Links, LinkSource
@@ -260,6 +261,7 @@ class Router:
         def work(tx: Tx) -> Counter[str]:
             if not tx.try_lock("timers"):  # another replica runs them this turn
                 return Counter()
+            end_resolved(tx, now)  # before the pipeline reads which silences are in force
             pipeline = Pipeline(tx, ruleset, now, links=self.links)
             pipeline.repeats()
             pipeline.flaps()

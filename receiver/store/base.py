@@ -274,7 +274,13 @@ class TxSilences(Protocol):
     """Silences (tx.silences)."""
 
     def active(self, now: float) -> list[Silence]: ...
-    def add(self, matchers: dict[str, Any], reason: str, now: float, until: float) -> int: ...
+    def add(
+        self, matchers: dict[str, Any], reason: str, now: float, until: float, *,
+        after: float | None = None, alerts: tuple[str, ...] = (),
+    ) -> int:  # fmt: skip
+        """A silence from now to until; with after, one that ends once every alert of
+        alerts (the open ones it matched now) has been resolved for after seconds."""
+
     def expire(self, silence_id: int, now: float) -> bool:
         """End a silence now; False if it has ended already (or never was)."""
 

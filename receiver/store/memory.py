@@ -351,10 +351,13 @@ class MemorySilences:
             if s.expired_at is None and s.starts_at <= now < s.ends_at
         ]
 
-    def add(self, matchers: dict[str, Any], reason: str, now: float, until: float) -> int:
+    def add(
+        self, matchers: dict[str, Any], reason: str, now: float, until: float, *,
+        after: float | None = None, alerts: tuple[str, ...] = (),
+    ) -> int:  # fmt: skip
         silence_id = next(self.t.silence_ids)
         self.t.silences[silence_id] = Silence(
-            silence_id, dict(matchers), reason, now, until, None, now
+            silence_id, dict(matchers), reason, now, until, None, now, after, tuple(alerts)
         )
         return silence_id
 

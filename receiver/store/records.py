@@ -224,6 +224,8 @@ class Silence:
     ends_at: float
     expired_at: float | None = None
     created_at: float = 0.0
+    after: float | None = None  # until resolved: it ends once its alerts are resolved this long
+    alerts: tuple[str, ...] = ()  # until resolved: the open alerts it matched when made
 
 
 @dataclass(frozen=True)
@@ -486,8 +488,7 @@ class Backlog:
 
 @dataclass(frozen=True)
 class Flap:
-    """Flap detection's record of an alert under a rule (tx.flaps): its latest changes'
-    times, flapping since when (None: not) and settling when, and its last change."""
+    """Flap detection's record of an alert under a rule (tx.flaps; receiver.store.flaps)."""
 
     rule: str
     alert: str

@@ -373,4 +373,15 @@ def scenario(seed: int) -> Scenario:
     refused: list[str] = []
     files = [rules_text(r, refused) for _ in range(r.choice([1, 1, 2, 3]))]
     start = T0 + r.randint(0, 7 * 24) * 3600.0 + r.randint(0, 59) * 60.0
-    return Scenario(seed, start, files, stream(r, start, len(files)), refused)
+    ops = stream(r, start, len(files))
+    _until_resolved(seed, ops)
+    return Scenario(seed, start, files, ops, refused)
+
+
+def _until_resolved(seed: int, ops: list[Op]) -> None:
+    """Some silences end with their alerts (`--until-resolved --after N`): drawn from a
+    generator of their own, so every other draw of the seed stays what it was."""
+    r = random.Random(f"until-resolved {seed}")
+    for op in ops:
+        if op.kind == "silence" and r.random() < 0.4:
+            op.data["after"] = float(r.choice([60, 300, 900]))

@@ -37,6 +37,7 @@ from receiver import events as receiver_events
 from receiver.dispatch import actions, pipeline
 from receiver.dispatch.alerts import Transition
 from receiver.dispatch.router import WAKE_EVERY, Router
+from receiver.dispatch.silences import add as add_silence
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
 from receiver.store import SQLiteStore
@@ -293,9 +294,12 @@ class Run:
         elif kind == "silence":
             until = self.now + float(data["for"])
             matchers = data["match"]
-            sid = await self.store.transact(
-                lambda tx: tx.silences.add(matchers, "sim", self.now, until)
+            added = await self.store.transact(
+                lambda tx: add_silence(
+                    tx, matchers, "sim", self.now, until, after=data.get("after")
+                )
             )
+            sid = added[0]
             self.silences.append(sid)
         elif kind == "unsilence":
             if self.silences:

@@ -16,7 +16,7 @@ from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.flaps import FLAPS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
-from receiver.store.routing import STORMS_SCHEMA
+from receiver.store.routing import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
@@ -184,6 +184,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     OUTBOX_CHANNEL_SCHEMA,
     # 20: flap detection's record of each alert under each rule with `flap:` (SQLite's 23).
     FLAPS_SCHEMA.format(real="DOUBLE PRECISION"),
+    # 21: silences that end with their alerts (SQLite's 24).
+    SILENCE_UNTIL_RESOLVED_SCHEMA.format(real="DOUBLE PRECISION"),
 ]
 
 

@@ -16,7 +16,7 @@ from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.flaps import FLAPS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
-from receiver.store.routing import STORMS_SCHEMA
+from receiver.store.routing import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
@@ -201,6 +201,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     OUTBOX_CHANNEL_SCHEMA,
     # 23: flap detection's record of each alert under each rule with `flap:`.
     FLAPS_SCHEMA.format(real="REAL"),
+    # 24: silences that end with their alerts.
+    SILENCE_UNTIL_RESOLVED_SCHEMA.format(real="REAL"),
 ]
 
 
