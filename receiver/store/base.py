@@ -284,6 +284,7 @@ class TxSilences(Protocol):
     def expire(self, silence_id: int, now: float) -> bool:
         """End a silence now; False if it has ended already (or never was)."""
 
+    def get(self, silence_id: int) -> Silence | None: ...
     def recent(self, limit: int = 100) -> list[Silence]:
         """The newest silences, ended ones too."""
 

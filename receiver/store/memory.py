@@ -368,6 +368,9 @@ class MemorySilences:
         self.t.silences[silence_id] = replace(silence, expired_at=now, ends_at=now)
         return True
 
+    def get(self, silence_id: int) -> Silence | None:
+        return self.t.silences.get(silence_id)
+
     def recent(self, limit: int = 100) -> list[Silence]:
         return sorted(self.t.silences.values(), key=lambda s: -s.id)[:limit]
 

@@ -160,6 +160,12 @@ class SQLTxSilences:
         )
         return bool(done.rowcount == 1)
 
+    def get(self, silence_id: int) -> Silence | None:
+        row = self.st.q(
+            f"SELECT {_SILENCE_COLUMNS} FROM silences WHERE id = ?", (silence_id,)
+        ).fetchone()
+        return None if row is None else _silence(row)
+
     def recent(self, limit: int = 100) -> list[Silence]:
         rows = self.st.q(
             f"SELECT {_SILENCE_COLUMNS} FROM silences ORDER BY id DESC LIMIT ?", (limit,)
