@@ -8,11 +8,9 @@ from starlette.responses import Response
 
 from receiver.admin._common import Admin, row_id
 from receiver.admin.auth import Session
-from receiver.dispatch import silences
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.errors import ReceiverError
 from receiver.rules.match import parse_matchers
-from receiver.store.base import Tx
 
 
 async def listing(admin: Admin, request: Request, session: Session) -> Response:
@@ -22,7 +20,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
         if error is None:
             return admin.back("/admin/silences")
     now = admin.clock()
-    found = await admin.store.transact(lambda tx: tx.silences.recent(200))
+    found = await admin.store.silences.recent(200)
     return await admin.view(
         request,
         session,
@@ -49,10 +47,7 @@ async def _add(admin: Admin, form: FormData) -> str | None:
         return "a reason is needed: it is shown with every silenced notification"
     now = admin.clock()
 
-    def add(tx: Tx) -> tuple[int, tuple[str, ...]]:
-        return silences.add(tx, matchers, reason, now, now + seconds, after=after)
-
-    await admin.store.transact(add)
+    await admin.store.silences.add(matchers, reason, now, now + seconds, after=after)
     return None
 
 
@@ -68,5 +63,5 @@ async def expire(admin: Admin, request: Request, session: Session) -> Response:
         )
     if row_id(silence_id) is not None:
         now = admin.clock()
-        await admin.store.transact(lambda tx: tx.silences.expire(int(silence_id), now))
+        await admin.store.silences.expire(int(silence_id), now)
     return admin.back("/admin/silences")

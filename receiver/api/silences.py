@@ -1,6 +1,6 @@
 """POST /v1/silences, GET /v1/silences and DELETE /v1/silences/:id (role writer): the silences
 `receiver silence` and the admin page make, added by the same function
-(receiver.dispatch.silences.add), until resolved too; and their OpenAPI part (SCHEMAS,
+(store.silences), until resolved too; and their OpenAPI part (SCHEMAS,
 PATHS), merged into the document by receiver.api.openapi."""
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from starlette.routing import Route
 from receiver.api import limits
 from receiver.api.alerts_schema import SNOOZE_FOR
 from receiver.api.auth import Access
-from receiver.dispatch import silences
 from receiver.durations import MAX_SPAN, format_duration, parse_duration
 from receiver.errors import InvalidParameterError, SilenceNotFoundError
 from receiver.events import iso_epoch
@@ -133,21 +132,14 @@ class SilencesAPI:
             exc.headers = headers
             raise
         now = self.clock()
-
-        def add(tx: Any) -> Silence:
-            silence_id, _ = silences.add(tx, matchers, reason, now, now + seconds, after=after)
-            found = tx.silences.get(silence_id)
-            assert found is not None
-            return found  # type: ignore[no-any-return]
-
-        made = await self.store.transact(add)
+        made = await self.store.silences.add(matchers, reason, now, now + seconds, after=after)
         return JSONResponse(describe(made, now), status_code=201, headers=headers)
 
     async def list(self, request: Request) -> Response:
         _, headers = await self.access.check(request, "writer")
         every = request.query_params.get("all") == "true"
         now = self.clock()
-        found = await self.store.transact(lambda tx: tx.silences.recent(LISTED))
+        found = await self.store.silences.recent(LISTED)
         shown = [describe(s, now) for s in found]
         if not every:
             shown = [s for s in shown if s["state"] == "active"]
@@ -160,12 +152,7 @@ class SilencesAPI:
         if silence_id is None or silence_id > 2**62:
             raise SilenceNotFoundError(f"no silence has the id {wanted[:40]!r}", headers=headers)
         now = self.clock()
-
-        def expire(tx: Any) -> tuple[bool, Silence | None]:
-            done = tx.silences.expire(silence_id, now)
-            return done, tx.silences.get(silence_id)
-
-        done, found = await self.store.transact(expire)
+        done, found = await self.store.silences.expire(silence_id, now)
         if found is None:
             raise SilenceNotFoundError(f"no silence has the id {wanted[:40]!r}", headers=headers)
         body = {"result": "done" if done else "already", "silence": describe(found, now)}

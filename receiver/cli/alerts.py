@@ -13,7 +13,7 @@ import click
 
 from receiver.api.alerts import describe
 from receiver.cli._common import db_option, echo, load_rules, rules_option, when, with_store
-from receiver.dispatch import actions, silences
+from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, format_duration, parse_duration
 from receiver.events import date_or_why
 from receiver.links import source
@@ -217,11 +217,10 @@ def silence_add(
     seconds = _span(duration or UNTIL_RESOLVED_FOR, "--for")
     wait = _span(after or UNTIL_RESOLVED_AFTER, "--after") if until_resolved else None
     now = time.time()
-    silence_id, alerts = with_store(
-        db, lambda s: s.transact(
-            lambda tx: silences.add(tx, matchers, reason, now, now + seconds, after=wait)
-        ),
-    )  # fmt: skip
+    made = with_store(
+        db, lambda s: s.silences.add(matchers, reason, now, now + seconds, after=wait)
+    )
+    silence_id, alerts = made.id, made.alerts
     ends = f"until {when(now + seconds)}"
     if wait is not None:
         ends = f"until resolved (after {format_duration(wait)}; at most {ends})"
@@ -245,7 +244,7 @@ def _span(text: str, hint: str) -> float:
 def silence_list(db: str, show_all: bool) -> None:
     """List silences, newest first: active ones, or all with --all."""
     now = time.time()
-    found = with_store(db, lambda s: s.transact(lambda tx: tx.silences.recent()))
+    found = with_store(db, lambda s: s.silences.recent())
     shown = 0
     for s in found:
         active = s.expired_at is None and s.ends_at > now
@@ -284,7 +283,7 @@ def silence_expire(db: str, silence_id: int) -> None:
         receiver silence expire 3
     """
     now = time.time()
-    if not with_store(db, lambda s: s.transact(lambda tx: tx.silences.expire(silence_id, now))):
+    if not with_store(db, lambda s: s.silences.expire(silence_id, now))[0]:
         raise click.ClickException(f"no active silence #{silence_id}")
     echo(f"silence #{silence_id} expired")
 

@@ -1,5 +1,5 @@
 """Silences in force: each one's matchers compiled once, and which of them silence a payload;
-adding one, and ending those that end with their alerts (until resolved)."""
+ending those that end with their alerts (until resolved; added by store.silences)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from receiver.dispatch.alerts import opener
 from receiver.events import to_utc
 from receiver.rules.match import Condition, compile_match
 from receiver.store.base import Tx
@@ -64,31 +63,6 @@ def _refused_silence(silence_id: int, problems: str) -> None:
         silence_id,
         problems,
     )
-
-
-def add(
-    tx: Tx,
-    matchers: dict[str, Any],
-    reason: str,
-    now: float,
-    until: float,
-    *,
-    after: float | None = None,
-) -> tuple[int, tuple[str, ...]]:
-    """Add a silence from now to until: (its id, the alerts it ends with). With after (until
-    resolved), it also ends once every alert open now whose opening event it matches has
-    been resolved for after seconds (a flap re-firing inside that keeps it); one that
-    matches no open alert ends after seconds after now. The one way the CLI, the admin page
-    and the API add a silence."""
-    alerts: tuple[str, ...] = ()
-    if after is not None:
-        conditions, _ = compile_match(matchers)  # checked already by parse_matchers
-        alerts = tuple(
-            a.id
-            for a in tx.alerts.list_open(limit=100_000)
-            if all(c.holds(opener(tx, a)) for c in conditions)
-        )
-    return tx.silences.add(matchers, reason, now, until, after=after, alerts=alerts), alerts
 
 
 def end_resolved(tx: Tx, now: float) -> list[int]:

@@ -34,6 +34,7 @@ from receiver.store.roles import (
     OnAccepted,
     Outbox,
     Sessions,
+    Silences,
     Stats,
     Upstream,
     Webhooks,
@@ -418,6 +419,8 @@ class Store(Protocol):
     def events(self) -> Events: ...
     @property
     def alerts(self) -> Alerts: ...
+    @property
+    def silences(self) -> Silences: ...
     @property
     def stats(self) -> Stats: ...
     @property

@@ -29,6 +29,7 @@ from receiver.store.records import (
     Replay,
     SessionPage,
     SessionQuery,
+    Silence,
     StoredEvent,
     Webhook,
 )
@@ -212,6 +213,23 @@ class Keys(Protocol):
         """The live key with this hash, and whether this request is within its plan's
         limit (None for a plan without one, or a key whose role is below `role`: that
         request is refused for its role and not counted); shared by every replica."""
+
+
+class Silences(Protocol):
+    """The silences operators make (store.silences; receiver.store.silences): the CLI, the
+    admin page and the API add, list and end them through this one role."""
+
+    async def add(
+        self, matchers: dict[str, Any], reason: str, now: float, until: float, *,
+        after: float | None = None,
+    ) -> Silence:  # fmt: skip
+        """A silence from now to until; with after, until resolved (add_silence)."""
+
+    async def recent(self, limit: int = 100) -> list[Silence]:
+        """The newest silences, ended ones too."""
+
+    async def expire(self, silence_id: int, now: float) -> tuple[bool, Silence | None]:
+        """End a silence now: whether this ended it, and the silence (None: no such id)."""
 
 
 class Alerts(Protocol):

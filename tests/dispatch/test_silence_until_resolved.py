@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from receiver.dispatch import silences
 from receiver.events import sample
+from receiver.store.silences import add_silence
 from tests.dispatch.key_pairs import T0, at
 from tests.dispatch.routed import Routed
 
@@ -40,9 +40,10 @@ def send(routed: Routed, kind: str, event_id: str, session: str) -> None:
 
 def add(routed: Routed, seconds: float, after: float) -> tuple[int, tuple[str, ...]]:
     now = routed.now
-    return routed.transact(
-        lambda tx: silences.add(tx, {"sessionId": "s*"}, "known", now, now + seconds, after=after)
+    made = routed.transact(
+        lambda tx: add_silence(tx, {"sessionId": "s*"}, "known", now, now + seconds, after=after)
     )
+    return made.id, made.alerts
 
 
 def active(routed: Routed) -> list[int]:
@@ -98,7 +99,7 @@ def test_one_that_matched_no_open_alert_ends_after_after(routed: Routed) -> None
 def test_a_plain_silence_is_not_ended_by_its_alerts(routed: Routed) -> None:
     send(routed, "score.drop", "d1", "s1")
     now = routed.now
-    routed.transact(lambda tx: silences.add(tx, {"sessionId": "s1"}, "plain", now, now + 3600))
+    routed.transact(lambda tx: add_silence(tx, {"sessionId": "s1"}, "plain", now, now + 3600))
     send(routed, "score.recover", "r1", "s1")
     routed.advance(30 * 60)
     assert len(active(routed)) == 1

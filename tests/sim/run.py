@@ -37,7 +37,6 @@ from receiver import events as receiver_events
 from receiver.dispatch import actions, pipeline
 from receiver.dispatch.alerts import Transition
 from receiver.dispatch.router import WAKE_EVERY, Router
-from receiver.dispatch.silences import add as add_silence
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
 from receiver.store import SQLiteStore
@@ -294,12 +293,10 @@ class Run:
         elif kind == "silence":
             until = self.now + float(data["for"])
             matchers = data["match"]
-            added = await self.store.transact(
-                lambda tx: add_silence(
-                    tx, matchers, "sim", self.now, until, after=data.get("after")
-                )
+            added = await self.store.silences.add(
+                matchers, "sim", self.now, until, after=data.get("after")
             )
-            sid = added[0]
+            sid = added.id
             self.silences.append(sid)
         elif kind == "unsilence":
             if self.silences:
