@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from receiver.cli import cli
+from receiver.events import iso_epoch, sample
 from receiver.simulator.walk import Walk, timestamp
 from tests.dispatch.test_lifecycle import T0
 from tests.harness import FakeClock, InProcessReceiver, eventually, http_client
@@ -123,3 +125,37 @@ def _decision(server: InProcessReceiver, event_id: str) -> str:
     ).json()
     [rule] = [r for r in found["rules"] if r["matched"]]
     return str(rule["decision"])
+
+
+def test_two_postgres_replicas_count_one_alert_s_changes_together(
+    tmp_path: Path, http_sink: HTTPSink, pg_url: str
+) -> None:
+    """Eight changes of one alert sent to two replicas alternately: the count lives in the
+    store, so it flaps once (one flapping message) and settles once."""
+    from tests import dbview
+    from tests.harness import Receiver
+
+    flap = "    flap: {changes: 4, within: 10m, quiet: 2s}"
+    text = RULES.format(url=http_sink.json_url(), flap=flap)
+    replicas = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        replicas.append(Receiver(tmp_path / name, rules=text, db=pg_url).start())
+    try:
+        start = time.time() - 60
+        routed = "SELECT count(*) FROM events WHERE routed_at IS NOT NULL"
+        for i in range(8):
+            kind = "score.drop" if i % 2 == 0 else "score.recover"
+            body = sample(kind, id=f"e{i}", sessionId="s1", timestamp=iso_epoch(start + i))
+            assert replicas[i % 2].send(body).status_code == 202
+            eventually(lambda i=i: dbview.query(pg_url, routed)[0][0] == i + 1, "routed in turn")
+        flaps = "SELECT reason FROM outbox WHERE kind = 'flap' ORDER BY id"
+        eventually(lambda: len(dbview.query(pg_url, flaps)) == 2, "flapping, then settled")
+        reasons = [str(r[0]) for r in dbview.query(pg_url, flaps)]
+        assert reasons[0].startswith("started flapping: 4 changes in 10m")
+        assert reasons[1] == "settled recovered"
+        held = "SELECT count(*) FROM outbox WHERE state = 'flapping'"
+        assert dbview.query(pg_url, held) == [(3,)]  # the 4th's resolved message, drops 5 and 7
+    finally:
+        for replica in replicas:
+            replica.stop()
