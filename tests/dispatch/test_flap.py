@@ -163,3 +163,24 @@ def test_another_drop_of_an_alert_that_flaps_is_kept_and_starts_no_chain(
     assert row.state == "flapping" and "an update of the alert" in (row.reason or "")
     assert routed.explain("again")["rules"][0]["decision"] == "flapping"
     assert not [c for c in routed.chains("session:s1") if c.next_at is not None]
+
+
+def test_an_alert_reopened_by_a_drop_the_rule_does_not_match_settles_as_the_rule_saw_it(
+    tmp_path: Path,
+) -> None:
+    """The rule counted s1's changes up to a recover; a shallow drop it does not match opens
+    s1 again: for the rule it settled resolved, and nothing is filed under that drop."""
+    deep = RULES.format(options=FLAP).replace(
+        "match: {type: score.drop}", "match: {type: score.drop, score: {lt: 30}}"
+    )
+    routed = Routed(tmp_path, deep, T0.timestamp())
+    try:
+        oscillate(routed, 4)  # deep drops and recovers: flapping, last resolved
+        stamp = at(routed.now - T0.timestamp())
+        shallow = sample("score.drop", id="shallow", sessionId="s1", score=35, timestamp=stamp)
+        routed.send(shallow)
+        routed.advance(20 * 60)
+        assert not routed.rows("shallow")
+        assert sent(routed.rows())[-1].title == "[r] settled recovered: session:s1"
+    finally:
+        routed.close()
