@@ -23,6 +23,7 @@ from receiver.api import openapi
 from receiver.api.alerts import AlertsAPI
 from receiver.api.auth import Access
 from receiver.api.sessions import SessionsAPI
+from receiver.api.silences import SilencesAPI
 from receiver.api.webhooks import WebhooksAPI
 from receiver.asgi import EXCEPTION_HANDLERS, ReceiverApp
 from receiver.dispatch.router import Router
@@ -104,6 +105,7 @@ def create_app(
                 clock=clock,
                 links=parts.links,
             ).routes(),
+            *SilencesAPI(store, parts.access, clock=clock).routes(),
             *(admin.routes() if admin is not None else []),
             *(
                 ActPages(

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from receiver.backtest_result import HOUR, Comparison, Paged, Result, Tally, compare
-from receiver.dispatch import inhibition
+from receiver.dispatch import flap, inhibition
 from receiver.dispatch.alerts import Transition, apply
 from receiver.dispatch.pipeline import UNTITLED, Pipeline
 from receiver.dispatch.silences import active_silences
@@ -158,8 +158,10 @@ class Backtest:
         if decisions or (
             what == "resolve"
             and alert is not None
-            and self._lifecycle
-            and self.tx.scratch.answers(alert)
+            and (
+                (self._lifecycle and self.tx.scratch.answers(alert))
+                or (self.ruleset.flaps and bool(self.tx.flaps.of(alert.id)))
+            )
         ):
             self.pipeline.event(event_id, payload, decisions, transition=transition)
             self._quiet_until = -math.inf
@@ -205,10 +207,12 @@ class Backtest:
         # The earliest time a timer may fall due, cheaply (stale heap entries included):
         # most events after the pipeline wrote rows find nothing due yet.
         silent = self._silent_at()
+        settles = self._settles()
         soonest = min(
             self.tx.scratch.earliest(),
             self._boundaries[-1] if self._boundaries else math.inf,
             math.inf if silent is None else silent,
+            math.inf if settles is None else settles,
         )
         if until < soonest:
             self._quiet_until = soonest
@@ -218,8 +222,8 @@ class Backtest:
             due, repeat, chain = scratch.next_due(), scratch.next_repeat(), scratch.next_chain()
             silent = self._silent_at()  # moves only as events arrive (or the heartbeat beats)
             boundary = self._boundaries[-1] if self._boundaries else None
-            now = None
-            for at in (due, repeat, chain, boundary, silent):
+            now, settles = None, self._settles()
+            for at in (due, repeat, chain, boundary, silent, settles):
                 if at and (now is None or at < now):
                     now = at
             if now is None or now > until:
@@ -231,6 +235,9 @@ class Backtest:
                 due, repeat, chain = scratch.next_due(), scratch.next_repeat(), None
             if due is not None and due <= now:
                 scratch.deliver_due(now)
+            if settles is not None and settles <= now:
+                self.pipeline.flaps()  # a settled-open alert may start its chain now
+                chain = None
             if repeat is not None and repeat <= now:
                 self.pipeline.repeats()
                 chain = None
@@ -242,6 +249,10 @@ class Backtest:
             if silent is not None and silent <= now:
                 self._beat(arrived=False)
             self._collect()
+
+    def _settles(self) -> float | None:
+        """When the next flapping period settles, if any does (rules with flap only)."""
+        return self.tx.flaps.next_due() if self.ruleset.flaps else None
 
     def _silent_at(self) -> float | None:
         """When the heartbeat would fire, if it has not yet."""
@@ -286,6 +297,10 @@ class Backtest:
                 self._step(row, state)
             if state == "inhibited" and row.reason:  # "inhibited by NAME (EVENT, ...)"
                 result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
+            elif state == "flapping":
+                result.flapping[row.alert or "?"] += 1
+            elif kind == flap.KIND and (row.reason or "").startswith(flap.STARTED):
+                result.flap_periods.add((row.rule, row.alert or "?", row.created_at))
             if state == "pending" or state == "held":  # sent when deliver_due() gets to it
                 if row.id not in waiting:
                     waiting[row.id] = self._episode(row)

@@ -76,6 +76,10 @@ class Result:
     # (policy, step) -> notifier -> pages: who each escalation step paged ("(silenced)": skipped)
     steps: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)
     inhibited: Counter[str] = field(default_factory=Counter)  # by inhibition rule: muted
+    # Flap detection: the messages held as flapping, by alert, and the flapping periods
+    # (rule, alert, start) that began.
+    flapping: Counter[str] = field(default_factory=Counter)
+    flap_periods: set[tuple[str, str, float]] = field(default_factory=set)
 
     def tallies(self, rule: str, notifier: str) -> tuple[Tally, Tally]:
         """The rule's and the notifier's tallies (made on first use)."""

@@ -25,7 +25,8 @@
     │       ├── InvalidWebhookError       400 invalid_webhook
     │       ├── WebhookNotFoundError      404 webhook_not_found
     │       ├── AlertNotFoundError        404 alert_not_found
-    │       └── EventNotFoundError        404 not_found
+    │       ├── EventNotFoundError        404 not_found
+    │       └── SilenceNotFoundError      404 not_found
     ├── StoreError                    the store failed outside a request
     ├── UpstreamError                 the upstream service refused, failed or was not reached
     └── ConfigError                   rules.yaml or settings are invalid; .problems lists each
@@ -172,6 +173,13 @@ class AlertNotFoundError(ApiError):
 class EventNotFoundError(ApiError):
     """GET /v1/events/:id/explain of an id the store does not have (DESIGN.md's generic
     not_found: there is no event_not_found code)."""
+
+    status = 404
+    code = "not_found"
+
+
+class SilenceNotFoundError(ApiError):
+    """DELETE /v1/silences/:id of an id no silence has (DESIGN.md's generic not_found)."""
 
     status = 404
     code = "not_found"

@@ -181,6 +181,7 @@ def test_no_get_head_or_options_changes_the_store(server: Receiver, http_sink: H
             "/admin/alerts/": ["session:sess_1"],
             "/admin/notifications/": [str(dead)],
             "/admin/silences/": [str(silence)],
+            "/v1/silences/": [str(silence)],
             "/admin/jobs/": ["1"],
             "/admin/keys/": ["other"],
             "/admin/static/": ["admin.css"],

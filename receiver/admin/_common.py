@@ -25,6 +25,7 @@ from receiver import __version__
 from receiver.admin.auth import COOKIE, AdminAuth, Session, csrf_ok
 from receiver.admin.jobs import Jobs
 from receiver.api.webhooks import delivery
+from receiver.durations import format_duration
 from receiver.events import date_or_why, iso_epoch
 from receiver.logs import LogLimiter
 from receiver.notify.redaction import shown_url, url_secrets
@@ -174,6 +175,7 @@ class Admin:
             undefined=jinja2.StrictUndefined,
         )
         self.env.filters["when"] = _when
+        self.env.filters["duration"] = format_duration
         # Every |urlencode in the templates is one path segment or one query value: a "/"
         # (which Jinja's own leaves as it is) must be escaped too, or an id holding one
         # links to another route.

@@ -92,6 +92,7 @@ async def detail(admin: Admin, request: Request, session: Session) -> Response:
             "paged": list(reversed(rows)),
             "actions": await admin.store.alerts.actions([alert.id]),
             "escalations": [escalation(c) for c in await admin.store.alerts.chains(alert.id)],
+            "flapping": [f for f in await admin.store.alerts.flaps(alert.id) if f.since],
             "target": await admin.targets(),
         },
     )

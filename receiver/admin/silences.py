@@ -11,7 +11,6 @@ from receiver.admin.auth import Session
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.errors import ReceiverError
 from receiver.rules.match import parse_matchers
-from receiver.store.base import Tx
 
 
 async def listing(admin: Admin, request: Request, session: Session) -> Response:
@@ -21,7 +20,7 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
         if error is None:
             return admin.back("/admin/silences")
     now = admin.clock()
-    found = await admin.store.transact(lambda tx: tx.silences.recent(200))
+    found = await admin.store.silences.recent(200)
     return await admin.view(
         request,
         session,
@@ -35,8 +34,12 @@ async def _add(admin: Admin, form: FormData) -> str | None:
     matchers, problems = parse_matchers(str(form.get("matchers", "")).splitlines())
     if problems:
         return "; ".join(problems)
+    until_resolved = form.get("until_resolved") is not None
+    after: float | None = None
     try:
         seconds = parse_duration(str(form.get("duration", "")).strip(), limit=MAX_SPAN)
+        if until_resolved:
+            after = parse_duration(str(form.get("after") or "5m").strip(), limit=MAX_SPAN)
     except (ValueError, ReceiverError) as exc:
         return str(exc)
     reason = str(form.get("reason", "")).strip()
@@ -44,10 +47,7 @@ async def _add(admin: Admin, form: FormData) -> str | None:
         return "a reason is needed: it is shown with every silenced notification"
     now = admin.clock()
 
-    def add(tx: Tx) -> int:
-        return tx.silences.add(matchers, reason, now, now + seconds)
-
-    await admin.store.transact(add)
+    await admin.store.silences.add(matchers, reason, now, now + seconds, after=after)
     return None
 
 
@@ -63,5 +63,5 @@ async def expire(admin: Admin, request: Request, session: Session) -> Response:
         )
     if row_id(silence_id) is not None:
         now = admin.clock()
-        await admin.store.transact(lambda tx: tx.silences.expire(int(silence_id), now))
+        await admin.store.silences.expire(int(silence_id), now)
     return admin.back("/admin/silences")

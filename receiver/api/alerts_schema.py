@@ -182,6 +182,7 @@ SCHEMAS: dict[str, Any] = {
                                 "inhibited",
                                 "storm",
                                 "stale",
+                                "flapping",
                                 "deduplicated",
                             ],
                         },

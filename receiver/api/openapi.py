@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from receiver.api import alerts_schema
+from receiver.api import alerts_schema, silences
 from receiver.api.sessions import DEFAULT_LIMIT, GROUP_BY, MAX_LIMIT, METRICS, WINDOWS
 from receiver.events import EVENT_TYPES
 from receiver.sessions import STATUSES
@@ -181,7 +181,7 @@ def document(version: str) -> dict[str, Any]:
             " Bearer <key>.",
         },
         "components": {
-            "schemas": {**SCHEMAS, **WEBHOOK_SCHEMAS, **alerts_schema.SCHEMAS},
+            "schemas": {**SCHEMAS, **WEBHOOK_SCHEMAS, **alerts_schema.SCHEMAS, **silences.SCHEMAS},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],
@@ -244,6 +244,7 @@ def document(version: str) -> dict[str, Any]:
             ),
             **_webhook_paths(),
             **alerts_schema.PATHS,
+            **silences.PATHS,
         },
     }
 

@@ -14,7 +14,7 @@ import click
 from receiver.api.alerts import describe
 from receiver.cli._common import db_option, echo, load_rules, rules_option, when, with_store
 from receiver.dispatch import actions
-from receiver.durations import MAX_SPAN, parse_duration
+from receiver.durations import MAX_SPAN, format_duration, parse_duration
 from receiver.events import date_or_why
 from receiver.links import source
 from receiver.rules.match import parse_matchers
@@ -166,6 +166,10 @@ def silence() -> None:
     """
 
 
+UNTIL_RESOLVED_FOR = "24h"  # an until-resolved silence's limit without --for
+UNTIL_RESOLVED_AFTER = "5m"
+
+
 @silence.command("add")
 @db_option
 @click.option(
@@ -178,27 +182,60 @@ def silence() -> None:
     'a number or true/false ("42" in double quotes for the text). Repeat for several; '
     "all must hold.",
 )
-@click.option("--for", "duration", required=True, help="How long: 30m, 2h, 1d.")
+@click.option(
+    "--for", "duration", help=f"How long: 30m, 2h, 1d (at most, with --until-resolved:"
+    f" {UNTIL_RESOLVED_FOR}). Required without --until-resolved."
+)  # fmt: skip
 @click.option("--reason", required=True, help="Why; shown with every silenced notification.")
-def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -> None:
+@click.option(
+    "--until-resolved", is_flag=True,
+    help="End once every alert it matches now has been resolved for --after.",
+)  # fmt: skip
+@click.option("--after", help="With --until-resolved: how long its alerts must stay resolved. [5m]")
+def silence_add(
+    db: str, matches: tuple[str, ...], duration: str | None, reason: str,
+    until_resolved: bool, after: str | None,
+) -> None:  # fmt: skip
     """Add a silence.
+
+    With --until-resolved it ends once every alert it matches now has been
+    resolved for --after (default 5m: a flap re-firing inside keeps it), or at
+    --for (default 24h), whichever comes first.
 
     Example:
 
         receiver silence add --match userId=user_42 --for 2h --reason "load test"
+        receiver silence add --match sessionId=sess_9 --until-resolved --reason "known"
     """
     matchers, problems = parse_matchers(matches)
     if problems:
         raise click.BadParameter("; ".join(problems), param_hint="--match")
-    try:
-        seconds = parse_duration(duration, limit=MAX_SPAN)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--for") from None
+    if duration is None and not until_resolved:
+        raise click.BadParameter("required (or --until-resolved)", param_hint="--for")
+    if after is not None and not until_resolved:
+        raise click.BadParameter("only with --until-resolved", param_hint="--after")
+    seconds = _span(duration or UNTIL_RESOLVED_FOR, "--for")
+    wait = _span(after or UNTIL_RESOLVED_AFTER, "--after") if until_resolved else None
     now = time.time()
-    silence_id = with_store(
-        db, lambda s: s.transact(lambda tx: tx.silences.add(matchers, reason, now, now + seconds))
+    made = with_store(
+        db, lambda s: s.silences.add(matchers, reason, now, now + seconds, after=wait)
     )
-    echo(f"silence #{silence_id} until {when(now + seconds)}: {_describe(matchers)} ({reason})")
+    silence_id, alerts = made.id, made.alerts
+    ends = f"until {when(now + seconds)}"
+    if wait is not None:
+        ends = f"until resolved (after {format_duration(wait)}; at most {ends})"
+    echo(f"silence #{silence_id} {ends}: {_describe(matchers)} ({reason})")
+    if wait is not None:
+        echo(f"ends with {len(alerts)} open alert{'s' if len(alerts) != 1 else ''}"
+             + (f": {', '.join(alerts[:10])}" if alerts else "")
+             + (" ..." if len(alerts) > 10 else ""))  # fmt: skip
+
+
+def _span(text: str, hint: str) -> float:
+    try:
+        return parse_duration(text, limit=MAX_SPAN)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from None
 
 
 @silence.command("list")
@@ -207,7 +244,7 @@ def silence_add(db: str, matches: tuple[str, ...], duration: str, reason: str) -
 def silence_list(db: str, show_all: bool) -> None:
     """List silences, newest first: active ones, or all with --all."""
     now = time.time()
-    found = with_store(db, lambda s: s.transact(lambda tx: tx.silences.recent()))
+    found = with_store(db, lambda s: s.silences.recent())
     shown = 0
     for s in found:
         active = s.expired_at is None and s.ends_at > now
@@ -219,6 +256,12 @@ def silence_list(db: str, show_all: bool) -> None:
             if active
             else ("expired " + _when(s.expired_at or s.ends_at))
         )
+        if active and s.after is not None:
+            n = len(s.alerts)
+            status = (
+                f"active until resolved (after {format_duration(s.after)}, {n} alert"
+                f"{'s' if n != 1 else ''}; at most until {_when(s.ends_at)})"
+            )
         echo(f"#{s.id}  {_describe(s.matchers)}  {status}  ({s.reason})")
     if not shown:
         echo("no silences" if show_all else "no active silences")
@@ -240,7 +283,7 @@ def silence_expire(db: str, silence_id: int) -> None:
         receiver silence expire 3
     """
     now = time.time()
-    if not with_store(db, lambda s: s.transact(lambda tx: tx.silences.expire(silence_id, now))):
+    if not with_store(db, lambda s: s.silences.expire(silence_id, now))[0]:
         raise click.ClickException(f"no active silence #{silence_id}")
     echo(f"silence #{silence_id} expired")
 

@@ -310,9 +310,24 @@ def _backtest_text(diff: bt.Comparison, took: float) -> list[str]:
     if cand.inhibited:
         lines += ["", "inhibited by the new rules (notifications muted, by inhibition rule):"]
         lines += [f"  {name}: {n:,}" for name, n in sorted(cand.inhibited.items())]
+    if cand.flapping or cand.flap_periods:
+        lines += ["", _flap_line(cand)]
     if cand.template_failures:
         lines.append(f"template failures (fallback sent): {cand.template_failures:,}")
     return lines
+
+
+def _flap_line(result: bt.Result) -> str:
+    """What flap detection would have saved: "flap: 212 messages held, 31 flapping periods,
+    top sessions: sess_1 ×40, ..." (an alert of a session by the session's id)."""
+    held, periods = sum(result.flapping.values()), len(result.flap_periods)
+    top = ", ".join(
+        f"{alert.removeprefix('session:')} ×{n:,}" for alert, n in result.flapping.most_common(5)
+    )
+    return (
+        f"flap: {held:,} message{'s' if held != 1 else ''} held, {periods:,} flapping"
+        f" period{'s' if periods != 1 else ''}" + (f", top sessions: {top}" if top else "")
+    )
 
 
 def _result_json(result: bt.Result) -> dict[str, Any]:
@@ -339,6 +354,11 @@ def _result_json(result: bt.Result) -> dict[str, Any]:
         "rules": tallies(result.rules),
         "notifiers": tallies(result.notifiers),
         "inhibited": dict(sorted(result.inhibited.items())),
+        "flap": {
+            "held": sum(result.flapping.values()),
+            "periods": len(result.flap_periods),
+            "top": dict(result.flapping.most_common(5)),
+        },
         "escalations": [
             {"policy": policy, "step": step, "pages": dict(who.most_common())}
             for (policy, step), who in sorted(result.steps.items())

@@ -187,10 +187,11 @@ def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> 
     silences: list[Any] = []
     alert = None
     notified: list[str] = []
+    flaps: list[Any] = []
     if Path(db).exists():
         aid = alert_id(payload)
 
-        def read(tx: Any) -> tuple[list[Any], Any, list[str]]:
+        def read(tx: Any) -> tuple[list[Any], Any, list[str], list[Any]]:
             if ruleset.inhibit and (held := inhibiting(tx, ruleset, payload, aid)) is not None:
                 inhibited.append(inhibition_reason(*held))
             alert = tx.alerts.get(aid) if aid else None
@@ -201,8 +202,11 @@ def _lifecycle_now(ruleset: rules.Ruleset, payload: dict[str, Any], db: str) -> 
                     for n in tx.notices.of(alert.id, alert.episode)
                     if tx.outbox.sent(alert.id, alert.episode, n.rule)
                 ]
-            return tx.silences.active(now), alert, notified
+            flaps = tx.flaps.of(alert.id) if alert is not None and ruleset.flaps else []
+            return tx.silences.active(now), alert, notified, flaps
 
-        silences, alert, notified = with_store(db, lambda s: s.transact(read))
-    lines = explain_now(ruleset, payload, now, silences=silences, alert=alert, notified=notified)
+        silences, alert, notified, flaps = with_store(db, lambda s: s.transact(read))
+    lines = explain_now(
+        ruleset, payload, now, silences=silences, alert=alert, notified=notified, flaps=flaps
+    )
     return lines + inhibited

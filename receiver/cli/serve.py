@@ -178,8 +178,8 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
     POST /v1/events      the signed deliveries (no API key)
     /v1/...              the API, with a Bearer key: /v1/sessions, /v1/scores,
                          /v1/webhooks (subscriptions), /v1/alerts (ack,
-                         resolve, snooze), /v1/events/ID/explain, and
-                         /v1/openapi.json (no key)
+                         resolve, snooze), /v1/silences,
+                         /v1/events/ID/explain, and /v1/openapi.json (no key)
     /admin               the admin page (unless --admin off)
     /act/TOKEN           the one-click action links (with --public-url)
     /slack/interactivity the Slack app's buttons (RECEIVER_SLACK_SIGNING_SECRET)

@@ -115,7 +115,7 @@ def first_pages(ruleset: Ruleset, rule: Rule, first: Decision, now: float) -> li
     row that says what became of it."""
     policy = rule.escalate
     assert policy is not None
-    known = [t for t in policy.steps[0].notify if _defined(ruleset, t)]
+    known = [t for t in policy.steps[0].notify if defined(ruleset, t)]
     rendered = Rendered(first.title, first.body, None, None, first.fallback, first.error)
     where = f"escalation {policy.name}: step 1 of {len(policy.steps)}"
     return [
@@ -264,7 +264,7 @@ def _page(
         else {**opened, "links": links.for_alert(chain.alert, chain.episode)}
     )
     rendered = rule.render(seen)
-    known = [t for t in step.notify if _defined(ruleset, t)]
+    known = [t for t in step.notify if defined(ruleset, t)]
     decisions = ruleset.on_call(rule.decisions_for(known, rendered, ruleset.notifiers), now)
     where = f"escalation {policy.name}: step {index + 1} of {len(policy.steps)}"
     if policy.repeat:
@@ -303,7 +303,7 @@ def _page(
         chain.log.append(entry)
 
 
-def _defined(ruleset: Ruleset, target: str) -> bool:
+def defined(ruleset: Ruleset, target: str) -> bool:
     if target.startswith(PREFIX):
         return target.removeprefix(PREFIX) in ruleset.schedules
     return target in ruleset.notifiers

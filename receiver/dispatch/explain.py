@@ -12,7 +12,7 @@ from receiver.dispatch.silences import active_silences, matching
 from receiver.events import date_or_why
 from receiver.rules import Ruleset, format_duration
 from receiver.rules.options import CLOSES, OPENS
-from receiver.store.records import Alert, Silence
+from receiver.store.records import Alert, Flap, Silence
 
 
 def explain_now(
@@ -23,11 +23,13 @@ def explain_now(
     silences: Sequence[Silence] = (),
     alert: Alert | None = None,
     notified: Sequence[str] = (),
+    flaps: Sequence[Flap] = (),
 ) -> list[str]:
     """What the lifecycle would do with payload now, one line each, for `receiver explain`.
 
     notified names the rules whose notification about the alert's open episode was sent:
     a closing event sends a resolved message for each of them that has resolve: true.
+    flaps: the alert's flap detection records (tx.flaps.of), by rule.
     """
     lines: list[str] = []
     aid = alert_id(payload)
@@ -54,6 +56,7 @@ def explain_now(
             lines.append(f"{name}: stale, nothing sent")
             continue
         notes = _rule_notes(ruleset, name, now, opening=opening)
+        notes += _flap_notes(ruleset, name, [f for f in flaps if f.rule == name])
         if notes:
             lines.append(f"{name}: " + "; ".join(notes))
     return lines
@@ -95,6 +98,24 @@ def _rule_notes(ruleset: Ruleset, name: str, now: float, *, opening: bool) -> li
             " running for its episode goes on as frozen)"
         )
     return notes
+
+
+def _flap_notes(ruleset: Ruleset, name: str, flaps: Sequence[Flap]) -> list[str]:
+    """Flap detection of the rule, and whether the alert is flapping under it now."""
+    spec = ruleset.by_name[name].flap
+    if spec is None:
+        return []
+    quiet = format_duration(spec.quiet)
+    for found in flaps:
+        if found.since is not None and found.settle_at is not None:
+            settles = datetime.fromtimestamp(found.settle_at, UTC)
+            since = datetime.fromtimestamp(found.since, UTC)
+            return [
+                f"flapping since {since:%Y-%m-%d %H:%M:%S UTC}: its changes are kept, not"
+                f" sent, until {quiet} without one (not before {settles:%H:%M:%S UTC})"
+            ]
+    return [f"flap detection: {spec.text} make its alert flapping (one message, then none"
+            f" until {quiet} without a change)"]  # fmt: skip
 
 
 def _resolves_now(

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from receiver import tracing
-from receiver.dispatch import digests, escalations, inhibition, storm, timers
+from receiver.dispatch import digests, escalations, flap, inhibition, storm, timers
 from receiver.dispatch.alerts import Transition, alert_id, apply, event_time, open_seconds, opener
 from receiver.dispatch.silences import active_silences, silencing
 from receiver.links import Links
@@ -35,7 +35,7 @@ _RULE = operator.attrgetter("rule")  # a decision's rule, to group decisions by
 UNTITLED = Rendered("", "", None, None, fallback=False)  # a notification whose texts nobody reads
 # The states of an escalating rule's notification that page nobody at once: its chain's
 # first pages are then kept with that state (Pipeline._unpaged).
-UNPAGED = ("stale", "silenced", "muted", "inhibited", "storm")
+UNPAGED = ("stale", "silenced", "muted", "inhibited", "storm", flap.STATE)
 
 
 class Pipeline:
@@ -60,6 +60,8 @@ class Pipeline:
         # decision about it: the rows it queues carry theirs. Empty while tracing is off.
         self._span: Any = None
         self._decided: dict[str, str | None] = {}
+        # The rules under which the event's alert is flapping (receiver.dispatch.flap).
+        self._flapping: dict[str, flap.Flapping] = {}
 
     def event(
         self,
@@ -88,6 +90,12 @@ class Pipeline:
                 if transition is None:  # else the backtest applied it, and tracks sources
                     transition = apply(self.tx, payload, event_id, self.now)
                     inhibition.track(self.tx, self.ruleset, payload, transition, event_id)
+                # Counted by each rules file (the backtest's too): each has its own rules.
+                self._flapping = flap.count(
+                    self.tx, self.ruleset, event_id, transition, (d.rule for d in decisions),
+                    self.now,
+                )  # fmt: skip
+                self._announce(payload, transition)
                 if transition.what == "resolve":
                     self._resolve(event_id, payload, transition.alert)
                 for name, group in itertools.groupby(decisions, key=_RULE):
@@ -99,6 +107,18 @@ class Pipeline:
             self._replay = None
             self._span = None
             self._decided.clear()
+            self._flapping = {}
+
+    def _announce(self, payload: Mapping[str, Any], transition: Transition) -> None:
+        """The one message of each rule under which this change made the alert flap."""
+        for name, flapping in self._flapping.items():
+            if flapping.started and transition.alert is not None:
+                flap.announce(
+                    self.tx, self.ruleset, self.ruleset.by_name[name], transition.alert,
+                    payload, self.now, silences=self.silences, links=self.links,
+                    opened=flapping.opened,
+                )  # fmt: skip
+                self.counts["flap"] += 1
 
     def _add(self, event_id: str, n: Notification, **row: Any) -> None:
         """tx.add, marking the row (and its title) as a replay while one is routed."""
@@ -211,7 +231,7 @@ class Pipeline:
         if transition.what not in ("open", "update"):
             return
         why = reason.split(" (", 1)[0] if state == "inhibited" and reason else state
-        if rule.escalate is not None and state not in ("stale", "grouped", "storm"):
+        if rule.escalate is not None and state not in ("stale", "grouped", "storm", flap.STATE):
             escalations.start(
                 self.tx, rule, alert, self.now, state=state, why=why, release_at=next_at,
                 event=event_id,
@@ -269,6 +289,9 @@ class Pipeline:
         first = decisions[0]
         if transition.what == "stale" and transition.alert is not None and rule.follows_alert:
             return "stale", f"stale: alert already at {transition.alert.last_ts}", None, None
+        flapping = self._flapping.get(rule.name)
+        if flapping is not None:
+            return flap.STATE, flapping.reason, None, None
         silence = self._silenced(payload)
         if silence is not None:
             return "silenced", f"silence #{silence.id}: {silence.reason}", None, None
@@ -347,6 +370,9 @@ class Pipeline:
             rule = self.ruleset.by_name.get(notice.rule)
             if rule is None:
                 continue
+            state, reason = "pending", None
+            if notice.rule in self._flapping:  # flapping: its resolved messages are held
+                state, reason = flap.STATE, self._flapping[notice.rule].reason
             if rule.escalate is not None:  # everyone its chain (and the rule) paged
                 paged = self.tx.escalations.paged(alert.id, alert.episode, rule.name)
                 if not paged:
@@ -368,13 +394,14 @@ class Pipeline:
                 self._add(
                     event_id,
                     _notification(d, self.ruleset),
-                    state="pending",
+                    state=state,
                     now=self.now,
+                    reason=reason,
                     kind="resolved",
                     alert=alert.id,
                     episode=alert.episode,
                 )
-            self.counts["resolved"] += 1
+            self.counts["resolved" if state == "pending" else state] += 1
         return True
 
     # -- digests and timers -------------------------------------------------------------------
@@ -408,6 +435,13 @@ class Pipeline:
         escalations.wake(
             self.tx, self.ruleset, self.now, silences=self.silences, counts=self.counts,
             links=self.links, limit=1_000_000,
+        )  # fmt: skip
+
+    def flaps(self) -> None:
+        """Settle the flapping periods whose quiet has passed (receiver.dispatch.flap)."""
+        flap.settle(
+            self.tx, self.ruleset, self.now, silences=self.silences, counts=self.counts,
+            links=self.links,
         )  # fmt: skip
 
     def heartbeat(self, last_event: float, *, arrived: bool) -> None:

@@ -33,6 +33,7 @@ from receiver.dispatch import escalations
 from receiver.dispatch.alerts import EpisodeGuess, alert_id, stored_alerts
 from receiver.dispatch.fanout import fan_out
 from receiver.dispatch.pipeline import Pipeline
+from receiver.dispatch.silences import end_resolved
 from receiver.errors import StorageUnavailableError
 from receiver.events import load_stored
 from receiver.links import Links, LinkSource
@@ -264,8 +265,10 @@ class Router:
             woke = False  # a transaction run again starts afresh
             if not tx.try_lock("timers"):  # another replica runs them this turn
                 return None
+            end_resolved(tx, now)  # before the pipeline reads which silences are in force
             pipeline = Pipeline(tx, ruleset, now, links=self.links)
             pipeline.repeats()
+            pipeline.flaps()
             escalations.run(
                 tx, ruleset, now, silences=pipeline.silences, counts=pipeline.counts,
                 links=self.links,
@@ -281,7 +284,7 @@ class Router:
             # Read afresh: with several replicas, events may have reached the others.
             self._last_event = max(self._last(tx), tx.events.last_received() or 0.0)
             pipeline.heartbeat(self._last_event, arrived=False)
-            self._next_step = tx.escalations.next_due()
+            self._next_step = _soonest(tx.escalations.next_due(), tx.flaps.next_due())
             return pipeline.counts
 
         counts = await self.store.transact(work)
@@ -485,3 +488,8 @@ def _decided(
         return ahead[1], ahead[2]
     payload = load_stored(event.body)
     return payload, ruleset.route(payload)
+
+
+def _soonest(*times: float | None) -> float | None:
+    """The earliest of times that are set (None: none is)."""
+    return min((t for t in times if t is not None), default=None)

@@ -1,4 +1,5 @@
-"""Silences in force: each one's matchers compiled once, and which of them silence a payload."""
+"""Silences in force: each one's matchers compiled once, and which of them silence a payload;
+ending those that end with their alerts (until resolved; added by store.silences)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ import functools
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
+from receiver.events import to_utc
 from receiver.rules.match import Condition, compile_match
-from receiver.store.records import Silence
+from receiver.store.base import Tx
+from receiver.store.records import Alert, Silence
 
 # The lifecycle's logger, where a refused silence has always been reported.
 log = logging.getLogger("receiver.lifecycle")
@@ -59,3 +63,30 @@ def _refused_silence(silence_id: int, problems: str) -> None:
         silence_id,
         problems,
     )
+
+
+def end_resolved(tx: Tx, now: float) -> list[int]:
+    """End each until-resolved silence whose alerts have all been resolved for its after
+    (the timers run this before they look at what silences ended); the ids ended."""
+    ended = []
+    for silence in tx.silences.active(now):
+        if silence.after is None:
+            continue
+        since = now - silence.after
+        if silence.alerts:
+            done = all(_resolved_by(tx.alerts.get(a), since) for a in silence.alerts)
+        else:
+            done = silence.created_at <= since
+        if done and tx.silences.expire(silence.id, now):
+            ended.append(silence.id)
+            log.info("silence #%d ended: its alerts resolved", silence.id)
+    return ended
+
+
+def _resolved_by(alert: Alert | None, at: float) -> bool:
+    """Whether the alert was resolved by at and still is (gone: as good as resolved)."""
+    if alert is None:
+        return True
+    if alert.state != "resolved" or not alert.resolved_ts:
+        return False
+    return to_utc(datetime.fromisoformat(alert.resolved_ts)).timestamp() <= at

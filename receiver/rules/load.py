@@ -82,6 +82,7 @@ class RuleSpec(_Strict):
     repeat: Any = None
     active: Any = None
     storm: Any = None
+    flap: Any = None
 
 
 class FileSpec(_Strict):

@@ -376,10 +376,12 @@ def parse_matchers(lines: Iterable[str]) -> tuple[dict[str, Any], list[str]]:
             value = json.loads(raw)
         except ValueError:
             value = raw
-        if not isinstance(value, str | bool | int | float) or (
-            isinstance(value, str) and not raw.startswith('"')
+        if (
+            not isinstance(value, str | bool | int | float)
+            or (isinstance(value, str) and not raw.startswith('"'))
+            or (isinstance(value, float) and not math.isfinite(value))
         ):
-            value = raw  # null, lists, objects: the text as written
+            value = raw  # null, lists, objects, NaN, 1e999: the text as written
         matchers[field] = value
     if not matchers and not problems:
         problems.append("at least one matcher (FIELD=VALUE) is needed")

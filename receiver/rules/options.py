@@ -1,5 +1,6 @@
-"""The alert-lifecycle options of a rule (hold, resolve, group, repeat, active) and the top-level
-heartbeat: their shapes, validation, and the pure time arithmetic of active windows."""
+"""The alert-lifecycle options of a rule (hold, resolve, group, repeat, active, storm, flap)
+and the top-level heartbeat: their shapes, validation, and the pure time arithmetic of active
+windows."""
 
 from __future__ import annotations
 
@@ -9,17 +10,18 @@ from datetime import date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from receiver.durations import parse_duration
+from receiver.durations import format_duration, parse_duration
 from receiver.rules.match import show
 
 LIFECYCLE_KEYS = (
-    "hold", "resolve", "resolved_title", "resolved_body", "group", "repeat", "active", "storm"
+    "hold", "resolve", "resolved_title", "resolved_body", "group", "repeat", "active", "storm",
+    "flap",
 )  # fmt: skip
 # The options that make a rule follow its alert's state, and so the order of the alert's
 # events: a late event (older than the alert's newest) is stale for such a rule and sends
 # nothing. A rule with none of them forwards every matching event, in any order. group,
 # active and throttle go by the receiver's clock, not the alert, and do not count.
-ALERT_KEYS = ("hold", "resolve", "repeat", "escalate")
+ALERT_KEYS = ("hold", "resolve", "repeat", "escalate", "flap")
 # Pairs of rule keys that do not combine, each with the reason `receiver check` gives
 # (named by its second key). Every other pair combines; docs/rules.md has the table of
 # what each pair does, and tests/dispatch/test_key_pairs.py runs every pair.
@@ -40,6 +42,14 @@ REFUSED: dict[tuple[str, str], str] = {
         f"{_DIGEST}, never one alert's notification to repeat; repeat in a rule of its own"
     ),
     ("group", "throttle"): f"{_DIGEST} a wait already; use throttle or group",
+    ("group", "flap"): (
+        f"{_DIGEST}, never one alert's notification, so no alert's changes can hold it back;"
+        " detect flapping in a rule of its own"
+    ),
+    ("flap", "throttle"): (
+        "flap already holds back an alert's messages while it flaps, and a throttle would"
+        " drop its one flapping message or its settle message; use flap or throttle"
+    ),
     ("escalate", "throttle"): (
         "a chain pages each alert once already, so throttle would hold back nothing it"
         " pages; cap a burst of alerts with storm: {max, per}"
@@ -54,6 +64,7 @@ GROUP_KEYS = ("by", "wait", "max")
 ACTIVE_KEYS = ("days", "hours", "tz", "defer")
 HEARTBEAT_KEYS = ("silent_for", "notify")
 STORM_KEYS = ("max", "per")
+FLAP_KEYS = ("changes", "within", "quiet")
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 # Which events open and which close an alert, and its kind: a session's attention, or an
 # intervention (keyed by session and interventionId).
@@ -132,6 +143,21 @@ class StormSpec:
 
 
 @dataclass(frozen=True)
+class FlapSpec:
+    """Flap detection: `changes` opens and resolves of one alert within `within` seconds make
+    it flapping (one message, the rest held) until it stays in one state for `quiet`
+    seconds (one settle message; receiver.dispatch.flap)."""
+
+    changes: int
+    within: float
+    quiet: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.changes} changes in {format_duration(self.within)}"
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """Alert when no event at all has arrived for `silent_for` seconds."""
 
@@ -154,6 +180,8 @@ def check_options(raw: dict[str, Any], label: str, problems: list[str]) -> dict[
         found["active"] = _active(raw["active"], f"{label}: active", problems)
     if raw.get("storm") is not None:
         found["storm"] = _storm(raw["storm"], f"{label}: storm", problems)
+    if raw.get("flap") is not None:
+        found["flap"] = _flap(raw["flap"], f"{label}: flap", problems)
     check_pairs(raw, label, problems)
     for key in ("resolved_title", "resolved_body"):
         if key in raw and not raw.get("resolve"):
@@ -216,6 +244,29 @@ def _storm(raw: Any, where: str, problems: list[str]) -> StormSpec | None:
         most = 1
     per = _duration(raw["per"], f"{where}.per", problems)
     return StormSpec(most, per or 1.0)
+
+
+def _flap(raw: Any, where: str, problems: list[str]) -> FlapSpec | None:
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: expected a mapping with keys {', '.join(FLAP_KEYS)}")
+        return None
+    _unknown(raw, FLAP_KEYS, where, problems)
+    missing = [k for k in FLAP_KEYS if k not in raw]
+    if missing:
+        problems.append(
+            f"{where}: {', '.join(f'{k!r}' for k in missing)} required, as in"
+            " {changes: 4, within: 10m, quiet: 15m}"
+        )
+        return None
+    changes = raw["changes"]
+    if type(changes) is not int or not 2 <= changes <= 1000:
+        problems.append(
+            f"{where}.changes: expected a whole number from 2 to 1000, got {show(changes)}"
+        )
+        changes = 2
+    within = _duration(raw["within"], f"{where}.within", problems)
+    quiet = _duration(raw["quiet"], f"{where}.quiet", problems)
+    return FlapSpec(changes, within or 1.0, quiet or 1.0)
 
 
 def _group(raw: Any, where: str, problems: list[str]) -> GroupSpec | None:

@@ -13,7 +13,7 @@ from receiver.rules import templates
 from receiver.rules.escalations import Policy
 from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
-from receiver.rules.options import ALERT_KEYS, ActiveWindow, GroupSpec, StormSpec
+from receiver.rules.options import ALERT_KEYS, ActiveWindow, FlapSpec, GroupSpec, StormSpec
 from receiver.rules.sandbox import Budget
 
 RULE_WIDE_KEY = "*"
@@ -77,10 +77,11 @@ class Rule:
     active: ActiveWindow | None = None
     escalate: Policy | None = None  # the escalation policy its alerts start (escalations:)
     storm: StormSpec | None = None  # the storm guard: at most max a window, then one message
+    flap: FlapSpec | None = None  # flap detection: one message while its alert flaps
 
     @cached_property
     def follows_alert(self) -> bool:
-        """Whether this is a lifecycle rule: one with hold, resolve, repeat or escalate
+        """Whether this is a lifecycle rule: one with hold, resolve, repeat, escalate or flap
         (ALERT_KEYS).
 
         Such a rule notifies about the alert, so an event older than its alert's newest is

@@ -54,6 +54,7 @@ class Ruleset:
         self.schedules = dict(schedules or {})
         self.escalations = dict(escalations or {})
         self.inhibit = tuple(inhibit)  # inhibition rules, in file order
+        self.flaps = any(rule.flap is not None for rule in rules)  # any rule detects flapping
         self.digest = digest
         self.text = text  # the file as loaded (${VAR} unresolved), kept for explain
         self.source = source

@@ -15,7 +15,8 @@ from receiver.store.escalations import (
     WAITING_ORDER,
     read_chain,
 )
-from receiver.store.records import Ack, Action, Alert, Chain, Notice, Waiting
+from receiver.store.flaps import FLAP_COLUMNS, read_flap
+from receiver.store.records import Ack, Action, Alert, Chain, Flap, Notice, Waiting
 from receiver.store.statements import Query, Runner, Statements
 
 SELECT_ALERTS = (
@@ -373,6 +374,15 @@ class SQLAlerts:
                 (alert_id,),
             )
             return [read_chain(row) for row in rows]
+
+        return await self.db.read(select)
+
+    async def flaps(self, alert_id: str) -> list[Flap]:
+        """Flap detection's records of the alert, by rule."""
+
+        def select(q: Query) -> list[Flap]:
+            rows = q(f"SELECT {FLAP_COLUMNS} FROM flaps WHERE alert = ? ORDER BY rule", (alert_id,))
+            return [read_flap(row) for row in rows]
 
         return await self.db.read(select)
 

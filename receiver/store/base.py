@@ -13,6 +13,7 @@ from receiver.store.records import (
     OUTBOX_STATES,
     Alert,
     Chain,
+    Flap,
     Group,
     Inhibitor,
     Notice,
@@ -33,6 +34,7 @@ from receiver.store.roles import (
     OnAccepted,
     Outbox,
     Sessions,
+    Silences,
     Stats,
     Threads,
     Upstream,
@@ -240,6 +242,29 @@ class TxStorms(Protocol):
         before's count, 0 when that was not the window just before)."""
 
 
+class TxFlaps(Protocol):
+    """Flap detection's record of each (rule, alert) (tx.flaps; receiver.dispatch.flap)."""
+
+    def change(
+        self, rule: str, alert: str, state: str, event: str | None, now: float, *,
+        changes: int, within: float, quiet: float,
+    ) -> tuple[Flap, Flap]:  # fmt: skip
+        """Count one change of the alert (state: what it became, by event) under rule:
+        (the record before, after); flaps.changed says when it flaps. Routing calls it with
+        the alert locked (it changes the alert in the same transaction)."""
+
+    def due(self, now: float, limit: int = 100) -> list[Flap]:
+        """Flapping records whose quiet has passed by now, soonest first (PostgreSQL: their
+        alerts locked)."""
+
+    def settle(self, rule: str, alert: str, now: float) -> bool:
+        """End the flapping period if it is still due; whether this call ended it."""
+
+    def next_due(self) -> float | None: ...
+    def of(self, alert: str) -> list[Flap]:
+        """The alert's records, by rule."""
+
+
 class TxThrottle(Protocol):
     """Throttle windows of (rule, key) (tx.throttle)."""
 
@@ -251,10 +276,17 @@ class TxSilences(Protocol):
     """Silences (tx.silences)."""
 
     def active(self, now: float) -> list[Silence]: ...
-    def add(self, matchers: dict[str, Any], reason: str, now: float, until: float) -> int: ...
+    def add(
+        self, matchers: dict[str, Any], reason: str, now: float, until: float, *,
+        after: float | None = None, alerts: tuple[str, ...] = (),
+    ) -> int:  # fmt: skip
+        """A silence from now to until; with after, one that ends once every alert of
+        alerts (the open ones it matched now) has been resolved for after seconds."""
+
     def expire(self, silence_id: int, now: float) -> bool:
         """End a silence now; False if it has ended already (or never was)."""
 
+    def get(self, silence_id: int) -> Silence | None: ...
     def recent(self, limit: int = 100) -> list[Silence]:
         """The newest silences, ended ones too."""
 
@@ -340,6 +372,8 @@ class Tx(Protocol):
     @property
     def storms(self) -> TxStorms: ...
     @property
+    def flaps(self) -> TxFlaps: ...
+    @property
     def silences(self) -> TxSilences: ...
     @property
     def state(self) -> TxState: ...
@@ -386,6 +420,8 @@ class Store(Protocol):
     def events(self) -> Events: ...
     @property
     def alerts(self) -> Alerts: ...
+    @property
+    def silences(self) -> Silences: ...
     @property
     def stats(self) -> Stats: ...
     @property

@@ -58,8 +58,12 @@ TABLES: dict[str, tuple[str, ...]] = {
     "chat_threads": (
         "key", "target", "channel_id", "ts", "card", "claimed_until", "created_at", "updated_at",
     ),
+    "flaps": ("alert", "rule", "changes", "since", "settle_at", "state", "event", "opened"),
     "groups": ("id", "rule", "key", "opened_at", "closes_at", "count", "members", "state"),
-    "silences": ("id", "matchers", "reason", "created_at", "starts_at", "ends_at", "expired_at"),
+    "silences": (
+        "id", "matchers", "reason", "created_at", "starts_at", "ends_at", "expired_at",
+        "resolve_after", "alerts",
+    ),
     "state": ("name", "value"),
     "replays": ("id", "event_id", "requested_at", "respect_lifecycle", "routed_at"),
     # The read API's (the per-minute request counts are not worth moving).

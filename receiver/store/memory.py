@@ -23,6 +23,7 @@ from typing import Any
 from receiver.events import BaseEvent
 from receiver.sessions import Fact
 from receiver.store.memory_escalations import MemoryEscalations, MemoryInhibitors
+from receiver.store.memory_flaps import MemoryFlaps
 from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
 from receiver.store.records import (
     SENT_STATES,
@@ -350,10 +351,13 @@ class MemorySilences:
             if s.expired_at is None and s.starts_at <= now < s.ends_at
         ]
 
-    def add(self, matchers: dict[str, Any], reason: str, now: float, until: float) -> int:
+    def add(
+        self, matchers: dict[str, Any], reason: str, now: float, until: float, *,
+        after: float | None = None, alerts: tuple[str, ...] = (),
+    ) -> int:  # fmt: skip
         silence_id = next(self.t.silence_ids)
         self.t.silences[silence_id] = Silence(
-            silence_id, dict(matchers), reason, now, until, None, now
+            silence_id, dict(matchers), reason, now, until, None, now, after, tuple(alerts)
         )
         return silence_id
 
@@ -363,6 +367,9 @@ class MemorySilences:
             return False
         self.t.silences[silence_id] = replace(silence, expired_at=now, ends_at=now)
         return True
+
+    def get(self, silence_id: int) -> Silence | None:
+        return self.t.silences.get(silence_id)
 
     def recent(self, limit: int = 100) -> list[Silence]:
         return sorted(self.t.silences.values(), key=lambda s: -s.id)[:limit]
@@ -401,6 +408,7 @@ class MemoryTx:
         self.digests = MemoryDigests(t)
         self.throttle = MemoryThrottle(t)
         self.storms = MemoryStorms(t)
+        self.flaps = MemoryFlaps(t)
         self.silences = MemorySilences(t)
         self.state = MemoryState(t)
         self.scratch = MemoryScratch(t)

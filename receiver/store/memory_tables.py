@@ -16,6 +16,7 @@ from receiver.store.records import (
     SENT_STATES,
     Alert,
     Chain,
+    Flap,
     Group,
     Inhibitor,
     Notice,
@@ -88,6 +89,8 @@ class Tables:
         self.keyed: dict[tuple[str, int], set[str]] = {}  # episode -> rules in paged, chains
         self.throttle: dict[tuple[str, str], float] = {}
         self.storms: dict[str, tuple[float, int, int]] = {}  # rule -> (start, count, prev)
+        self.flaps: dict[str, dict[str, Flap]] = {}  # alert -> rule -> its record
+        self.settles: list[tuple[float, str, str]] = []  # (settle_at, alert, rule); may be stale
         self.groups: dict[int, tuple[Group, str, float]] = {}  # id -> (group, state, opened)
         self.open_group: dict[tuple[str, str], int] = {}  # (rule, key) -> newest group id
         self.group_ids = itertools.count(1)

@@ -21,6 +21,7 @@ OUTBOX_STATES = (
     "grouped",
     "storm",
     "stale",
+    "flapping",
 )
 
 
@@ -223,6 +224,8 @@ class Silence:
     ends_at: float
     expired_at: float | None = None
     created_at: float = 0.0
+    after: float | None = None  # until resolved: it ends once its alerts are resolved this long
+    alerts: tuple[str, ...] = ()  # until resolved: the open alerts it matched when made
 
 
 @dataclass(frozen=True)
@@ -481,3 +484,17 @@ class Backlog:
     unrouted: int
     pending: dict[str, int]
     oldest: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Flap:
+    """Flap detection's record of an alert under a rule (tx.flaps; receiver.store.flaps)."""
+
+    rule: str
+    alert: str
+    changes: tuple[float, ...] = ()
+    since: float | None = None
+    settle_at: float | None = None
+    state: str = "resolved"  # the alert after its last change
+    event: str | None = None  # the event of its last change
+    opened: str | None = None  # the event of its last open (its messages are filed there)

@@ -20,6 +20,7 @@ from receiver.store.records import (
     Chain,
     EventQuery,
     EventRow,
+    Flap,
     Noise,
     OutboxQuery,
     OutboxRow,
@@ -28,6 +29,7 @@ from receiver.store.records import (
     Replay,
     SessionPage,
     SessionQuery,
+    Silence,
     StoredEvent,
     Webhook,
 )
@@ -219,6 +221,23 @@ class Keys(Protocol):
         request is refused for its role and not counted); shared by every replica."""
 
 
+class Silences(Protocol):
+    """The silences operators make (store.silences; receiver.store.silences): the CLI, the
+    admin page and the API add, list and end them through this one role."""
+
+    async def add(
+        self, matchers: dict[str, Any], reason: str, now: float, until: float, *,
+        after: float | None = None,
+    ) -> Silence:  # fmt: skip
+        """A silence from now to until; with after, until resolved (add_silence)."""
+
+    async def recent(self, limit: int = 100) -> list[Silence]:
+        """The newest silences, ended ones too."""
+
+    async def expire(self, silence_id: int, now: float) -> tuple[bool, Silence | None]:
+        """End a silence now: whether this ended it, and the silence (None: no such id)."""
+
+
 class Alerts(Protocol):
     """What operators do to alerts (store.alerts): acknowledgements, snoozes, the record of
     every action, and the alerts as the API lists them; alerts change by events in a Tx."""
@@ -249,6 +268,9 @@ class Alerts(Protocol):
 
     async def chains(self, alert_id: str) -> list[Chain]:
         """The alert's escalation chains, newest episode first."""
+
+    async def flaps(self, alert_id: str) -> list[Flap]:
+        """Flap detection's records of the alert (tx.flaps), by rule."""
 
     async def record(self, action: Action) -> None: ...
     async def actions(self, alert_ids: Iterable[str], *, limit: int = 100) -> list[Action]:

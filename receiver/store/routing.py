@@ -10,7 +10,22 @@ from typing import Any
 from receiver.store.records import Group, Silence
 from receiver.store.statements import Statements
 
-_SILENCE_COLUMNS = "id, matchers, reason, starts_at, ends_at, expired_at, created_at"
+_SILENCE_COLUMNS = (
+    "id, matchers, reason, starts_at, ends_at, expired_at, created_at, resolve_after, alerts"
+)
+# Silences that end with their alerts (SQLite's migration 24, PostgreSQL's 21): how long
+# the alerts it matched when it was made (a JSON list) must have been resolved.
+SILENCE_UNTIL_RESOLVED_SCHEMA = """
+    ALTER TABLE silences ADD COLUMN resolve_after {real};
+    ALTER TABLE silences ADD COLUMN alerts TEXT
+"""
+
+
+def _silence(row: Any) -> Silence:
+    alerts = tuple(json.loads(row[8])) if row[8] else ()
+    return Silence(
+        row[0], json.loads(row[1]), row[2], row[3], row[4], row[5], row[6], row[7], alerts
+    )
 
 
 class SQLTxDigests:
@@ -121,14 +136,18 @@ class SQLTxSilences:
             " WHERE expired_at IS NULL AND starts_at <= ? AND ends_at > ?",
             (now, now),
         )
-        return [Silence(r[0], json.loads(r[1]), *r[2:]) for r in rows]
+        return [_silence(r) for r in rows]
 
-    def add(self, matchers: dict[str, Any], reason: str, now: float, until: float) -> int:
+    def add(
+        self, matchers: dict[str, Any], reason: str, now: float, until: float, *,
+        after: float | None = None, alerts: tuple[str, ...] = (),
+    ) -> int:  # fmt: skip
         row = self.st.q(
-            "INSERT INTO silences (matchers, reason, created_at, starts_at, ends_at)"
-            " VALUES (?, ?, ?, ?, ?) RETURNING id",
-            (json.dumps(matchers), reason, now, now, until),
-        ).fetchone()
+            "INSERT INTO silences (matchers, reason, created_at, starts_at, ends_at,"
+            " resolve_after, alerts) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (json.dumps(matchers), reason, now, now, until, after,
+             None if after is None else json.dumps(list(alerts))),
+        ).fetchone()  # fmt: skip
         return int(row[0])
 
     def expire(self, silence_id: int, now: float) -> bool:
@@ -141,11 +160,17 @@ class SQLTxSilences:
         )
         return bool(done.rowcount == 1)
 
+    def get(self, silence_id: int) -> Silence | None:
+        row = self.st.q(
+            f"SELECT {_SILENCE_COLUMNS} FROM silences WHERE id = ?", (silence_id,)
+        ).fetchone()
+        return None if row is None else _silence(row)
+
     def recent(self, limit: int = 100) -> list[Silence]:
         rows = self.st.q(
             f"SELECT {_SILENCE_COLUMNS} FROM silences ORDER BY id DESC LIMIT ?", (limit,)
         )
-        return [Silence(r[0], json.loads(r[1]), *r[2:]) for r in rows]
+        return [_silence(r) for r in rows]
 
 
 class SQLTxState:

@@ -220,3 +220,43 @@ def test_explain_says_now_that_an_open_source_inhibits_the_event(tmp_path: Path)
     assert "  inhibited by covers (evt_src, open since 2026-11-23 10:00:00Z)" in done.output
     other = CliRunner().invoke(cli, [*args, "--session", "sess_2"])
     assert other.exit_code == 0 and "inhibited" not in other.output
+
+
+def test_explain_says_now_whether_the_alert_flaps(tmp_path: Path) -> None:
+    import asyncio
+
+    from receiver.store import open_store
+    from receiver.store.records import Alert
+
+    db = str(tmp_path / "receiver.db")
+    alert = Alert("session:sess_1", "open", 3, "2026-11-23T10:00:00.000000Z")
+    spec = {"changes": 2, "within": 600.0, "quiet": 900.0}
+
+    async def prepare() -> None:
+        store = open_store(db)
+        await store.open()
+        try:
+
+            def work(tx: Any) -> None:
+                tx.alerts.save(alert, 1.0)
+                tx.flaps.change("drops", alert.id, "resolved", "e1", 1795428000.0, **spec)
+                tx.flaps.change("drops", alert.id, "open", "e2", 1795428060.0, **spec)
+
+            await store.transact(work)
+        finally:
+            await store.close()
+
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(
+        "rules:\n  - name: drops\n    match: {type: score.drop}\n    notify: console\n"
+        "    flap: {changes: 2, within: 10m, quiet: 15m}\n"
+    )
+    args = ["explain", "--rules", str(rules_file), "--db", db, "--type", "score.drop"]
+    before = CliRunner().invoke(cli, [*args, "--session", "sess_1"])
+    assert "flap detection: 2 changes in 10m make its alert flapping" in before.output
+    asyncio.run(prepare())
+    done = CliRunner().invoke(cli, [*args, "--session", "sess_1"])
+    assert done.exit_code == 0, done.output
+    assert "drops: flapping since 2026-11-23 10:01:00 UTC: its changes are kept" in " ".join(
+        done.output.split()
+    )

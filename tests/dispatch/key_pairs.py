@@ -40,6 +40,8 @@ KEYS: dict[str, Key] = {
     "repeat": Key(lines=("repeat: 10m",)),
     "throttle": Key(lines=("throttle: {every: 1h}",)),
     "storm": Key(lines=("storm: {max: 2, per: 30s}",)),
+    # s2's drop and recover are two changes within 10m: it flaps, and settles 5m later.
+    "flap": Key(lines=("flap: {changes: 2, within: 10m, quiet: 5m}",)),
     # Quiet all through the stream (it runs from 10:00 to about 11:00 UTC).
     "active": Key(lines=('active: {hours: "20:00-21:00", tz: UTC}',), key="active"),
     # Closed at first, open from 10:05: what it held goes out then.

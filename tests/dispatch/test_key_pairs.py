@@ -28,7 +28,7 @@ REFUSED = {
     for pair in [
         ("group", "storm"), ("group", "escalate"), ("group", "hold"), ("group", "resolve"),
         ("group", "repeat"), ("group", "throttle"), ("escalate", "throttle"),
-        ("escalate", "repeat"),
+        ("escalate", "repeat"), ("group", "flap"), ("flap", "throttle"),
     ]
 }  # fmt: skip
 PAIRS = [
@@ -37,7 +37,7 @@ PAIRS = [
     if not same_key(a, b)
 ]
 OPENERS = [f"d{i}" for i in range(5)]  # the drops that open alerts s0..s4
-UNPAGED = ("stale", "silenced", "muted", "inhibited", "storm")
+UNPAGED = ("stale", "silenced", "muted", "inhibited", "storm", "flapping")
 
 
 def run_stream(routed: Routed, built: Built) -> list[str]:

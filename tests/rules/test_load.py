@@ -193,7 +193,7 @@ def test_every_problem_in_a_file_is_reported_at_once() -> None:
         "unexpected end of template, expected 'end of print statement'",
         'rule "deep-drop": unknown key "colour"; '
         "allowed: name, match, notify, title, body, throttle, continue, hold, resolve, "
-        "resolved_title, resolved_body, group, repeat, active, storm, escalate",
+        "resolved_title, resolved_body, group, repeat, active, storm, flap, escalate",
         'rule "deep-drop": duplicate rule name "deep-drop"; rule names must be unique',
     ]
     assert str(caught.value).startswith(f"{_file('many-problems')}: 9 problems:\n  - ")

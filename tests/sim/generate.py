@@ -198,7 +198,23 @@ def _rule(r: random.Random, name: str, policies: list[str]) -> dict[str, Any]:
             rule["active"] = _active(r)
     if r.random() < 0.3:
         rule["continue"] = True
+    _flap(r, rule)
     return rule
+
+
+def _flap(parent: random.Random, rule: dict[str, Any]) -> None:
+    """Flap detection on some rules (`flap:`): few changes in a wide window and a short
+    quiet, so the streams' drops and recovers of five sessions make alerts flap and settle
+    (open and resolved) inside a scenario. A pair the loader refuses is dropped, as any.
+    Drawn from a generator of its own, seeded from the parent's state without advancing
+    it, so every other draw of a seed (its rules and stream) stays what it was."""
+    r = random.Random(f"flap {rule['name']} {parent.getstate()[1][:8]}")
+    if r.random() < 0.25:
+        rule["flap"] = {
+            "changes": r.randint(2, 4),
+            "within": _duration(r, 300, 3600),
+            "quiet": _duration(r, 60, 1200),
+        }
 
 
 def _rules_file(r: random.Random) -> dict[str, Any]:
@@ -360,4 +376,15 @@ def scenario(seed: int) -> Scenario:
     refused: list[str] = []
     files = [rules_text(r, refused) for _ in range(r.choice([1, 1, 2, 3]))]
     start = T0 + r.randint(0, 7 * 24) * 3600.0 + r.randint(0, 59) * 60.0
-    return Scenario(seed, start, files, stream(r, start, len(files)), refused)
+    ops = stream(r, start, len(files))
+    _until_resolved(seed, ops)
+    return Scenario(seed, start, files, ops, refused)
+
+
+def _until_resolved(seed: int, ops: list[Op]) -> None:
+    """Some silences end with their alerts (`--until-resolved --after N`): drawn from a
+    generator of their own, so every other draw of the seed stays what it was."""
+    r = random.Random(f"until-resolved {seed}")
+    for op in ops:
+        if op.kind == "silence" and r.random() < 0.4:
+            op.data["after"] = float(r.choice([60, 300, 900]))

@@ -160,6 +160,7 @@ def _expected_escalation(run: Run, eid: str, rule: Rule, chains: Any) -> set[str
         return None
     chain = chains.get((aid, ep, rule.name))
     unstarted = {"storm", "stale", "throttled", "held", "silenced", "quiet", "inhibited"}
+    unstarted.add("flapping")  # flap detection keeps the pages of an alert that flaps
     if chain is None:  # nothing started, nothing running: neither sent nor deduplicated
         return unstarted
     started_at, log = chain

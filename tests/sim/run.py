@@ -293,9 +293,10 @@ class Run:
         elif kind == "silence":
             until = self.now + float(data["for"])
             matchers = data["match"]
-            sid = await self.store.transact(
-                lambda tx: tx.silences.add(matchers, "sim", self.now, until)
+            added = await self.store.silences.add(
+                matchers, "sim", self.now, until, after=data.get("after")
             )
+            sid = added.id
             self.silences.append(sid)
         elif kind == "unsilence":
             if self.silences:

@@ -13,9 +13,10 @@ from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
+from receiver.store.flaps import FLAPS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
-from receiver.store.routing import STORMS_SCHEMA
+from receiver.store.routing import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
 from receiver.store.threads import THREADS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
@@ -184,6 +185,10 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     OUTBOX_CHANNEL_SCHEMA,
     # 20: the one chat message per alert episode and target (SQLite's 23).
     THREADS_SCHEMA.format(real="DOUBLE PRECISION"),
+    # 21: flap detection's record of each alert under each rule with `flap:` (SQLite's 24).
+    FLAPS_SCHEMA.format(real="DOUBLE PRECISION"),
+    # 22: silences that end with their alerts (SQLite's 25).
+    SILENCE_UNTIL_RESOLVED_SCHEMA.format(real="DOUBLE PRECISION"),
 ]
 
 

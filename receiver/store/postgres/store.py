@@ -48,6 +48,7 @@ from receiver.store.outbox import SQLOutbox
 from receiver.store.postgres.locks import Key, LockOrderError
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
+from receiver.store.silences import StoreSilences
 from receiver.store.statements import POSTGRES, Query
 from receiver.store.stats import SQLStats
 from receiver.store.threads import SQLThreads
@@ -113,6 +114,7 @@ class PostgresStore:
             prune=self._prune,
         )
         self.alerts = SQLAlerts(self)
+        self.silences = StoreSilences(self.transact)
         self.stats = SQLStats(self, size=self._size)
         self.outbox = SQLOutbox(self)
         self.webhooks = SQLWebhooks(self)

@@ -13,11 +13,12 @@ from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNo
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
+from receiver.store.flaps import SQLTxFlaps
 from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.locks import Key, Locks
 from receiver.store.postgres.schema import lock_key
-from receiver.store.records import Alert, Chain, Notice, StoredEvent
+from receiver.store.records import Alert, Chain, Flap, Notice, StoredEvent
 from receiver.store.routing import (
     SQLTxDigests,
     SQLTxSilences,
@@ -199,6 +200,19 @@ class PostgresTxEscalations(SQLTxEscalations):
         return super().due(now, limit)
 
 
+class PostgresTxFlaps(SQLTxFlaps):
+    """tx.flaps on PostgreSQL: the due records' alerts locked before they settle."""
+
+    def __init__(self, st: PostgresStatements, locks: Locks) -> None:
+        super().__init__(st)
+        self.locks = locks
+
+    def due(self, now: float, limit: int = 100) -> list[Flap]:
+        found = super().due(now, limit)
+        self.locks.take(("alert", f.alert) for f in found)
+        return super().due(now, limit)  # read again under the locks
+
+
 class PostgresTx:
     """A Tx on one PostgreSQL connection in a transaction: its roles share it, and its
     locks (first: keys to take before anything else, from an earlier run that needed
@@ -221,6 +235,7 @@ class PostgresTx:
         self.digests = PostgresTxDigests(st, self.locks)
         self.throttle = SQLTxThrottle(st)
         self.storms = SQLTxStorms(st)
+        self.flaps = PostgresTxFlaps(st, self.locks)
         self.silences = SQLTxSilences(st)
         self.state = SQLTxState(st)
 

@@ -29,6 +29,7 @@ from receiver.store.events import SQLEvents, event_row
 from receiver.store.history import SQLHistory
 from receiver.store.keys import SQLKeys
 from receiver.store.outbox import SQLOutbox
+from receiver.store.silences import StoreSilences
 from receiver.store.sqlite import events
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
@@ -123,6 +124,7 @@ class SQLiteStore:
             prune=self._prune,
         )
         self.alerts = SQLAlerts(self)
+        self.silences = StoreSilences(self.transact)
         self.stats = SQLStats(self, size=self._size)
         self.outbox = SQLOutbox(self)
         self.webhooks = SQLWebhooks(self)

@@ -16,6 +16,7 @@ from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNo
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
+from receiver.store.flaps import SQLTxFlaps
 from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.records import Alert, StoredEvent
@@ -140,6 +141,7 @@ class SQLiteTx:
         self.digests = SQLTxDigests(st)
         self.throttle = SQLTxThrottle(st)
         self.storms = SQLTxStorms(st)
+        self.flaps = SQLTxFlaps(st)
         self.silences = SQLTxSilences(st)
         self.state = SQLTxState(st)
 
