@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from receiver import __version__, reloader, rules, tracing
 from receiver.admin.act import ActPages
@@ -82,48 +82,10 @@ def create_app(
     parts.routing = routing
     if settings.workers > 1:  # the others' accepts and API calls cannot wake these
         parts.router.idle_poll = parts.worker.idle_poll = SHARED_POLL
-    store, worker, admin = parts.store, parts.worker, parts.admin
+    store, worker = parts.store, parts.worker
     app = ReceiverApp(
         parts.ingest,
-        routes=[
-            Route("/v1/events", parts.ingest, methods=["POST"]),
-            Route("/v1/openapi.json", openapi.endpoint(__version__), methods=["GET"]),
-            *SessionsAPI(store, parts.access, clock=clock).routes(),
-            *WebhooksAPI(
-                store,
-                parts.access,
-                parts.webhooks,
-                wake_worker=worker.wake,
-                clock=clock,
-                per_key=settings.webhooks_per_key,
-            ).routes(),
-            *AlertsAPI(
-                store,
-                parts.access,
-                rules=parts.holder,
-                wake_worker=worker.wake,
-                clock=clock,
-                links=parts.links,
-            ).routes(),
-            *SilencesAPI(store, parts.access, clock=clock).routes(),
-            *(admin.routes() if admin is not None else []),
-            *(
-                ActPages(
-                    store, parts.links, rules=parts.holder, metrics=parts.metrics, clock=clock
-                ).routes()
-                if parts.links is not None
-                else []
-            ),
-            *parts.slack.routes(),
-            *OpsEndpoints(
-                store,
-                parts.supervisor,
-                parts.holder,
-                parts.metrics,
-                unhealthy_after=settings.unhealthy_after,
-                clock=clock,
-            ).routes(),
-        ],
+        routes=_routes(parts, settings, clock),
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=parts.lifespan,
     )
@@ -141,6 +103,51 @@ def create_app(
 
     app.state.wake = wake
     return app
+
+
+def _routes(parts: _Parts, settings: Settings, clock: Callable[[], float]) -> list[BaseRoute]:
+    """Every route of the app: ingest, the /v1 API, the admin and action pages, Slack's
+    button endpoint and the probes."""
+    store, worker, admin = parts.store, parts.worker, parts.admin
+    return [
+        Route("/v1/events", parts.ingest, methods=["POST"]),
+        Route("/v1/openapi.json", openapi.endpoint(__version__), methods=["GET"]),
+        *SessionsAPI(store, parts.access, clock=clock).routes(),
+        *WebhooksAPI(
+            store,
+            parts.access,
+            parts.webhooks,
+            wake_worker=worker.wake,
+            clock=clock,
+            per_key=settings.webhooks_per_key,
+        ).routes(),
+        *AlertsAPI(
+            store,
+            parts.access,
+            rules=parts.holder,
+            wake_worker=worker.wake,
+            clock=clock,
+            links=parts.links,
+        ).routes(),
+        *SilencesAPI(store, parts.access, clock=clock).routes(),
+        *(admin.routes() if admin is not None else []),
+        *(
+            ActPages(
+                store, parts.links, rules=parts.holder, metrics=parts.metrics, clock=clock
+            ).routes()
+            if parts.links is not None
+            else []
+        ),
+        *parts.slack.routes(),
+        *OpsEndpoints(
+            store,
+            parts.supervisor,
+            parts.holder,
+            parts.metrics,
+            unhealthy_after=settings.unhealthy_after,
+            clock=clock,
+        ).routes(),
+    ]
 
 
 @dataclass

@@ -508,7 +508,7 @@ def test_a_silence_made_on_the_page_keeps_a_matching_event_from_notifying(
     user, reason = uid("user_quiet"), "load test " + uid("run")
     tab.go("/admin/silences")
     tab.page.get_by_label("Matchers").fill(f"userId={user}")
-    tab.page.get_by_label("For").fill("15m")
+    tab.page.get_by_label("For", exact=True).fill("15m")
     tab.page.get_by_label("Reason").fill(reason)
     tab.follow(tab.page.get_by_role("button", name="Silence"), "**/admin/silences")
     row = tab.row(reason)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from receiver import events
 from receiver.events import iso_epoch as iso
-from tests.admin.test_admin_pages import RULES, running, until
+from tests.admin.test_views import RULES, running, until
 from tests.servers import HTTPSink
 
 FLAPPING = RULES + "    flap: {{changes: 4, within: 10m, quiet: 15m}}\n"

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from receiver import events
 from receiver.cli import cli
 from receiver.events import iso_epoch
-from tests.admin.test_admin_pages import RULES, running, until
+from tests.admin.test_views import RULES, running, until
 from tests.servers import HTTPSink
 
 
