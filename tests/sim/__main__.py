@@ -63,6 +63,7 @@ RANK = {
         [
             "nothing vanishes", "every open alert is accounted for", "once",
             "resolved reaches who was paged", "wake exactly what was held",
+            "nothing is sent while silenced", "pages are filed under their chain's starter",
             "backtest is the server", "stores agree", "explain is true",
         ]
     )

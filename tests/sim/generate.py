@@ -352,9 +352,24 @@ def stream(r: random.Random, start: float, files: int) -> list[Op]:
     return ops
 
 
+def vary_silences(seed: int, ops: list[Op]) -> None:
+    """Some silences match a field that differs between the events of one alert (its
+    context, a flag), so an update can be silenced while its alert's opener is not: what
+    a chain or a woken notification is judged by then shows. Drawn from a stream of its
+    own, so the seed's other draws stay as they were."""
+    r = random.Random(f"silences:{seed}")
+    for op in ops:
+        if op.kind == "silence" and r.random() < 0.35:
+            op.data["match"] = r.choice(
+                [{"meta.context": r.choice(CONTEXTS)}, {"flagged": r.choice([True, False])}]
+            )
+
+
 def scenario(seed: int) -> Scenario:
     r = random.Random(seed)
     refused: list[str] = []
     files = [rules_text(r, refused) for _ in range(r.choice([1, 1, 2, 3]))]
     start = T0 + r.randint(0, 7 * 24) * 3600.0 + r.randint(0, 59) * 60.0
-    return Scenario(seed, start, files, stream(r, start, len(files)), refused)
+    ops = stream(r, start, len(files))
+    vary_silences(seed, ops)
+    return Scenario(seed, start, files, ops, refused)

@@ -22,22 +22,13 @@ from receiver.dispatch.pipeline import UNPAGED
 from receiver.dispatch.silences import active_silences
 from receiver.rules import Rule, Ruleset
 from receiver.store.records import SENT_STATES
+from tests.sim import filed
 from tests.sim.run import LEASE, Run
+from tests.sim.violation import Violation
 
 SENT = (*SENT_STATES, "dead")
 # A chain started by a suppressed notification notes "<state>: waits": the decision it is.
 WAITS = {"silenced": "silenced", "muted": "quiet", "inhibited": "inhibited"}
-
-
-class Violation(AssertionError):
-    def __init__(self, invariant: str, detail: str, kind: str = "") -> None:
-        super().__init__(f"{invariant}: {detail}")
-        self.invariant = invariant
-        self.detail = detail
-        self.kind = kind or invariant  # what a shrink keeps: the same kind of failure
-
-    def __reduce__(self) -> tuple[type[Violation], tuple[str, str, str]]:
-        return (Violation, (self.invariant, self.detail, self.kind))  # across processes
 
 
 def matched(ruleset: Ruleset, payload: dict[str, Any]) -> Iterator[Rule]:
@@ -356,17 +347,21 @@ async def wake_at_the_end(run: Run) -> None:
     def waiting(tx: Any) -> list[str]:
         silences = active_silences(tx.silences.active(now))
         stuck = []
-        for what, aid, ep, name, why_ in run.query(
-            "SELECT 'notice', alert, episode, rule, suppressed_why FROM notices"
+        for what, aid, ep, name, why_, about in run.query(
+            "SELECT 'notice', alert, episode, rule, suppressed_why, suppressed_event FROM notices"
             " WHERE suppressed_since IS NOT NULL UNION ALL"
-            " SELECT 'chain', alert, episode, rule, suppressed_why FROM escalations"
+            " SELECT 'chain', alert, episode, rule, suppressed_why, log FROM escalations"
             " WHERE suppressed_since IS NOT NULL AND next_at IS NULL"
         ):
             alert = tx.alerts.get(aid)
             rule = ruleset.by_name.get(name)
             if alert is None or alert.state != "open" or alert.episode != ep or rule is None:
                 continue
-            held = suppression(tx, ruleset, rule, opener(tx, alert), silences, now, aid)
+            if what == "chain":  # judged by the event that started it, as its notice is
+                about = (json.loads(about) or [{}])[0].get("eventId")
+            fields = run.seen.bodies.get(about) if about else None
+            fields = opener(tx, alert) if fields is None else fields
+            held = suppression(tx, ruleset, rule, fields, silences, now, aid)
             if held is None:
                 stuck.append(f"{what} of {aid}/{ep} rule {name} (was {why_})")
         tx.alerts.forget()
@@ -387,6 +382,7 @@ CHECKS = (
     once,
     resolved_reaches_paged,
     wake_exactly_what_was_held,
+    *filed.CHECKS,
 )
 
 
@@ -397,3 +393,5 @@ async def check(run: Run, final: bool, routed: list[str]) -> None:
     await explain_is_true(run, list(run.seen.order) if final else routed)
     if final:
         await wake_at_the_end(run)
+        for invariant in filed.FINAL:
+            invariant(run)

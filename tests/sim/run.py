@@ -93,6 +93,7 @@ class Run:
         self._look_again: float | None = None
         self._reader: sqlite3.Connection | None = None
         self.step = 0
+        self.marks: dict[str, Any] = {}  # where an invariant stopped reading (tests.sim.filed)
         # What ran when: (time, "op" | "route" | "tick" | "deliver", op index), for another
         # store to run the same (tests.sim.agree).
         self.schedule: list[tuple[float, str, int]] = []
