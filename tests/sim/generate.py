@@ -365,6 +365,18 @@ def vary_silences(seed: int, ops: list[Op]) -> None:
             )
 
 
+def action_fronts(seed: int, ops: list[Op]) -> None:
+    """The front end each ack, resolve and snooze comes through (tests.sim.fronts): the
+    engine, a one-click link (now and then one of an episode that is over), the API or the
+    CLI. Drawn from a stream of its own, so the seed's other draws stay as they were."""
+    r = random.Random(f"fronts:{seed}")
+    for op in ops:
+        if op.kind in ("ack", "resolve", "snooze"):
+            op.data["via"] = r.choice(["engine", "link", "api", "cli"])
+            if op.data["via"] == "link" and r.random() < 0.2:
+                op.data["stale"] = True
+
+
 def scenario(seed: int) -> Scenario:
     r = random.Random(seed)
     refused: list[str] = []
@@ -372,4 +384,5 @@ def scenario(seed: int) -> Scenario:
     start = T0 + r.randint(0, 7 * 24) * 3600.0 + r.randint(0, 59) * 60.0
     ops = stream(r, start, len(files))
     vary_silences(seed, ops)
+    action_fronts(seed, ops)
     return Scenario(seed, start, files, ops, refused)

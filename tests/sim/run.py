@@ -34,13 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from receiver import events as receiver_events
-from receiver.dispatch import actions, pipeline
+from receiver.dispatch import pipeline
 from receiver.dispatch.alerts import Transition
 from receiver.dispatch.router import WAKE_EVERY, Router
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
 from receiver.store import SQLiteStore
 from receiver.store.records import Attempt, OutboxRow
+from tests.sim.fronts import Fronts
 from tests.sim.generate import Op, Scenario, check
 
 LEASE = 30.0  # the runner's send lease (the worker's default is 60 s; shorter finds more)
@@ -93,6 +94,8 @@ class Run:
         self._look_again: float | None = None
         self._reader: sqlite3.Connection | None = None
         self.step = 0
+        self.fronts = Fronts(self)  # the front ends actions come through
+        self.clock = lambda: self.now
         self.marks: dict[str, Any] = {}  # where an invariant stopped reading (tests.sim.filed)
         # What ran when: (time, "op" | "route" | "tick" | "deliver", op index), for another
         # store to run the same (tests.sim.agree).
@@ -306,14 +309,14 @@ class Run:
             self.ruleset = self.rulesets[data["file"] % len(self.rulesets)]
             self._remember(self.ruleset)
         elif kind in ("ack", "resolve", "snooze"):
-            outcome = await actions.perform(
-                self.store, self.ruleset, data["alert"], kind, source="sim", by="sim",
-                now=self.now, seconds=data.get("seconds"),
-            )  # fmt: skip
-            self.trace.append(f"  {kind}: {outcome.result}")
-            if kind == "resolve" and outcome.result == "done" and outcome.episode is not None:
-                self.seen.resolved_by[(data["alert"], outcome.episode)] = self.ruleset.digest
-                self.seen.resolved_at.setdefault((data["alert"], outcome.episode), self.now)
+            before = await self.store.alerts.get(data["alert"])
+            said = await self.fronts.act(kind, data)
+            self.trace.append(f"  {kind} via {data.get('via', 'engine')}: {said}")
+            after = await self.store.alerts.get(data["alert"])
+            if before is not None and before.state == "open" and after is not None:
+                if after.state == "resolved" and after.episode == before.episode:
+                    self.seen.resolved_by[(after.id, after.episode)] = self.ruleset.digest
+                    self.seen.resolved_at.setdefault((after.id, after.episode), self.now)
         elif kind == "crash":
             where = data["where"]
             if where == "between":

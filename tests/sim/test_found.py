@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.sim.__main__ import violation
-from tests.sim.generate import Op, Scenario
+from tests.sim.generate import T0, Op, Scenario
+from tests.sim.invariants import check
+from tests.sim.run import Run, run_scenario
 
 NOTIFIERS = """
 notifiers:
@@ -85,3 +89,39 @@ rules:
         ),  # fmt: skip
     ]
     assert violation(Scenario(173, 1796423940.0, [first, second], ops)) is None
+
+
+@pytest.mark.parametrize("via", ["engine", "link", "api", "cli"])
+def test_an_action_comes_through_its_front_end(via: str) -> None:
+    # A drop opens the alert; a snooze, an ack, a resolve and an ack again, all through one
+    # front end: the alert's actions record its source, and the invariants hold.
+    rules = NOTIFIERS + "rules:\n- name: r0\n  notify: [chat]\n  resolve: true\n"
+    drop = {"sessionId": "s1", "userId": "u1", "score": 5, "threshold": 40}
+    ops = [
+        _event(0.0, 1, "score.drop", "01T00:00:00.000", **drop),
+        Op(30.0, "snooze", {"alert": "session:s1", "via": via, "seconds": 600}),
+        Op(60.0, "ack", {"alert": "session:s1", "via": via}),
+        Op(90.0, "resolve", {"alert": "session:s1", "via": via}),
+        Op(120.0, "ack", {"alert": "session:s1", "via": via}),
+    ]
+    done: list[list[tuple[Any, ...]]] = []
+
+    async def checker(run: Run, final: bool, routed: list[str]) -> None:
+        await check(run, final, routed)
+        if final:
+            done.append(run.query("SELECT action, source, outcome FROM alert_actions ORDER BY at"))
+            done.append(run.query("SELECT notifier FROM outbox WHERE kind = 'resolved'"))
+
+    run = run_scenario(Scenario(7, T0, [rules], ops), checker)
+    source = {"engine": "sim"}.get(via, via)
+    assert done[0] == [
+        ("snooze", source, "done"),
+        ("ack", source, "done"),
+        ("resolve", source, "done"),
+        # A link names the episode its message was about: over once resolved.
+        ("ack", source, "stale" if via == "link" else "already"),
+    ]
+    assert done[1] == [("chat",)]  # the resolve's message, to whom the rule notified
+    assert [line.split(": ")[0].strip() for line in run.trace if " via " in line] == [
+        f"{kind} via {via}" for kind in ("snooze", "ack", "resolve", "ack")
+    ]
