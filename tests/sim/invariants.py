@@ -22,7 +22,7 @@ from receiver.dispatch.pipeline import UNPAGED
 from receiver.dispatch.silences import active_silences
 from receiver.rules import Rule, Ruleset
 from receiver.store.records import SENT_STATES
-from tests.sim import filed
+from tests.sim import filed, storms
 from tests.sim.run import LEASE, Run
 from tests.sim.violation import Violation
 
@@ -383,6 +383,7 @@ CHECKS = (
     resolved_reaches_paged,
     wake_exactly_what_was_held,
     *filed.CHECKS,
+    storms.storm_windows_told_once,
 )
 
 
@@ -395,3 +396,4 @@ async def check(run: Run, final: bool, routed: list[str]) -> None:
         await wake_at_the_end(run)
         for invariant in filed.FINAL:
             invariant(run)
+        storms.storm_windows_told_once(run, final=True)
