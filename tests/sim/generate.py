@@ -44,6 +44,7 @@ class Op:
 
     at: float
     kind: str  # event | silence | unsilence | reload | ack | resolve | snooze | crash | tick
+    # | redeliver
     data: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
@@ -57,12 +58,14 @@ class Scenario:
     rules: list[str]  # YAML texts; rules[0] at the start, reload ops name an index
     ops: list[Op]
     refused: list[str] = field(default_factory=list)  # pair refusals the loader gave
+    fails: float = 0.0  # the share of sends that fail (tests.sim.sends); 0: none do
 
     def dump(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
             "start": self.start,
             "rules": self.rules,
+            "fails": self.fails,
             "ops": [{"at": o.at, "kind": o.kind, **o.data} for o in self.ops],
         }
 
@@ -72,7 +75,10 @@ class Scenario:
         for o in raw["ops"]:
             data = {k: v for k, v in o.items() if k not in ("at", "kind")}
             ops.append(Op(float(o["at"]), str(o["kind"]), data))
-        return Scenario(int(raw["seed"]), float(raw["start"]), list(raw["rules"]), ops)
+        return Scenario(
+            int(raw["seed"]), float(raw["start"]), list(raw["rules"]), ops,
+            fails=float(raw.get("fails", 0.0)),
+        )  # fmt: skip
 
 
 _LOADED: dict[str, Ruleset] = {}  # the last files loaded, by text (a Ruleset is immutable)
@@ -377,6 +383,19 @@ def action_fronts(seed: int, ops: list[Op]) -> None:
                 op.data["stale"] = True
 
 
+def failing_sends(seed: int, ops: list[Op]) -> float:
+    """Whether (and how often) the seed's sends fail, a retry or a give-up
+    (tests.sim.sends), and operator retries of what went dead ("redeliver", `receiver
+    deliveries retry`) put among the operations. Drawn from a stream of its own."""
+    r = random.Random(f"sends:{seed}")
+    if r.random() < 0.5:
+        return 0.0
+    for _ in range(r.randint(0, 2)):
+        after = r.randrange(len(ops) - 1)  # never after the last step (every timer's end)
+        ops.insert(after + 1, Op(ops[after].at, "redeliver", {}))
+    return r.choice([0.1, 0.2, 0.4])
+
+
 def scenario(seed: int) -> Scenario:
     r = random.Random(seed)
     refused: list[str] = []
@@ -385,4 +404,5 @@ def scenario(seed: int) -> Scenario:
     ops = stream(r, start, len(files))
     vary_silences(seed, ops)
     action_fronts(seed, ops)
-    return Scenario(seed, start, files, ops, refused)
+    fails = failing_sends(seed, ops)
+    return Scenario(seed, start, files, ops, refused, fails)

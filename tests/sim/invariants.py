@@ -22,7 +22,7 @@ from receiver.dispatch.pipeline import UNPAGED
 from receiver.dispatch.silences import active_silences
 from receiver.rules import Rule, Ruleset
 from receiver.store.records import SENT_STATES
-from tests.sim import filed, storms
+from tests.sim import filed, sends, storms
 from tests.sim.run import LEASE, Run
 from tests.sim.violation import Violation
 
@@ -230,15 +230,16 @@ def _summary(found: dict[str, Any]) -> str:
 def once(run: Run) -> None:
     """A row is sent at most once a lease; a step pages at most once an episode and round.
 
-    (Never again after its delivery was recorded; an ack, reack or a silence's end lets
-    a step page again.)"""
+    (Never again after its delivery was recorded; again within a lease only after a
+    failure was recorded; an ack, reack or a silence's end lets a step page again.)"""
     by_row: dict[int, list[float]] = defaultdict(list)
     for rid, at in run.seen.sends:
         by_row[rid].append(at)
     for rid, times in by_row.items():
         marked = run.seen.delivered.get(rid)
+        failed = run.seen.failed.get(rid, [])
         for before, after in zip(times, times[1:], strict=False):
-            if after - before < LEASE:
+            if after - before < LEASE and not any(before <= t <= after for t in failed):
                 raise Violation("once", f"row #{rid} sent at {before} and again at {after}")
         if marked is not None and any(t > marked for t in times):
             raise Violation("once", f"row #{rid} sent again after its delivery was recorded")
@@ -261,17 +262,21 @@ def once(run: Run) -> None:
 def resolved_reaches_paged(run: Run) -> None:
     """Resolved messages go to exactly the targets paged for that episode.
 
-    (Its escalations' pages, and a resolve: true rule's targets when it notified.)"""
+    (Its escalations' pages, and a resolve: true rule's targets when it notified; a page
+    given up on, dead when the alert resolved, reached nobody.)"""
     rows: dict[tuple[str, int, str], dict[str, set[tuple[str, int]]]] = defaultdict(
         lambda: defaultdict(set)
     )
     opening = {e for e, seen in run.seen.transitions.items() if seen[0] in ("open", "update")}
-    for eid, aid, ep, rule, kind, state, notifier, target in run.query(
-        "SELECT event_id, alert, episode, rule, kind, state, notifier, target FROM outbox"
+    for rid, eid, aid, ep, rule, kind, state, notifier, target in run.query(
+        "SELECT id, event_id, alert, episode, rule, kind, state, notifier, target FROM outbox"
         " WHERE alert IS NOT NULL AND episode IS NOT NULL"
     ):
         if kind == "event" and eid not in opening:
             continue  # a closing (or late) event's own notification: not a page of the episode
+        moment = run.seen.resolved_seq.get((aid, int(ep)))
+        if kind != "resolved" and moment is not None and sends.dead_at(run, int(rid), moment):
+            continue  # given up on before the alert resolved: it never reached its target
         if kind == "resolved" or state in SENT:
             rows[(aid, int(ep), rule)][kind].add((notifier, int(target)))
     opened_with = {

@@ -41,6 +41,7 @@ from receiver.metrics import Metrics
 from receiver.rules import Ruleset
 from receiver.store import SQLiteStore
 from receiver.store.records import Attempt, OutboxRow
+from tests.sim import sends
 from tests.sim.fronts import Fronts
 from tests.sim.generate import Op, Scenario, check
 
@@ -70,6 +71,18 @@ class Seen:
     delivered: dict[int, float] = field(default_factory=dict)  # row id -> marked at
     resolved_by: dict[tuple[str, int], str] = field(default_factory=dict)  # -> ruleset digest
     resolved_at: dict[tuple[str, int], float] = field(default_factory=dict)  # -> when
+    # Failed sends (tests.sim.sends): row id -> when it failed; and in the order things
+    # happened (a count, as two happen at one virtual instant), when it went dead, was
+    # retried by an operator, and when each episode resolved.
+    failed: dict[int, list[float]] = field(default_factory=dict)
+    died: dict[int, list[int]] = field(default_factory=dict)
+    revived: dict[int, list[int]] = field(default_factory=dict)
+    resolved_seq: dict[tuple[str, int], int] = field(default_factory=dict)
+    seq: int = 0
+
+    def tick(self) -> int:
+        self.seq += 1
+        return self.seq
 
 
 class Run:
@@ -129,6 +142,7 @@ class Run:
                 if seen[0] == "resolve" and seen[1] is not None and seen[2] is not None:
                     self.seen.resolved_by[(seen[1], seen[2])] = seen[3]
                     self.seen.resolved_at.setdefault((seen[1], seen[2]), self.now)
+                    self.seen.resolved_seq.setdefault((seen[1], seen[2]), self.seen.tick())
             self._pending = {}
             return result
 
@@ -219,6 +233,10 @@ class Run:
                 self._crash_in_send = False
                 await self.crash("after a send, before its outcome was recorded")
                 return False
+            how = sends.outcome(self, row)
+            if how != "delivered":
+                self.trace.append(f"  failed #{row.id} ({how}): {await sends.fail(self, row, how)}")
+                continue
             await self.store.outbox.mark_delivered(
                 row.id, now=self.now, attempt=Attempt(self.now, 0, 200)
             )
@@ -317,6 +335,9 @@ class Run:
                 if after.state == "resolved" and after.episode == before.episode:
                     self.seen.resolved_by[(after.id, after.episode)] = self.ruleset.digest
                     self.seen.resolved_at.setdefault((after.id, after.episode), self.now)
+                    self.seen.resolved_seq.setdefault((after.id, after.episode), self.seen.tick())
+        elif kind == "redeliver":
+            self.trace.append(f"  retried {await sends.redeliver(self)} dead")
         elif kind == "crash":
             where = data["where"]
             if where == "between":
