@@ -137,7 +137,7 @@ class Fronts:
 
     async def _cli(self, kind: str, data: dict[str, Any]) -> str:
         run = self.run
-        args = [kind, "--db", str(run.db), data["alert"], "--by", "sim"]
+        args = [kind, "--db", run.url or str(run.db), data["alert"], "--by", "sim"]
         if kind == "snooze":
             args += ["--for", f"{int(data['seconds'])}s"]
         elif kind == "resolve":

@@ -322,7 +322,8 @@ def wake_exactly_what_was_held(run: Run) -> None:
     woke: dict[tuple[Any, ...], int] = defaultdict(int)
     for rid, aid, ep, rule, notifier, target, body, created in run.query(
         "SELECT id, alert, episode, rule, notifier, target, body, created_at FROM outbox"
-        " WHERE kind = 'event' AND alert IS NOT NULL AND instr(body, char(10) || 'was ') > 0"
+        " WHERE kind = 'event' AND alert IS NOT NULL AND body LIKE ?",
+        ("%\nwas %",),
     ):
         since = body.rsplit("\n", 1)[-1]
         if not since.startswith("was ") or " since " not in since:

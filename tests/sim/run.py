@@ -39,7 +39,7 @@ from receiver.dispatch.alerts import Transition
 from receiver.dispatch.router import WAKE_EVERY, Router
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
-from receiver.store import SQLiteStore
+from receiver.store import SQLiteStore, open_store
 from receiver.store.records import Attempt, OutboxRow
 from tests.sim import sends
 from tests.sim.fronts import Fronts
@@ -88,9 +88,12 @@ class Seen:
 class Run:
     """One scenario on one SQLite file; check(run) after every step raises a Violation."""
 
-    def __init__(self, scenario: Scenario, db: Path, checker: Checker | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, db: Path, checker: Checker | None = None, url: str | None = None
+    ) -> None:
         self.scenario = scenario
         self.db = db
+        self.url = url  # a postgresql:// database to run on instead of the SQLite file db
         self.checker = checker
         self.now = scenario.start
         self.trace: list[str] = []
@@ -106,6 +109,7 @@ class Run:
         self._crash_in_send = False
         self._look_again: float | None = None
         self._reader: sqlite3.Connection | None = None
+        self._pg: Any = None  # the PostgreSQL tier's reading connection (psycopg)
         self.step = 0
         self.fronts = Fronts(self)  # the front ends actions come through
         self.clock = lambda: self.now
@@ -120,7 +124,10 @@ class Run:
         self.seen.rulesets.setdefault(ruleset.digest, ruleset)
 
     async def open(self) -> None:
-        self.store = SQLiteStore(self.db, synchronous="off", clock=lambda: self.now)
+        if self.url is not None:  # the PostgreSQL tier (make sim PG=1)
+            self.store = open_store(self.url, clock=lambda: self.now, pool_size=2)  # type: ignore[assignment]
+        else:
+            self.store = SQLiteStore(self.db, synchronous="off", clock=lambda: self.now)
         await self.store.open()
         original = self.store.transact
 
@@ -168,9 +175,13 @@ class Run:
             await self.store.close()
         if self._reader is not None:
             self._reader.close()
+        if self._pg is not None:
+            self._pg.close()
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """A read of the file, for the invariants (the runner's own connection)."""
+        if self.url is not None:
+            return pg_query(self, sql, params)
         if self._reader is None:
             self._reader = sqlite3.connect(self.db)
         return self._reader.execute(sql, params).fetchall()
@@ -260,15 +271,15 @@ class Run:
         (found,) = self.query(
             "SELECT min(t) FROM ("
             " SELECT min(next_at) AS t FROM outbox WHERE state IN ('pending', 'held')"
-            "  AND next_at > ?1"
+            "  AND next_at > ?"
             " UNION ALL SELECT min(lease_until) FROM outbox WHERE state = 'sending'"
-            "  AND lease_until > ?1"
-            " UNION ALL SELECT min(next_repeat_at) FROM notices WHERE next_repeat_at > ?1"
-            " UNION ALL SELECT min(next_at) FROM escalations WHERE next_at > ?1"
-            " UNION ALL SELECT min(closes_at) FROM groups WHERE state = 'open' AND closes_at > ?1"
+            "  AND lease_until > ?"
+            " UNION ALL SELECT min(next_repeat_at) FROM notices WHERE next_repeat_at > ?"
+            " UNION ALL SELECT min(next_at) FROM escalations WHERE next_at > ?"
+            " UNION ALL SELECT min(closes_at) FROM groups WHERE state = 'open' AND closes_at > ?"
             " UNION ALL SELECT min(ends_at) FROM silences WHERE expired_at IS NULL"
-            "  AND ends_at > ?1)",
-            (now,),
+            "  AND ends_at > ?) AS due",
+            (now,) * 6,
         )[0]
         due = math.inf if found is None else float(found)
         beat = self.ruleset.heartbeat
@@ -405,10 +416,21 @@ def observed(run_of: Callable[[], Run | None]) -> Iterator[None]:
         pipeline.apply = real  # type: ignore[assignment]
 
 
-def run_scenario(scenario: Scenario, checker: Checker | None = None) -> Run:
-    """Run one scenario on a fresh SQLite file in a temporary directory."""
+def pg_query(run: Run, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """A read of the PostgreSQL tier's database (the invariants' SQL is written for both:
+    `?` placeholders, no function only one of them has)."""
+    if run._pg is None:
+        import psycopg  # the PostgreSQL tier only
+
+        run._pg = psycopg.connect(run.url or "", autocommit=True)
+    return list(run._pg.execute(sql.replace("?", "%s"), params).fetchall())
+
+
+def run_scenario(scenario: Scenario, checker: Checker | None = None, url: str | None = None) -> Run:
+    """Run one scenario on a fresh SQLite file in a temporary directory (or, url, on that
+    empty PostgreSQL database)."""
     with tempfile.TemporaryDirectory(prefix="sim-") as tmp:
-        sim = Run(scenario, Path(tmp) / "sim.db", checker)
+        sim = Run(scenario, Path(tmp) / "sim.db", checker, url)
         with observed(lambda: sim):
             asyncio.run(sim.run())
     return sim

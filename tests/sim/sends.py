@@ -33,7 +33,13 @@ def outcome(run: Run, row: OutboxRow) -> str:
     fails = run.scenario.fails
     if not fails:
         return "delivered"
-    roll = random.Random(f"send:{run.scenario.seed}:{row.id}:{row.attempts}").random()
+    # Keyed by what the row is, not its id: a PostgreSQL sequence does not roll back with a
+    # transaction a crash undid, so ids differ between stores; what is sent must not.
+    what = (
+        f"{row.event_id}:{row.rule}:{row.kind}:{row.notifier}:{row.target}"
+        f":{float(row.created_at):.3f}:{row.attempts}"
+    )
+    roll = random.Random(f"send:{run.scenario.seed}:{what}").random()
     if roll >= fails:
         return "delivered"
     return "give_up" if roll < fails * GIVE_UP else "retry"
