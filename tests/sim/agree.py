@@ -57,17 +57,18 @@ class MemoryRun:
         self.router = self._router()
 
     def _lean_savepoints(self) -> None:
-        """The transaction's copy of every table (what a crash in it puts back) is kept;
-        a savepoint inside it takes none (the timers enter one for each chain, and most of
-        a memory run was those copies). A block that fails there is a bug: the SQLite run
-        undoes its writes and this one keeps them, so the stores disagree and say so."""
+        """A copy of every table (what a crash in a transaction puts back) is taken only
+        for a transaction a crash is drawn for; no savepoint inside one takes another (the
+        timers enter one for each chain, and most of a memory run was those copies). A
+        block that fails otherwise is a bug: the SQLite run undoes its writes and this one
+        keeps them, so the stores disagree and say so."""
         tx = self.store.tx
         whole = tx.savepoint
         depth = [0]
 
         @contextlib.contextmanager
         def savepoint() -> Iterator[None]:
-            if depth[0]:
+            if depth[0] or not self._crash_next_tx:
                 yield
                 return
             depth[0] += 1
