@@ -82,9 +82,10 @@ chromium:
 # through the real pipeline on a virtual clock, with crashes, the invariants checked after
 # every step. SEEDS=100000 for a soak; SEED=N replays one seed and writes its minimized case
 # to sim-failures/. Its last line is `sim: N seeds, K violations`. `make test` runs 100 seeds.
-SEEDS ?= 300
-sim: $(VENV)/.installed-dev
-	$(BIN)/python -m tests.sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) $(SIM_ARGS)
+# PG=1: 30 seeds (SEEDS=N more), each also on a throwaway PostgreSQL it starts and stops.
+SEEDS ?= $(if $(PG),30,300)
+sim: $(VENV)/.installed-dev $(if $(PG),postgres)
+	$(BIN)/python -m tests.sim $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) $(if $(PG),--pg) $(SIM_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check receiver tests bench chaos

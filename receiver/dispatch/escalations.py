@@ -211,20 +211,20 @@ def _look(
             # and the next round starts its gap after it (not at once, unannounced).
             chain.step, chain.round = len(policy.steps), chain.round - 1
         again = chain.step > 0
-    opened = opener(tx, alert)
+    starter = _starter(tx, chain, alert)
     rule = ruleset.by_name.get(chain.rule)
     index = chain.step - 1 if again or chain.step >= len(policy.steps) else chain.step
-    held = suppression(tx, ruleset, rule, opened, silences, now, alert.id)
+    held = suppression(tx, ruleset, rule, starter[1], silences, now, alert.id)
     if held is not None:
         state, why, reason = held
-        _page(tx, ruleset, chain, policy, index, now, opened, links, state=state, reason=reason)
+        _page(tx, ruleset, chain, policy, index, now, starter, links, state=state, reason=reason)
         chain.log.append({"at": now, "event": "skipped", "step": index + 1, "note": reason})
         chain.next_at = None
         chain.suppressed_since = chain.suppressed_since or now
         chain.suppressed_why = why
         counts[state] += 1
         return
-    _page(tx, ruleset, chain, policy, index, now, opened, links, again=again)
+    _page(tx, ruleset, chain, policy, index, now, starter, links, again=again)
     counts[KIND] += 1
     chain.suppressed_since = chain.suppressed_why = None
     if index == chain.step:
@@ -247,15 +247,17 @@ def _page(
     policy: Policy,
     index: int,
     now: float,
-    opened: Mapping[str, Any],
+    starter: tuple[str, Mapping[str, Any]],
     links: Links | None,
     *,
     again: bool = False,
     state: str = "pending",
     reason: str | None = None,
 ) -> None:
-    """The step's messages: the rule's title and body for the alert's opening event, to
-    each of the step's targets (a schedule's member on call now), noted as this step."""
+    """The step's messages: the rule's title and body for the event that started the
+    chain (starter: its id and payload), filed under it, to each of the step's targets (a
+    schedule's member on call now), noted as this step."""
+    event_id, opened = starter
     step = policy.steps[index]
     rule = ruleset.by_name.get(chain.rule) or Rule(chain.rule, (), (), DEFAULT_TITLE, DEFAULT_BODY)
     seen = (
@@ -275,8 +277,6 @@ def _page(
         where += (
             f"; was {chain.suppressed_why or 'silenced'} since {_clock(chain.suppressed_since)}"
         )
-    event = tx.alerts.get(chain.alert)
-    event_id = (event.opened_event if event else None) or "-"
     for d in decisions:
         n = _note(ruleset, d, f"{d.body}\n{where}")
         tx.outbox.add(
@@ -397,10 +397,25 @@ def _suppressed_event(tx: Tx, notice: Notice, alert: Alert) -> tuple[str, dict[s
     by its fields (an update can match a silence its opener does not). A notice noted
     before the store kept that event is the opener's; an event no longer stored is read
     as its opener."""
-    if notice.suppressed_event is None:
+    return _event_or_opener(tx, notice.suppressed_event, alert)
+
+
+def _starter(tx: Tx, chain: Chain, alert: Alert) -> tuple[str, dict[str, Any]]:
+    """The event that started the chain (its log's first entry names it) and its payload:
+    the chain's pages are filed under it, so that explaining that event lists them, and
+    rendered and judged by its fields (an update that started the chain can match a
+    silence its alert's opener does not). A chain started before its log named its event
+    is the opener's; an event no longer stored is read as its opener."""
+    first = chain.log[0] if chain.log else {}
+    event = first.get("eventId") if first.get("event") == "started" else None
+    return _event_or_opener(tx, event if isinstance(event, str) else None, alert)
+
+
+def _event_or_opener(tx: Tx, event: str | None, alert: Alert) -> tuple[str, dict[str, Any]]:
+    if event is None:
         return alert.opened_event or "-", opener(tx, alert)
-    found = payload(tx, notice.suppressed_event)
-    return notice.suppressed_event, opener(tx, alert) if found is None else found
+    found = payload(tx, event)
+    return event, opener(tx, alert) if found is None else found
 
 
 def _wake_chain(tx: Tx, ruleset: Ruleset, chain: Chain, now: float, silences: Active) -> None:
@@ -411,7 +426,8 @@ def _wake_chain(tx: Tx, ruleset: Ruleset, chain: Chain, now: float, silences: Ac
         tx.escalations.save(chain)
         return
     rule = ruleset.by_name.get(chain.rule)
-    if suppression(tx, ruleset, rule, opener(tx, alert), silences, now, alert.id) is not None:
+    fields = _starter(tx, chain, alert)[1]
+    if suppression(tx, ruleset, rule, fields, silences, now, alert.id) is not None:
         return
     policy = Policy.from_json(chain.policy)
     chain.step = 0

@@ -15,6 +15,7 @@ MAX_OUTPUT characters.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Generator, Mapping
@@ -137,7 +138,16 @@ def payload_only(template: Template) -> bool:
 
 def compile_template(source: str) -> Template:
     """Compile one template; raises ValueError describing a syntax error or unknown filter,
-    or a loop over a constant range() that could never finish within the caps."""
+    or a loop over a constant range() that could never finish within the caps.
+
+    A source compiled before gives the same Template again (they are immutable): most
+    rules use the default texts, and a reload, explain's kept rules files and a backtest
+    load every rule again."""
+    return _compiled(source)
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(source: str) -> Template:
     try:
         ast = ENV.parse(source)
         sandbox.check_ranges(ast)

@@ -93,8 +93,14 @@ def chain_row(c: Chain) -> tuple[Any, ...]:
         c.started_at,
         c.suppressed_since,
         c.suppressed_why,
-        json.dumps(c.log[-MAX_LOG:], separators=(",", ":")),
+        json.dumps(kept_log(c.log), separators=(",", ":")),
     )
+
+
+def kept_log(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The entries of a chain's log that are kept: its first (the start, naming the event
+    that started it: its pages are filed under it) and the newest after it."""
+    return log if len(log) <= MAX_LOG else [log[0], *log[1 - MAX_LOG :]]
 
 
 class SQLTxEscalations:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import heapq
 
-from receiver.store.escalations import MAX_LOG
+from receiver.store.escalations import kept_log
 from receiver.store.memory_tables import Tables
 from receiver.store.records import Chain, Inhibitor, Waiting, waiting_key
 
@@ -45,7 +45,7 @@ class MemoryEscalations:
 
     def save(self, chain: Chain) -> None:
         chain = copy.deepcopy(chain)
-        chain.log = chain.log[-MAX_LOG:]
+        chain.log = kept_log(chain.log)
         self._put(chain)
 
     def of(self, alert: str, episode: int) -> list[Chain]:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tests.sim import agree, backtest
+from tests.sim import agree, backtest, pgtier
 from tests.sim.generate import Scenario, scenario
 from tests.sim.invariants import Violation, check
 from tests.sim.run import Run, run_scenario
@@ -47,8 +47,10 @@ def violation(s: Scenario, *, through: bool = False) -> Violation | None:
 
     try:
         run = run_scenario(s, checker)
-        if s.seed % agree.EVERY == 0:
+        if s.seed % agree.EVERY == 0 or pgtier.SERVER:
             agree.stores_agree(s, (run, states[0]))
+        if pgtier.SERVER:
+            pgtier.postgres_agrees(s, states[0])
         if s.seed % backtest.EVERY in backtest.ON:
             backtest.backtest_is_the_server(s)
     except Violation as found:
@@ -63,6 +65,7 @@ RANK = {
         [
             "nothing vanishes", "every open alert is accounted for", "once",
             "resolved reaches who was paged", "wake exactly what was held",
+            "nothing is sent while silenced", "pages are filed under their chain's starter",
             "backtest is the server", "stores agree", "explain is true",
         ]
     )
@@ -127,7 +130,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="processes (default 2)"
     )
+    parser.add_argument(
+        "--pg", action="store_true", help="also on PostgreSQL (a server of its own; make sim PG=1)"
+    )
     args = parser.parse_args(argv)
+    if args.pg:
+        pgtier.start()
+        try:
+            return _main(args)
+        finally:
+            pgtier.stop()
+    return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     logging.disable(logging.WARNING)  # the receiver's own warnings (template fallbacks)
     started, broken = time.perf_counter(), 0
     if args.replay is not None or args.seed is not None:

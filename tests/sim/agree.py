@@ -12,8 +12,9 @@ the same operations, routing turns, timer turns and sends at the same virtual ti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from receiver import events as receiver_events
@@ -25,11 +26,12 @@ from tests.sim.invariants import Violation
 from tests.sim.run import Run, SimCrash, run_scenario
 
 EVERY = 5  # one seed in EVERY is also run on the memory store (it costs two more runs)
-UNSUPPORTED = ("ack", "resolve", "snooze")
+UNSUPPORTED = ("ack", "resolve", "snooze", "redeliver")
 
 
 def comparable(s: Scenario) -> Scenario:
-    """The seed's scenario without what the memory store cannot do."""
+    """The seed's scenario without what the memory store cannot do (and no send fails:
+    its worker delivers every row)."""
     ops = [
         o
         for o in s.ops
@@ -51,7 +53,32 @@ class MemoryRun:
         self._crash_next_tx = False
         self._real_transact = self.store.transact
         self.store.transact = self._transact  # type: ignore[method-assign]
+        self._lean_savepoints()
         self.router = self._router()
+
+    def _lean_savepoints(self) -> None:
+        """A copy of every table (what a crash in a transaction puts back) is taken only
+        for a transaction a crash is drawn for; no savepoint inside one takes another (the
+        timers enter one for each chain, and most of a memory run was those copies). A
+        block that fails otherwise is a bug: the SQLite run undoes its writes and this one
+        keeps them, so the stores disagree and say so."""
+        tx = self.store.tx
+        whole = tx.savepoint
+        depth = [0]
+
+        @contextlib.contextmanager
+        def savepoint() -> Iterator[None]:
+            if depth[0] or not self._crash_next_tx:
+                yield
+                return
+            depth[0] += 1
+            try:
+                with whole():
+                    yield
+            finally:
+                depth[0] -= 1
+
+        tx.savepoint = savepoint  # type: ignore[method-assign]
 
     def _router(self) -> Router:
         return Router(
@@ -133,7 +160,7 @@ def stores_agree(s: Scenario, done: tuple[Run, tuple[list[Any], list[Any]]] | No
     be written in either order.) done: the seed's SQLite run and its final_state, reused
     when the scenario needed no cut."""
     same = comparable(s)
-    if done is not None and len(same.ops) == len(s.ops):
+    if done is not None and len(same.ops) == len(s.ops) and not s.fails:
         sqlite, state = done
     else:
         states: list[tuple[list[Any], list[Any]]] = []

@@ -44,6 +44,7 @@ class Op:
 
     at: float
     kind: str  # event | silence | unsilence | reload | ack | resolve | snooze | crash | tick
+    # | redeliver
     data: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
@@ -57,12 +58,14 @@ class Scenario:
     rules: list[str]  # YAML texts; rules[0] at the start, reload ops name an index
     ops: list[Op]
     refused: list[str] = field(default_factory=list)  # pair refusals the loader gave
+    fails: float = 0.0  # the share of sends that fail (tests.sim.sends); 0: none do
 
     def dump(self) -> dict[str, Any]:
         return {
             "seed": self.seed,
             "start": self.start,
             "rules": self.rules,
+            "fails": self.fails,
             "ops": [{"at": o.at, "kind": o.kind, **o.data} for o in self.ops],
         }
 
@@ -72,7 +75,10 @@ class Scenario:
         for o in raw["ops"]:
             data = {k: v for k, v in o.items() if k not in ("at", "kind")}
             ops.append(Op(float(o["at"]), str(o["kind"]), data))
-        return Scenario(int(raw["seed"]), float(raw["start"]), list(raw["rules"]), ops)
+        return Scenario(
+            int(raw["seed"]), float(raw["start"]), list(raw["rules"]), ops,
+            fails=float(raw.get("fails", 0.0)),
+        )  # fmt: skip
 
 
 _LOADED: dict[str, Ruleset] = {}  # the last files loaded, by text (a Ruleset is immutable)
@@ -371,6 +377,44 @@ def stream(r: random.Random, start: float, files: int) -> list[Op]:
     return ops
 
 
+def vary_silences(seed: int, ops: list[Op]) -> None:
+    """Some silences match a field that differs between the events of one alert (its
+    context, a flag), so an update can be silenced while its alert's opener is not: what
+    a chain or a woken notification is judged by then shows. Drawn from a stream of its
+    own, so the seed's other draws stay as they were."""
+    r = random.Random(f"silences:{seed}")
+    for op in ops:
+        if op.kind == "silence" and r.random() < 0.35:
+            op.data["match"] = r.choice(
+                [{"meta.context": r.choice(CONTEXTS)}, {"flagged": r.choice([True, False])}]
+            )
+
+
+def action_fronts(seed: int, ops: list[Op]) -> None:
+    """The front end each ack, resolve and snooze comes through (tests.sim.fronts): the
+    engine, a one-click link (now and then one of an episode that is over), the API or the
+    CLI. Drawn from a stream of its own, so the seed's other draws stay as they were."""
+    r = random.Random(f"fronts:{seed}")
+    for op in ops:
+        if op.kind in ("ack", "resolve", "snooze"):
+            op.data["via"] = r.choice(["engine", "link", "api", "cli"])
+            if op.data["via"] == "link" and r.random() < 0.2:
+                op.data["stale"] = True
+
+
+def failing_sends(seed: int, ops: list[Op]) -> float:
+    """Whether (and how often) the seed's sends fail, a retry or a give-up
+    (tests.sim.sends), and operator retries of what went dead ("redeliver", `receiver
+    deliveries retry`) put among the operations. Drawn from a stream of its own."""
+    r = random.Random(f"sends:{seed}")
+    if r.random() < 0.5:
+        return 0.0
+    for _ in range(r.randint(0, 2)):
+        after = r.randrange(len(ops) - 1)  # never after the last step (every timer's end)
+        ops.insert(after + 1, Op(ops[after].at, "redeliver", {}))
+    return r.choice([0.1, 0.2, 0.4])
+
+
 def scenario(seed: int) -> Scenario:
     r = random.Random(seed)
     refused: list[str] = []
@@ -378,7 +422,10 @@ def scenario(seed: int) -> Scenario:
     start = T0 + r.randint(0, 7 * 24) * 3600.0 + r.randint(0, 59) * 60.0
     ops = stream(r, start, len(files))
     _until_resolved(seed, ops)
-    return Scenario(seed, start, files, ops, refused)
+    vary_silences(seed, ops)
+    action_fronts(seed, ops)
+    fails = failing_sends(seed, ops)
+    return Scenario(seed, start, files, ops, refused, fails)
 
 
 def _until_resolved(seed: int, ops: list[Op]) -> None:

@@ -22,22 +22,13 @@ from receiver.dispatch.pipeline import UNPAGED
 from receiver.dispatch.silences import active_silences
 from receiver.rules import Rule, Ruleset
 from receiver.store.records import SENT_STATES
+from tests.sim import filed, sends, storms
 from tests.sim.run import LEASE, Run
+from tests.sim.violation import Violation
 
 SENT = (*SENT_STATES, "dead")
 # A chain started by a suppressed notification notes "<state>: waits": the decision it is.
 WAITS = {"silenced": "silenced", "muted": "quiet", "inhibited": "inhibited"}
-
-
-class Violation(AssertionError):
-    def __init__(self, invariant: str, detail: str, kind: str = "") -> None:
-        super().__init__(f"{invariant}: {detail}")
-        self.invariant = invariant
-        self.detail = detail
-        self.kind = kind or invariant  # what a shrink keeps: the same kind of failure
-
-    def __reduce__(self) -> tuple[type[Violation], tuple[str, str, str]]:
-        return (Violation, (self.invariant, self.detail, self.kind))  # across processes
 
 
 def matched(ruleset: Ruleset, payload: dict[str, Any]) -> Iterator[Rule]:
@@ -240,15 +231,16 @@ def _summary(found: dict[str, Any]) -> str:
 def once(run: Run) -> None:
     """A row is sent at most once a lease; a step pages at most once an episode and round.
 
-    (Never again after its delivery was recorded; an ack, reack or a silence's end lets
-    a step page again.)"""
+    (Never again after its delivery was recorded; again within a lease only after a
+    failure was recorded; an ack, reack or a silence's end lets a step page again.)"""
     by_row: dict[int, list[float]] = defaultdict(list)
     for rid, at in run.seen.sends:
         by_row[rid].append(at)
     for rid, times in by_row.items():
         marked = run.seen.delivered.get(rid)
+        failed = run.seen.failed.get(rid, [])
         for before, after in zip(times, times[1:], strict=False):
-            if after - before < LEASE:
+            if after - before < LEASE and not any(before <= t <= after for t in failed):
                 raise Violation("once", f"row #{rid} sent at {before} and again at {after}")
         if marked is not None and any(t > marked for t in times):
             raise Violation("once", f"row #{rid} sent again after its delivery was recorded")
@@ -271,17 +263,21 @@ def once(run: Run) -> None:
 def resolved_reaches_paged(run: Run) -> None:
     """Resolved messages go to exactly the targets paged for that episode.
 
-    (Its escalations' pages, and a resolve: true rule's targets when it notified.)"""
+    (Its escalations' pages, and a resolve: true rule's targets when it notified; a page
+    given up on, dead when the alert resolved, reached nobody.)"""
     rows: dict[tuple[str, int, str], dict[str, set[tuple[str, int]]]] = defaultdict(
         lambda: defaultdict(set)
     )
     opening = {e for e, seen in run.seen.transitions.items() if seen[0] in ("open", "update")}
-    for eid, aid, ep, rule, kind, state, notifier, target in run.query(
-        "SELECT event_id, alert, episode, rule, kind, state, notifier, target FROM outbox"
+    for rid, eid, aid, ep, rule, kind, state, notifier, target in run.query(
+        "SELECT id, event_id, alert, episode, rule, kind, state, notifier, target FROM outbox"
         " WHERE alert IS NOT NULL AND episode IS NOT NULL"
     ):
         if kind == "event" and eid not in opening:
             continue  # a closing (or late) event's own notification: not a page of the episode
+        moment = run.seen.resolved_seq.get((aid, int(ep)))
+        if kind != "resolved" and moment is not None and sends.dead_at(run, int(rid), moment):
+            continue  # given up on before the alert resolved: it never reached its target
         if kind == "resolved" or state in SENT:
             rows[(aid, int(ep), rule)][kind].add((notifier, int(target)))
     opened_with = {
@@ -327,7 +323,8 @@ def wake_exactly_what_was_held(run: Run) -> None:
     woke: dict[tuple[Any, ...], int] = defaultdict(int)
     for rid, aid, ep, rule, notifier, target, body, created in run.query(
         "SELECT id, alert, episode, rule, notifier, target, body, created_at FROM outbox"
-        " WHERE kind = 'event' AND alert IS NOT NULL AND instr(body, char(10) || 'was ') > 0"
+        " WHERE kind = 'event' AND alert IS NOT NULL AND body LIKE ?",
+        ("%\nwas %",),
     ):
         since = body.rsplit("\n", 1)[-1]
         if not since.startswith("was ") or " since " not in since:
@@ -357,17 +354,21 @@ async def wake_at_the_end(run: Run) -> None:
     def waiting(tx: Any) -> list[str]:
         silences = active_silences(tx.silences.active(now))
         stuck = []
-        for what, aid, ep, name, why_ in run.query(
-            "SELECT 'notice', alert, episode, rule, suppressed_why FROM notices"
+        for what, aid, ep, name, why_, about in run.query(
+            "SELECT 'notice', alert, episode, rule, suppressed_why, suppressed_event FROM notices"
             " WHERE suppressed_since IS NOT NULL UNION ALL"
-            " SELECT 'chain', alert, episode, rule, suppressed_why FROM escalations"
+            " SELECT 'chain', alert, episode, rule, suppressed_why, log FROM escalations"
             " WHERE suppressed_since IS NOT NULL AND next_at IS NULL"
         ):
             alert = tx.alerts.get(aid)
             rule = ruleset.by_name.get(name)
             if alert is None or alert.state != "open" or alert.episode != ep or rule is None:
                 continue
-            held = suppression(tx, ruleset, rule, opener(tx, alert), silences, now, aid)
+            if what == "chain":  # judged by the event that started it, as its notice is
+                about = (json.loads(about) or [{}])[0].get("eventId")
+            fields = run.seen.bodies.get(about) if about else None
+            fields = opener(tx, alert) if fields is None else fields
+            held = suppression(tx, ruleset, rule, fields, silences, now, aid)
             if held is None:
                 stuck.append(f"{what} of {aid}/{ep} rule {name} (was {why_})")
         tx.alerts.forget()
@@ -407,6 +408,8 @@ CHECKS = (
     once,
     resolved_reaches_paged,
     wake_exactly_what_was_held,
+    *filed.CHECKS,
+    storms.storm_windows_told_once,
 )
 
 
@@ -417,3 +420,6 @@ async def check(run: Run, final: bool, routed: list[str]) -> None:
     await explain_is_true(run, list(run.seen.order) if final else routed)
     if final:
         await wake_at_the_end(run)
+        for invariant in filed.FINAL:
+            invariant(run)
+        storms.storm_windows_told_once(run, final=True)

@@ -34,13 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from receiver import events as receiver_events
-from receiver.dispatch import actions, pipeline
+from receiver.dispatch import pipeline
 from receiver.dispatch.alerts import Transition
 from receiver.dispatch.router import WAKE_EVERY, Router
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
-from receiver.store import SQLiteStore
+from receiver.store import SQLiteStore, open_store
 from receiver.store.records import Attempt, OutboxRow
+from tests.sim import sends
+from tests.sim.fronts import Fronts
 from tests.sim.generate import Op, Scenario, check
 
 LEASE = 30.0  # the runner's send lease (the worker's default is 60 s; shorter finds more)
@@ -69,14 +71,29 @@ class Seen:
     delivered: dict[int, float] = field(default_factory=dict)  # row id -> marked at
     resolved_by: dict[tuple[str, int], str] = field(default_factory=dict)  # -> ruleset digest
     resolved_at: dict[tuple[str, int], float] = field(default_factory=dict)  # -> when
+    # Failed sends (tests.sim.sends): row id -> when it failed; and in the order things
+    # happened (a count, as two happen at one virtual instant), when it went dead, was
+    # retried by an operator, and when each episode resolved.
+    failed: dict[int, list[float]] = field(default_factory=dict)
+    died: dict[int, list[int]] = field(default_factory=dict)
+    revived: dict[int, list[int]] = field(default_factory=dict)
+    resolved_seq: dict[tuple[str, int], int] = field(default_factory=dict)
+    seq: int = 0
+
+    def tick(self) -> int:
+        self.seq += 1
+        return self.seq
 
 
 class Run:
     """One scenario on one SQLite file; check(run) after every step raises a Violation."""
 
-    def __init__(self, scenario: Scenario, db: Path, checker: Checker | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, db: Path, checker: Checker | None = None, url: str | None = None
+    ) -> None:
         self.scenario = scenario
         self.db = db
+        self.url = url  # a postgresql:// database to run on instead of the SQLite file db
         self.checker = checker
         self.now = scenario.start
         self.trace: list[str] = []
@@ -92,7 +109,11 @@ class Run:
         self._crash_in_send = False
         self._look_again: float | None = None
         self._reader: sqlite3.Connection | None = None
+        self._pg: Any = None  # the PostgreSQL tier's reading connection (psycopg)
         self.step = 0
+        self.fronts = Fronts(self)  # the front ends actions come through
+        self.clock = lambda: self.now
+        self.marks: dict[str, Any] = {}  # where an invariant stopped reading (tests.sim.filed)
         # What ran when: (time, "op" | "route" | "tick" | "deliver", op index), for another
         # store to run the same (tests.sim.agree).
         self.schedule: list[tuple[float, str, int]] = []
@@ -103,7 +124,10 @@ class Run:
         self.seen.rulesets.setdefault(ruleset.digest, ruleset)
 
     async def open(self) -> None:
-        self.store = SQLiteStore(self.db, synchronous="off", clock=lambda: self.now)
+        if self.url is not None:  # the PostgreSQL tier (make sim PG=1)
+            self.store = open_store(self.url, clock=lambda: self.now, pool_size=2)  # type: ignore[assignment]
+        else:
+            self.store = SQLiteStore(self.db, synchronous="off", clock=lambda: self.now)
         await self.store.open()
         original = self.store.transact
 
@@ -125,6 +149,7 @@ class Run:
                 if seen[0] == "resolve" and seen[1] is not None and seen[2] is not None:
                     self.seen.resolved_by[(seen[1], seen[2])] = seen[3]
                     self.seen.resolved_at.setdefault((seen[1], seen[2]), self.now)
+                    self.seen.resolved_seq.setdefault((seen[1], seen[2]), self.seen.tick())
             self._pending = {}
             return result
 
@@ -150,9 +175,13 @@ class Run:
             await self.store.close()
         if self._reader is not None:
             self._reader.close()
+        if self._pg is not None:
+            self._pg.close()
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """A read of the file, for the invariants (the runner's own connection)."""
+        if self.url is not None:
+            return pg_query(self, sql, params)
         if self._reader is None:
             self._reader = sqlite3.connect(self.db)
         return self._reader.execute(sql, params).fetchall()
@@ -215,6 +244,10 @@ class Run:
                 self._crash_in_send = False
                 await self.crash("after a send, before its outcome was recorded")
                 return False
+            how = sends.outcome(self, row)
+            if how != "delivered":
+                self.trace.append(f"  failed #{row.id} ({how}): {await sends.fail(self, row, how)}")
+                continue
             await self.store.outbox.mark_delivered(
                 row.id, now=self.now, attempt=Attempt(self.now, 0, 200)
             )
@@ -238,15 +271,15 @@ class Run:
         (found,) = self.query(
             "SELECT min(t) FROM ("
             " SELECT min(next_at) AS t FROM outbox WHERE state IN ('pending', 'held')"
-            "  AND next_at > ?1"
+            "  AND next_at > ?"
             " UNION ALL SELECT min(lease_until) FROM outbox WHERE state = 'sending'"
-            "  AND lease_until > ?1"
-            " UNION ALL SELECT min(next_repeat_at) FROM notices WHERE next_repeat_at > ?1"
-            " UNION ALL SELECT min(next_at) FROM escalations WHERE next_at > ?1"
-            " UNION ALL SELECT min(closes_at) FROM groups WHERE state = 'open' AND closes_at > ?1"
+            "  AND lease_until > ?"
+            " UNION ALL SELECT min(next_repeat_at) FROM notices WHERE next_repeat_at > ?"
+            " UNION ALL SELECT min(next_at) FROM escalations WHERE next_at > ?"
+            " UNION ALL SELECT min(closes_at) FROM groups WHERE state = 'open' AND closes_at > ?"
             " UNION ALL SELECT min(ends_at) FROM silences WHERE expired_at IS NULL"
-            "  AND ends_at > ?1)",
-            (now,),
+            "  AND ends_at > ?) AS due",
+            (now,) * 6,
         )[0]
         due = math.inf if found is None else float(found)
         beat = self.ruleset.heartbeat
@@ -306,14 +339,17 @@ class Run:
             self.ruleset = self.rulesets[data["file"] % len(self.rulesets)]
             self._remember(self.ruleset)
         elif kind in ("ack", "resolve", "snooze"):
-            outcome = await actions.perform(
-                self.store, self.ruleset, data["alert"], kind, source="sim", by="sim",
-                now=self.now, seconds=data.get("seconds"),
-            )  # fmt: skip
-            self.trace.append(f"  {kind}: {outcome.result}")
-            if kind == "resolve" and outcome.result == "done" and outcome.episode is not None:
-                self.seen.resolved_by[(data["alert"], outcome.episode)] = self.ruleset.digest
-                self.seen.resolved_at.setdefault((data["alert"], outcome.episode), self.now)
+            before = await self.store.alerts.get(data["alert"])
+            said = await self.fronts.act(kind, data)
+            self.trace.append(f"  {kind} via {data.get('via', 'engine')}: {said}")
+            after = await self.store.alerts.get(data["alert"])
+            if before is not None and before.state == "open" and after is not None:
+                if after.state == "resolved" and after.episode == before.episode:
+                    self.seen.resolved_by[(after.id, after.episode)] = self.ruleset.digest
+                    self.seen.resolved_at.setdefault((after.id, after.episode), self.now)
+                    self.seen.resolved_seq.setdefault((after.id, after.episode), self.seen.tick())
+        elif kind == "redeliver":
+            self.trace.append(f"  retried {await sends.redeliver(self)} dead")
         elif kind == "crash":
             where = data["where"]
             if where == "between":
@@ -381,10 +417,21 @@ def observed(run_of: Callable[[], Run | None]) -> Iterator[None]:
         pipeline.apply = real  # type: ignore[assignment]
 
 
-def run_scenario(scenario: Scenario, checker: Checker | None = None) -> Run:
-    """Run one scenario on a fresh SQLite file in a temporary directory."""
+def pg_query(run: Run, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """A read of the PostgreSQL tier's database (the invariants' SQL is written for both:
+    `?` placeholders, no function only one of them has)."""
+    if run._pg is None:
+        import psycopg  # the PostgreSQL tier only
+
+        run._pg = psycopg.connect(run.url or "", autocommit=True)
+    return list(run._pg.execute(sql.replace("?", "%s"), params).fetchall())
+
+
+def run_scenario(scenario: Scenario, checker: Checker | None = None, url: str | None = None) -> Run:
+    """Run one scenario on a fresh SQLite file in a temporary directory (or, url, on that
+    empty PostgreSQL database)."""
     with tempfile.TemporaryDirectory(prefix="sim-") as tmp:
-        sim = Run(scenario, Path(tmp) / "sim.db", checker)
+        sim = Run(scenario, Path(tmp) / "sim.db", checker, url)
         with observed(lambda: sim):
             asyncio.run(sim.run())
     return sim

@@ -7,6 +7,7 @@ kept. What is left is written as files a developer replays (python -m tests.sim 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,7 @@ class _Budget:
 
 
 def _with_ops(s: Scenario, ops: list[Op]) -> Scenario:
-    return Scenario(s.seed, s.start, s.rules, ops)
+    return dataclasses.replace(s, ops=ops)
 
 
 def _ddmin_ops(s: Scenario, fails: Fails) -> Scenario:
@@ -106,10 +107,10 @@ def _shrink_rules(s: Scenario, fails: Fails) -> Scenario:
                 except ConfigError:
                     continue
                 candidate = texts[:index] + [text] + texts[index + 1 :]
-                if fails(Scenario(s.seed, s.start, candidate, s.ops)):
+                if fails(dataclasses.replace(s, rules=candidate)):
                     texts, progress = candidate, True
                     break
-    return Scenario(s.seed, s.start, texts, s.ops)
+    return dataclasses.replace(s, rules=texts)
 
 
 def shrink(s: Scenario, fails: Fails) -> Scenario:
@@ -128,8 +129,8 @@ def _one_file(s: Scenario, fails: Fails) -> Scenario:
     if len(s.rules) == 1:
         return s
     if not reloads:
-        return Scenario(s.seed, s.start, s.rules[:1], s.ops)
-    alone = Scenario(s.seed, s.start, s.rules[:1], [o for o in s.ops if o.kind != "reload"])
+        return dataclasses.replace(s, rules=s.rules[:1])
+    alone = dataclasses.replace(s, rules=s.rules[:1], ops=[o for o in s.ops if o.kind != "reload"])
     return alone if fails(alone) else s
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from receiver import why
-from tests.sim import agree, backtest, invariants
+from tests.sim import agree, backtest, filed, invariants, pgtier
 from tests.sim.__main__ import violation
 from tests.sim.generate import T0, Op, Scenario, scenario
 from tests.sim.invariants import Violation, check, explain_is_true, nothing_vanishes
@@ -143,7 +143,8 @@ def test_the_docs_state_each_invariant_as_its_docstring_does() -> None:
     page = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
     every = (
         *invariants.CHECKS, invariants.explain_is_true, invariants.wake_at_the_end,
-        agree.stores_agree, backtest.backtest_is_the_server,
+        agree.stores_agree, backtest.backtest_is_the_server, *filed.FINAL,
+        pgtier.postgres_agrees,
     )  # fmt: skip
     for invariant in every:
         statement = (invariant.__doc__ or "").splitlines()[0]
