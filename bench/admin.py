@@ -26,11 +26,10 @@ from pathlib import Path
 
 import httpx
 
+from bench import extra
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT))
-
-from bench import extra  # noqa: E402
 
 TARGET_MS = 100.0
 SECTION = "## Admin page"

@@ -51,15 +51,14 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from receiver import signature
+from receiver.sessions import COLUMNS, Fact, Summary
+from receiver.simulator.walk import event_stream, timestamp
+from receiver.store.sqlite.schema import MIGRATIONS
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 CACHE = BENCH / ".cache"
-sys.path.insert(0, str(ROOT))
-
-from receiver import signature  # noqa: E402
-from receiver.sessions import COLUMNS, Fact, Summary  # noqa: E402
-from receiver.simulator.walk import event_stream, timestamp  # noqa: E402
-from receiver.store.sqlite.schema import MIGRATIONS  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef"
 SERVER_CPU = "0"
@@ -330,7 +329,7 @@ def receiver_server(db: Path, work: Path, sink_port: int) -> Server:
 
 def bare_server(body: Path, work: Path) -> Server:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, str(Path(__file__)), "--serve-bare", "--port", "{port}"]
+    argv = [sys.executable, "-m", "bench.api", "--serve-bare", "--port", "{port}"]
     return Server("bare", [*argv, "--body", str(body)], env, work / "bare.log")
 
 

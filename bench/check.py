@@ -41,7 +41,7 @@ def committed() -> dict[str, Any]:
 def quick(work: Path) -> dict[str, Any]:
     figures = work / "figures.json"
     subprocess.run(
-        [sys.executable, str(BENCH / "run.py"), "--parts", "streams", "--rounds", "1",
+        [sys.executable, "-m", "bench.run", "--parts", "streams", "--rounds", "1",
          "--duration", "8", "--events", "150000", "--paced", "0",
          "--output", str(work / "RESULTS.md"), "--figures", str(figures)],
         cwd=ROOT, check=True,

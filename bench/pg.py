@@ -35,8 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import extra
-
+from bench import extra
 from tests.pg import ThrowawayPostgres
 
 UTILISATION = 0.7  # of a core, for the projection: headroom for bursts and catching up

@@ -27,8 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import stream_part
-import streams
+from bench import stream_part, streams
 
 SHAPE = "shared-type"
 WORKERS = (1, 2)

@@ -24,8 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import streams
-
+from bench import streams
 from receiver import rules
 
 WARMUP_EVENTS = 20_000

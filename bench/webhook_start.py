@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -23,13 +22,12 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from receiver import events
+from tests import servers
+from tests.harness import Receiver
+from tests.servers import HTTPSink
 
-from receiver import events  # noqa: E402
-from tests import servers  # noqa: E402
-from tests.harness import Receiver  # noqa: E402
-from tests.servers import HTTPSink  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 # The sink's listen backlog: socketserver's 5 overflowed with hundreds of subscribers
 # connecting at once, and each refused SYN came back a second (then 3, 7...) later,

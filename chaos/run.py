@@ -20,11 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from chaos import replicas, scenarios  # noqa: E402
-from chaos.scenarios import Load, Outcome  # noqa: E402
-from receiver.rules import parse_duration  # noqa: E402
+from chaos import replicas, scenarios
+from chaos.scenarios import Load, Outcome
+from receiver.rules import parse_duration
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "RELIABILITY-RESULTS.md"
 ALL = ("baseline", "crash", "sigterm", "outage", "slow-sink")
