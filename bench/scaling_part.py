@@ -74,7 +74,7 @@ def run_part(
             _all_workers_first(server, count, pin)
             print(f"scaling {round_no}: {count} worker(s) ...", file=sys.stderr, flush=True)
             r = measure(server, round_no, args, stream, warmup, pin)
-            print(f"  {stream_part._describe(r)}", file=sys.stderr, flush=True)
+            print(f"  {stream_part.describe(r)}", file=sys.stderr, flush=True)
             runs.append((count, r))
         ceilings.append(
             _ceiling(args, work, sink_port, pin, round_no, current, make_server, measure)

@@ -132,7 +132,7 @@ class _Runner:
         print(f"streams {round_no}: ceiling ...", file=sys.stderr, flush=True)
         server = self.make_server("ceiling", self.work, self.sink_port)
         r = self.measure(server, round_no, self.args, stream, warmup, self.pin)
-        print(f"  {_describe(r)}", file=sys.stderr, flush=True)
+        print(f"  {describe(r)}", file=sys.stderr, flush=True)
         return float(r.rps)
 
     def shape(self, round_no: int, shape: streams.Shape, stream: Path, warmup: Path) -> Any:
@@ -154,12 +154,12 @@ class _Runner:
             )
             print(f"streams {round_no}: {shape.name}, {label} ...", file=sys.stderr, flush=True)
             r = self.measure(server, round_no, self.args, stream, warmup, self.pin, rate=rate)
-            print(f"  {_describe(r)}; {'; '.join(r.notes)}", file=sys.stderr, flush=True)
+            print(f"  {describe(r)}; {'; '.join(r.notes)}", file=sys.stderr, flush=True)
             results.append(r)
         return results[0], results[1]
 
 
-def _describe(r: Any) -> str:
+def describe(r: Any) -> str:
     line = f"{r.rps:,.0f} accepted/s, p99 {r.p99_ms:.2f} ms"
     if r.routing is not None:
         line += f"; stored+routed {r.routing.sustained:,.0f}/s, lag max {r.routing.lag_max:.2f} s"

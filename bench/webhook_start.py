@@ -18,12 +18,12 @@ import statistics
 import tempfile
 import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 
 from receiver import events
-from tests import servers
 from tests.harness import Receiver
 from tests.servers import HTTPSink
 
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The sink's listen backlog: socketserver's 5 overflowed with hundreds of subscribers
 # connecting at once, and each refused SYN came back a second (then 3, 7...) later,
 # which timed the sink, not the receiver.
-servers._Server.request_queue_size = 4096
+ThreadingHTTPServer.request_queue_size = 4096  # tests.servers' sink is one
 
 PER_KEY = 100  # RECEIVER_WEBHOOKS_PER_KEY's default
 ENV = {
