@@ -22,6 +22,7 @@ from bench.api_load import (
 )
 from bench.api_reads import Bench
 from bench.api_servers import (
+    Server,
     Sink,
     receiver_server,
 )
@@ -81,6 +82,21 @@ def _remove_store(db: Path) -> None:
         Path(f"{db}{suffix}").unlink(missing_ok=True)
 
 
+def _warm_up(b: Bench, server: Server, warmup: Path, db: Path) -> None:
+    """The warm-up stream, then its backlog routed before the measured run starts."""
+    if b.warmup:
+        wrk(
+            server.port,
+            "events.lua",
+            [str(warmup), "/v1/events"],
+            seconds=b.warmup,
+            connections=b.connections,
+            pin=b.pin,
+        )
+    if _drain(db) is None:
+        raise SystemExit("ingest: the warm-up was not routed within 120s")
+
+
 def ingest_run(
     b: Bench, mode: str, round_no: int, stream: Path, warmup: Path, sink: Sink, mixes: Path
 ) -> Ingest:
@@ -96,17 +112,7 @@ def ingest_run(
     events = ["/v1/events"]
     try:
         server.start(b.pin)
-        if b.warmup:
-            wrk(
-                server.port,
-                "events.lua",
-                [str(warmup), *events],
-                seconds=b.warmup,
-                connections=b.connections,
-                pin=b.pin,
-            )
-        if _drain(db) is None:
-            raise SystemExit("ingest: the warm-up was not routed within 120s")
+        _warm_up(b, server, warmup, db)
         if mode in ("point", "lists"):
             argv = wrk_argv(
                 server.port,

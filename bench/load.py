@@ -184,27 +184,9 @@ def measure(
                 f"{args.events}): raise --events"
             )
         if server.db is not None:
-            stored = rows(server.db) - before
-            dupes = max(0, got["requests"] - stored)
-            notes.append(
-                f"{stored} stored, {dupes} duplicates ({dupes / max(got['requests'], 1):.1%})"
+            routing, per_event, hold = _afterwards(
+                server, got["requests"], (before, first), (cpu, cycles), notes
             )
-            left = unrouted(server.db)
-            notes.append(f"{left} not yet routed when wrk stopped")
-            took = drain(server.db) if left else 0.0
-            if left:
-                notes.append(
-                    f"routed them in {took:.1f}s ({left / took:,.0f} events/s)"
-                    if took is not None
-                    else "NOT all routed within 120s"
-                )
-            if took is not None:
-                routing = routing(server.db, first)
-                cpu = extra.cpu_seconds(server.proc.pid) - cpu
-                if cycles:
-                    hold = hold_ms(cycles, cycle_buckets(server.port))
-                per_event = cpu / max(stored, 1) * 1e6
-                notes.append(f"server CPU {per_event:.0f} µs a stored+routed event")
     finally:
         server.stop()
     errors = {k: got[k] for k in ("connect", "read", "write", "status", "timeout") if got[k]}
@@ -223,6 +205,39 @@ def measure(
         per_event,
         hold,
     )
+
+
+def _afterwards(
+    server: Server,
+    requests: int,
+    start: tuple[int, int],
+    counters: tuple[float, dict[float, float]],
+    notes: list[str],
+) -> tuple[Routing | None, float | None, tuple[float, float] | None]:
+    """What the run's store says once wrk stopped: stored, duplicates, how long the router
+    took to catch up; then the routing lag, CPU a stored+routed event and the loop hold."""
+    assert server.db is not None and server.proc is not None
+    (before, first), (cpu, cycles) = start, counters
+    stored = rows(server.db) - before
+    dupes = max(0, requests - stored)
+    notes.append(f"{stored} stored, {dupes} duplicates ({dupes / max(requests, 1):.1%})")
+    left = unrouted(server.db)
+    notes.append(f"{left} not yet routed when wrk stopped")
+    took = drain(server.db) if left else 0.0
+    if left:
+        notes.append(
+            f"routed them in {took:.1f}s ({left / took:,.0f} events/s)"
+            if took is not None
+            else "NOT all routed within 120s"
+        )
+    if took is None:
+        return None, None, None
+    routing = read_routing(server.db, first)
+    cpu = extra.cpu_seconds(server.proc.pid) - cpu
+    hold = hold_ms(cycles, cycle_buckets(server.port)) if cycles else None
+    per_event = cpu / max(stored, 1) * 1e6
+    notes.append(f"server CPU {per_event:.0f} µs a stored+routed event")
+    return routing, per_event, hold
 
 
 def rows(db: Path | None) -> int:
@@ -249,7 +264,7 @@ def last_rowid(db: Path | None) -> int:
         return rowid
 
 
-def routing(db: Path, after: int) -> Routing | None:
+def read_routing(db: Path, after: int) -> Routing | None:
     """Sustained rate and routing lag of the events stored after rowid `after`, all routed.
 
     received_at is the accept time (just before the 202), routed_at when the router took
