@@ -1,6 +1,6 @@
 """The admin page with a big store: each page's time to answer with 1,000,000 events stored.
 
-    python bench/admin.py [--events 1000000] [--requests 20]
+    python -m bench.admin [--events 1000000] [--requests 20]
 
 Builds (once, cached in bench/.cache) a SQLite store of routed events with the bench's
 direct bulk insert, adds some dead notifications, starts the real server on it, signs in

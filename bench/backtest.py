@@ -1,6 +1,6 @@
 """`receiver backtest` over a week at 10 events/s: how long the replay takes, on two cores.
 
-    python bench/backtest.py [--rate 10] [--days 7] [--output bench/RESULTS.md]
+    python -m bench.backtest [--rate 10] [--days 7] [--output bench/RESULTS.md]
 
 Builds (once, cached in bench/.cache) a SQLite store of rate x days events (6,048,000 for
 a week at 10/s) by direct bulk insert: 2,000 sessions at a time, each with a hundred events

@@ -1,6 +1,6 @@
 """What a week's backtest costs an event, in instructions, and what a minute would allow.
 
-    python bench/backtest_budget.py [--seconds 7200]   (bench/backtest.py calls budget())
+    python -m bench.backtest_budget [--seconds 7200]   (bench/backtest.py calls budget())
 
 The backtest part times `receiver backtest` over the bench's week; this says where those
 seconds go in a figure the machine's load does not move. Each command runs under

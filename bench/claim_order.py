@@ -1,6 +1,6 @@
 """Time SQLOutbox.claim_due with and without the in-order check (issue 28, item 13).
 
-    python bench/claim_order.py DB DUE DELIVERED
+    python -m bench.claim_order DB DUE DELIVERED
 
 DB is a new SQLite path or an empty PostgreSQL URL. DUE rows wait to be sent and
 DELIVERED rows are history, over 2,000 alerts and 10 targets of one notifier; each claim

@@ -1,6 +1,6 @@
 """Fan-out to webhook subscribers: ingest with and without 50 subscribers, one of them hanging.
 
-    python bench/fanout.py [--rate 1000] [--seconds 10] [--subscribers 50]
+    python -m bench.fanout [--rate 1000] [--seconds 10] [--subscribers 50]
 
 The same paced stream (--rate events/s, a tenth of them score.drop) goes into a fresh
 receiver twice: with no subscribers, then with --subscribers local ones that each

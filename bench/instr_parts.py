@@ -1,6 +1,6 @@
 """One part of the receiver's work on a stream shape, run under valgrind by bench/instructions.py.
 
-    python bench/instr_parts.py PART SHAPE COUNT RUN
+    python -m bench.instr_parts PART SHAPE COUNT RUN
 
 Every run does the same set-up for COUNT events of SHAPE (building and signing them, and for
 the store's parts a SQLite file holding them); RUN=1 then does the part's work on them and

@@ -2,7 +2,7 @@
 does not move (issue 33: "if one core truly cannot do it, show it with instruction counts per
 part on the worst shape").
 
-    python bench/instructions.py [--shape shared-type] [--events 2000] [--output FILE]
+    python -m bench.instructions [--shape shared-type] [--events 2000] [--output FILE]
 
 Each figure is the difference between two runs under `valgrind --tool=cachegrind
 --cache-sim=no` that differ only in the work measured (the same set-up, imports and start in

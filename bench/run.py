@@ -14,13 +14,13 @@ the routing lag (routed_at - received_at, read from the SQLite file afterwards).
 And each round runs the receiver once more, paced at --paced (default 80%) of the
 flat-out rate it just measured, for the lag below saturation.
 
-    .venv/bin/python bench/run.py                 # what `make bench` runs
-    .venv/bin/python bench/run.py --duration 5 --rounds 1 --events 20000   # a quick look
-    .venv/bin/python bench/run.py --parts postgres   # one part (bench/pg.py); RESULTS.md
+    .venv/bin/python -m bench.run                 # what `make bench` runs
+    .venv/bin/python -m bench.run --duration 5 --rounds 1 --events 20000   # a quick look
+    .venv/bin/python -m bench.run --parts postgres   # one part (bench/pg.py); RESULTS.md
                                                      # keeps the sections of the others
-    .venv/bin/python bench/run.py --parts streams    # every stream shape (bench/streams.py)
+    .venv/bin/python -m bench.run --parts streams    # every stream shape (bench/streams.py)
                                                      # against the ceiling of its round
-    .venv/bin/python bench/run.py --parts scaling    # serve --workers 1 and 2, shared-type
+    .venv/bin/python -m bench.run --parts scaling    # serve --workers 1 and 2, shared-type
 
 The stream: --events distinct signed events (default 400000) from the same
 random walk `receiver simulate` uses. The receiver gets a fresh database each

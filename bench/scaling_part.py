@@ -3,8 +3,8 @@ and `--workers 2` on one SQLite file, on the worst stream shape (shared-type,
 bench/streams.py), a few rounds, each against the ceiling of the same round; its section
 of bench/RESULTS.md.
 
-    .venv/bin/python bench/run.py --parts scaling
-    .venv/bin/python bench/run.py --parts scaling --rounds 1 --duration 5 --events 60000 \\
+    .venv/bin/python -m bench.run --parts scaling
+    .venv/bin/python -m bench.run --parts scaling --rounds 1 --duration 5 --events 60000 \\
         --output /tmp/scaling.md          # a smoke run: never RESULTS.md
 
 Each round: the ceiling (bench/ceiling.py on the current stream, core 0), the receiver with

@@ -1,6 +1,6 @@
 """SQL statements per event: how many the store runs to keep one event and to route it.
 
-    .venv/bin/python bench/statements.py [--events 20000] [--rules bench/rules.yaml]
+    .venv/bin/python -m bench.statements [--events 20000] [--rules bench/rules.yaml]
 
 In one process, on a fresh SQLite file: the bench stream's events (the random walk
 `receiver simulate` sends) accepted 32 at a time, as ingest's group commit takes them

@@ -2,8 +2,8 @@
 each against the ceiling of the same round; its section of bench/RESULTS.md and the
 "streams" entry of bench/figures.json (what `make bench-check` compares).
 
-    .venv/bin/python bench/run.py --parts streams
-    .venv/bin/python bench/run.py --parts streams --rounds 1 --duration 5 --events 60000
+    .venv/bin/python -m bench.run --parts streams
+    .venv/bin/python -m bench.run --parts streams --rounds 1 --duration 5 --events 60000
 
 Each round: the ceiling, every shape's receiver run (the order turned by one each round,
 so no shape always runs first or last), the ceiling again; the ratio is a shape's

@@ -1,6 +1,6 @@
 """/healthz while many webhook subscribers get their first deliveries after a start.
 
-    python bench/webhook_start.py [--subscribers 1000] [--events 1]
+    python -m bench.webhook_start [--subscribers 1000] [--events 1]
 
 Starts the real server (SQLite, private and plain-http subscribers allowed), registers
 `--subscribers` subscriptions through the API (a hundred a key, the default cap per
