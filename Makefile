@@ -103,10 +103,10 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
 
 # Not part of `make test`: the receiver vs a ceiling and adnanh/webhook, writes bench/RESULTS.md.
-# BENCH_ARGS="--soak 600" for the issue's ten minutes of memory; bench/run.py --help for more.
+# BENCH_ARGS="--soak 600" for the issue's ten minutes of memory; python -m bench.run --help for more.
 bench: $(VENV)/.installed-dev
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk webhook)
-	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 # A quick run of every stream shape (bench/streams.py, about 3 minutes) against the last
 # committed bench/figures.json (its "streams" entry, written by the streams part of
@@ -114,7 +114,7 @@ bench: $(VENV)/.installed-dev
 # ceiling. Not part of `make test`: machines are noisy.
 bench-check: $(VENV)/.installed-dev
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk webhook)
-	$(BIN)/python bench/check.py
+	$(BIN)/python -m bench.check
 
 # Known vulnerabilities in the installed dependencies (pip-audit); says plainly when the
 # vulnerability database cannot be reached instead of passing silently. .ci/run calls it.
@@ -126,7 +126,7 @@ audit: $(VENV)/.installed-dev
 # REPLICAS=3: only the replica scenario (3 receivers on one throwaway PostgreSQL, kill -9
 # of a random one, a crash of PostgreSQL); it rewrites only its section of the report.
 chaos: $(VENV)/.installed-dev $(if $(REPLICAS),postgres)
-	$(BIN)/python chaos/run.py $(if $(REPLICAS),--replicas $(REPLICAS)) $(CHAOS_ARGS)
+	$(BIN)/python -m chaos.run $(if $(REPLICAS),--replicas $(REPLICAS)) $(CHAOS_ARGS)
 
 # The admin page's pictures in docs/admin.md, taken by its browser tests (docs/screenshots/).
 screenshots: $(VENV)/.installed-dev chromium

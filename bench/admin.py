@@ -1,6 +1,6 @@
 """The admin page with a big store: each page's time to answer with 1,000,000 events stored.
 
-    python bench/admin.py [--events 1000000] [--requests 20]
+    python -m bench.admin [--events 1000000] [--requests 20]
 
 Builds (once, cached in bench/.cache) a SQLite store of routed events with the bench's
 direct bulk insert, adds some dead notifications, starts the real server on it, signs in
@@ -26,11 +26,10 @@ from pathlib import Path
 
 import httpx
 
+from bench import extra
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT))
-
-from bench import extra  # noqa: E402
 
 TARGET_MS = 100.0
 SECTION = "## Admin page"
@@ -96,40 +95,57 @@ def measure(events: int, requests: int) -> list[str]:
             _wait(base)
             with httpx.Client(base_url=base, timeout=30) as client:
                 client.post("/admin/login", data={"key": key})
-                event_id, session_id, user_id = sample
-                pages = {
-                    "events": "/admin/events",
-                    "events, type filter": "/admin/events?type=session.stopped",
-                    "events, user filter": f"/admin/events?user={user_id}",
-                    "events, session filter": f"/admin/events?session={session_id}",
-                    "events, duplicates": "/admin/events?state=duplicates",
-                    "events, 5th page": _deep(client, "/admin/events", 5),
-                    "one event": f"/admin/events/{event_id}",
-                    "notifications": "/admin/notifications",
-                    "notifications, dead": "/admin/notifications?state=dead",
-                    "bulk retry (count)": "/admin/bulk-retry?notifier=mail",
-                    "retry (confirm)": f"/admin/notifications/{dead}/retry",
-                    "sessions": "/admin/sessions",
-                    "alerts": "/admin/alerts",
-                    "silences": "/admin/silences",
-                    "rules": "/admin/rules",
-                    "webhooks": "/admin/webhooks",
-                    "keys": "/admin/keys",
-                }
-                rows = []
-                for name, path in pages.items():
-                    times = []
-                    for _ in range(requests):
-                        began = time.perf_counter()
-                        r = client.get(path)
-                        times.append((time.perf_counter() - began) * 1000)
-                        if r.status_code != 200:
-                            raise SystemExit(f"{path}: {r.status_code} {r.text[:200]}")
-                    times.sort()
-                    rows.append((name, path, statistics.median(times), times[-1]))
+                rows = _time_pages(client, _pages(client, sample, dead), requests)
         finally:
             proc.terminate()
             proc.wait(30)
+    return _section(rows, events, requests)
+
+
+def _pages(client: httpx.Client, sample: tuple[str, str, str], dead: int) -> dict[str, str]:
+    """Every admin page, by name: filtered on a real event's user and session."""
+    event_id, session_id, user_id = sample
+    pages = {
+        "events": "/admin/events",
+        "events, type filter": "/admin/events?type=session.stopped",
+        "events, user filter": f"/admin/events?user={user_id}",
+        "events, session filter": f"/admin/events?session={session_id}",
+        "events, duplicates": "/admin/events?state=duplicates",
+        "events, 5th page": _deep(client, "/admin/events", 5),
+        "one event": f"/admin/events/{event_id}",
+        "notifications": "/admin/notifications",
+        "notifications, dead": "/admin/notifications?state=dead",
+        "bulk retry (count)": "/admin/bulk-retry?notifier=mail",
+        "retry (confirm)": f"/admin/notifications/{dead}/retry",
+        "sessions": "/admin/sessions",
+        "alerts": "/admin/alerts",
+        "silences": "/admin/silences",
+        "rules": "/admin/rules",
+        "webhooks": "/admin/webhooks",
+        "keys": "/admin/keys",
+    }
+    return pages
+
+
+def _time_pages(
+    client: httpx.Client, pages: dict[str, str], requests: int
+) -> list[tuple[str, str, float, float]]:
+    """Each page fetched `requests` times one at a time: name, path, p50 ms, max ms."""
+    rows = []
+    for name, path in pages.items():
+        times = []
+        for _ in range(requests):
+            began = time.perf_counter()
+            r = client.get(path)
+            times.append((time.perf_counter() - began) * 1000)
+            if r.status_code != 200:
+                raise SystemExit(f"{path}: {r.status_code} {r.text[:200]}")
+        times.sort()
+        rows.append((name, path, statistics.median(times), times[-1]))
+    return rows
+
+
+def _section(rows: list[tuple[str, str, float, float]], events: int, requests: int) -> list[str]:
     load = extra.uptime()
     worst = max(r[3] for r in rows)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

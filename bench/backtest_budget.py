@@ -1,6 +1,6 @@
 """What a week's backtest costs an event, in instructions, and what a minute would allow.
 
-    python bench/backtest_budget.py [--seconds 7200]   (bench/backtest.py calls budget())
+    python -m bench.backtest_budget [--seconds 7200]   (bench/backtest.py calls budget())
 
 The backtest part times `receiver backtest` over the bench's week; this says where those
 seconds go in a figure the machine's load does not move. Each command runs under
@@ -28,6 +28,8 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from bench import week
 
 BENCH = Path(__file__).resolve().parent
 VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
@@ -132,16 +134,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=7200.0)
     parser.add_argument("--one-cpu", type=float, help="CPU s of the week in one process")
     args = parser.parse_args()
-    sys.path.insert(0, str(BENCH))
-    import backtest  # bench/backtest.py: the week's store and where it starts
-
     count = int(RATE * 7 * 86400)
-    db = backtest.store(count, RATE)
-    cost = cached(db, backtest.START, args.seconds)
+    db = week.store(count, RATE)
+    cost = cached(db, week.START, args.seconds)
     for name in FILES:
         print(f"{name}: {cost[name]:,.0f} instructions an event")
     if args.one_cpu:
-        print("\n".join(report(cost, count, args.one_cpu, backtest.TARGET)))
+        print("\n".join(report(cost, count, args.one_cpu, week.TARGET)))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """`make bench-check`: a quick run of every stream shape against the last committed figures.
 
-    .venv/bin/python bench/check.py [--tolerance 0.15]
+    .venv/bin/python -m bench.check [--tolerance 0.15]
 
 Runs bench/run.py's streams part briefly (one round, 8 s a run: the ceiling, the receiver
 on each shape of bench/streams.py, the ceiling again; its RESULTS.md goes to a scratch
@@ -41,7 +41,7 @@ def committed() -> dict[str, Any]:
 def quick(work: Path) -> dict[str, Any]:
     figures = work / "figures.json"
     subprocess.run(
-        [sys.executable, str(BENCH / "run.py"), "--parts", "streams", "--rounds", "1",
+        [sys.executable, "-m", "bench.run", "--parts", "streams", "--rounds", "1",
          "--duration", "8", "--events", "150000", "--paced", "0",
          "--output", str(work / "RESULTS.md"), "--figures", str(figures)],
         cwd=ROOT, check=True,

@@ -1,6 +1,6 @@
 """Time SQLOutbox.claim_due with and without the in-order check (issue 28, item 13).
 
-    python bench/claim_order.py DB DUE DELIVERED
+    python -m bench.claim_order DB DUE DELIVERED
 
 DB is a new SQLite path or an empty PostgreSQL URL. DUE rows wait to be sent and
 DELIVERED rows are history, over 2,000 alerts and 10 targets of one notifier; each claim
@@ -43,9 +43,9 @@ async def main(url: str, due: int, done: int) -> None:
         lambda q: q("UPDATE outbox SET state = 'delivered' WHERE id <= ?", (done,))
     )
     lanes = {("mail", t): 8 for t in range(TARGETS)}
-    checked = outbox._IN_ORDER
+    checked = outbox.IN_ORDER
     for label, condition in [("in order", checked), ("without", "1 = 1")] * 2:
-        outbox._IN_ORDER = condition
+        outbox.IN_ORDER = condition
         took, got = [], 0
         for _ in range(ROUNDS):
             start = time.perf_counter()
@@ -58,7 +58,7 @@ async def main(url: str, due: int, done: int) -> None:
             f" {statistics.median(took) * 1000:.2f} ms, max {max(took) * 1000:.2f} ms,"
             f" {got} rows"
         )
-    outbox._IN_ORDER = checked
+    outbox.IN_ORDER = checked
     await store.close()
 
 

@@ -1,6 +1,6 @@
 """Fan-out to webhook subscribers: ingest with and without 50 subscribers, one of them hanging.
 
-    python bench/fanout.py [--rate 1000] [--seconds 10] [--subscribers 50]
+    python -m bench.fanout [--rate 1000] [--seconds 10] [--subscribers 50]
 
 The same paced stream (--rate events/s, a tenth of them score.drop) goes into a fresh
 receiver twice: with no subscribers, then with --subscribers local ones that each
@@ -31,13 +31,12 @@ from typing import Any
 
 import httpx
 
+from bench import extra
+from bench.admin import write_section
+from receiver import signature
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT))
-
-from bench import extra  # noqa: E402
-from bench.admin import write_section  # noqa: E402
-from receiver import signature  # noqa: E402
 
 SECRET = "bench-secret-0123456789abcdef"
 SECTION = "## Webhook fan-out"
@@ -53,7 +52,7 @@ class Subscribers:
         self.count = count
         self.folder = Path(tempfile.mkdtemp(prefix="receiver-bench-subscribers-"))
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-subscribers", str(count), "--folder",
+            [sys.executable, "-m", "bench.fanout", "--serve-subscribers", str(count), "--folder",
              str(self.folder)],
         )  # fmt: skip
         ports = self.folder / "ports"

@@ -1,6 +1,6 @@
 """One part of the receiver's work on a stream shape, run under valgrind by bench/instructions.py.
 
-    python bench/instr_parts.py PART SHAPE COUNT RUN
+    python -m bench.instr_parts PART SHAPE COUNT RUN
 
 Every run does the same set-up for COUNT events of SHAPE (building and signing them, and for
 the store's parts a SQLite file holding them); RUN=1 then does the part's work on them and
@@ -26,19 +26,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench import streams
+from receiver import signature
+from receiver.dispatch.router import Router
+from receiver.events import parse
+from receiver.ingest import IngestEndpoint
+from receiver.metrics import Metrics
+from receiver.rules import load_text
+from receiver.rules.load import load_file
+from receiver.store import open_store
+
 BENCH = Path(__file__).resolve().parent
-sys.path[:0] = [str(BENCH), str(BENCH.parent)]
-
-import streams  # noqa: E402  (bench/streams.py)
-
-from receiver import signature  # noqa: E402
-from receiver.dispatch.router import Router  # noqa: E402
-from receiver.events import parse  # noqa: E402
-from receiver.ingest import IngestEndpoint  # noqa: E402
-from receiver.metrics import Metrics  # noqa: E402
-from receiver.rules import load_text  # noqa: E402
-from receiver.rules.load import load_file  # noqa: E402
-from receiver.store import open_store  # noqa: E402
 
 SECRET = b"bench-secret"
 GROUP = 32  # accepts in flight at once, as wrk's 32 connections keep them

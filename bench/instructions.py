@@ -2,7 +2,7 @@
 does not move (issue 33: "if one core truly cannot do it, show it with instruction counts per
 part on the worst shape").
 
-    python bench/instructions.py [--shape shared-type] [--events 2000] [--output FILE]
+    python -m bench.instructions [--shape shared-type] [--events 2000] [--output FILE]
 
 Each figure is the difference between two runs under `valgrind --tool=cachegrind
 --cache-sim=no` that differ only in the work measured (the same set-up, imports and start in
@@ -30,12 +30,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench import servers, streams
+from receiver import signature
+
 BENCH = Path(__file__).resolve().parent
-sys.path[:0] = [str(BENCH), str(BENCH.parent)]
-
-import streams  # noqa: E402
-
-from receiver import signature  # noqa: E402
 
 VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
 REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
@@ -54,7 +52,7 @@ def refs(text: str) -> int:
 
 def part(name: str, shape: str, count: int, run: bool) -> int:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    argv = [*VALGRIND, sys.executable, str(BENCH / "instr_parts.py"), name, shape, str(count)]
+    argv = [*VALGRIND, sys.executable, "-m", "bench.instr_parts", name, shape, str(count)]
     done = subprocess.run(
         [*argv, "1" if run else "0"], env=env, capture_output=True, text=True, check=False
     )
@@ -101,16 +99,15 @@ def _waiting(db: Path) -> int:
 
 def server(kind: str, shape: streams.Shape, count: int, run: bool, work: Path) -> int:
     """A whole server under valgrind: started, sent the events (or none), drained, stopped."""
-    import run as benchrun  # bench/run.py (which imports this module: not at the top)
 
-    port = benchrun.free_port()
-    sink = benchrun.Sink()
+    port = servers.free_port()
+    sink = servers.Sink()
     db = work / f"{kind}-{int(run)}.db"
     env = {
         **os.environ,
         "PYTHONHASHSEED": "0",
         "PYTHONPATH": str(BENCH.parent),
-        "RECEIVER_SECRETS": benchrun.SECRET,
+        "RECEIVER_SECRETS": servers.SECRET,
         "RECEIVER_PORT": str(port),
         "RECEIVER_DB": str(db),
         "RECEIVER_RULES": str(BENCH / "no-rules.yaml" if kind == "bare" else shape.rules),
@@ -118,7 +115,7 @@ def server(kind: str, shape: streams.Shape, count: int, run: bool, work: Path) -
         "BENCH_SINK_PORT": str(sink.port),
     }
     if kind == "ceiling":
-        argv = [sys.executable, str(BENCH / "ceiling.py"), "--port", str(port)]
+        argv = [sys.executable, "-m", "bench.ceiling", "--port", str(port)]
     else:  # "receiver" on the shape's rules, "bare" on none
         argv = [sys.executable, "-m", "receiver", "serve"]
     log = work / f"{kind}-{int(run)}.valgrind"
@@ -131,12 +128,12 @@ def server(kind: str, shape: streams.Shape, count: int, run: bool, work: Path) -
     )
     try:
         deadline = time.monotonic() + START_LIMIT
-        while not benchrun._answers(port, "/healthz"):
+        while not servers.answers(port, "/healthz"):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{kind} did not start under valgrind; see {log}")
             time.sleep(0.5)
         if run:
-            send(port, _bodies(shape, count), benchrun.SECRET)
+            send(port, _bodies(shape, count), servers.SECRET)
             if kind != "ceiling":
                 deadline = time.monotonic() + DRAIN_LIMIT
                 while _waiting(db):

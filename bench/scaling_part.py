@@ -3,8 +3,8 @@ and `--workers 2` on one SQLite file, on the worst stream shape (shared-type,
 bench/streams.py), a few rounds, each against the ceiling of the same round; its section
 of bench/RESULTS.md.
 
-    .venv/bin/python bench/run.py --parts scaling
-    .venv/bin/python bench/run.py --parts scaling --rounds 1 --duration 5 --events 60000 \\
+    .venv/bin/python -m bench.run --parts scaling
+    .venv/bin/python -m bench.run --parts scaling --rounds 1 --duration 5 --events 60000 \\
         --output /tmp/scaling.md          # a smoke run: never RESULTS.md
 
 Each round: the ceiling (bench/ceiling.py on the current stream, core 0), the receiver with
@@ -27,8 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import stream_part
-import streams
+from bench import stream_part, streams
 
 SHAPE = "shared-type"
 WORKERS = (1, 2)
@@ -75,7 +74,7 @@ def run_part(
             _all_workers_first(server, count, pin)
             print(f"scaling {round_no}: {count} worker(s) ...", file=sys.stderr, flush=True)
             r = measure(server, round_no, args, stream, warmup, pin)
-            print(f"  {stream_part._describe(r)}", file=sys.stderr, flush=True)
+            print(f"  {stream_part.describe(r)}", file=sys.stderr, flush=True)
             runs.append((count, r))
         ceilings.append(
             _ceiling(args, work, sink_port, pin, round_no, current, make_server, measure)

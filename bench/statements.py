@@ -1,6 +1,6 @@
 """SQL statements per event: how many the store runs to keep one event and to route it.
 
-    .venv/bin/python bench/statements.py [--events 20000] [--rules bench/rules.yaml]
+    .venv/bin/python -m bench.statements [--events 20000] [--rules bench/rules.yaml]
 
 In one process, on a fresh SQLite file: the bench stream's events (the random walk
 `receiver simulate` sends) accepted 32 at a time, as ingest's group commit takes them
@@ -16,23 +16,21 @@ import argparse
 import asyncio
 import os
 import re
-import sys
 import tempfile
 import time
 from collections import Counter
 from itertools import islice
 from pathlib import Path
 
+from bench.admin import write_section
+from receiver import events, rules
+from receiver.dispatch.router import Router
+from receiver.metrics import Metrics
+from receiver.simulator.walk import event_stream
+from receiver.store.sqlite import SQLiteStore
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT))
-
-from bench.admin import write_section  # noqa: E402
-from receiver import events, rules  # noqa: E402
-from receiver.dispatch.router import Router  # noqa: E402
-from receiver.metrics import Metrics  # noqa: E402
-from receiver.simulator.walk import event_stream  # noqa: E402
-from receiver.store.sqlite import SQLiteStore  # noqa: E402
 
 SECTION = "## SQL statements per event"
 AIM = 5.0

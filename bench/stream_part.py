@@ -2,8 +2,8 @@
 each against the ceiling of the same round; its section of bench/RESULTS.md and the
 "streams" entry of bench/figures.json (what `make bench-check` compares).
 
-    .venv/bin/python bench/run.py --parts streams
-    .venv/bin/python bench/run.py --parts streams --rounds 1 --duration 5 --events 60000
+    .venv/bin/python -m bench.run --parts streams
+    .venv/bin/python -m bench.run --parts streams --rounds 1 --duration 5 --events 60000
 
 Each round: the ceiling, every shape's receiver run (the order turned by one each round,
 so no shape always runs first or last), the ceiling again; the ratio is a shape's
@@ -24,8 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import streams
-
+from bench import streams
 from receiver import rules
 
 WARMUP_EVENTS = 20_000
@@ -133,7 +132,7 @@ class _Runner:
         print(f"streams {round_no}: ceiling ...", file=sys.stderr, flush=True)
         server = self.make_server("ceiling", self.work, self.sink_port)
         r = self.measure(server, round_no, self.args, stream, warmup, self.pin)
-        print(f"  {_describe(r)}", file=sys.stderr, flush=True)
+        print(f"  {describe(r)}", file=sys.stderr, flush=True)
         return float(r.rps)
 
     def shape(self, round_no: int, shape: streams.Shape, stream: Path, warmup: Path) -> Any:
@@ -155,12 +154,12 @@ class _Runner:
             )
             print(f"streams {round_no}: {shape.name}, {label} ...", file=sys.stderr, flush=True)
             r = self.measure(server, round_no, self.args, stream, warmup, self.pin, rate=rate)
-            print(f"  {_describe(r)}; {'; '.join(r.notes)}", file=sys.stderr, flush=True)
+            print(f"  {describe(r)}; {'; '.join(r.notes)}", file=sys.stderr, flush=True)
             results.append(r)
         return results[0], results[1]
 
 
-def _describe(r: Any) -> str:
+def describe(r: Any) -> str:
     line = f"{r.rps:,.0f} accepted/s, p99 {r.p99_ms:.2f} ms"
     if r.routing is not None:
         line += f"; stored+routed {r.routing.sustained:,.0f}/s, lag max {r.routing.lag_max:.2f} s"

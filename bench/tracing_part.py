@@ -9,7 +9,7 @@ Three receivers, alternately, each round, flat out on the bench stream:
 - on, 10%: spans exported to a local OTLP/HTTP collector (a thread of this process that
   reads and discards them), OTEL_TRACES_SAMPLER=parentbased_traceidratio at 0.1.
 
-    .venv/bin/python bench/run.py --parts tracing
+    .venv/bin/python -m bench.run --parts tracing
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """/healthz while many webhook subscribers get their first deliveries after a start.
 
-    python bench/webhook_start.py [--subscribers 1000] [--events 1]
+    python -m bench.webhook_start [--subscribers 1000] [--events 1]
 
 Starts the real server (SQLite, private and plain-http subscribers allowed), registers
 `--subscribers` subscriptions through the API (a hundred a key, the default cap per
@@ -15,26 +15,24 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from receiver import events
+from tests.harness import Receiver
+from tests.servers import HTTPSink
 
-from receiver import events  # noqa: E402
-from tests import servers  # noqa: E402
-from tests.harness import Receiver  # noqa: E402
-from tests.servers import HTTPSink  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 # The sink's listen backlog: socketserver's 5 overflowed with hundreds of subscribers
 # connecting at once, and each refused SYN came back a second (then 3, 7...) later,
 # which timed the sink, not the receiver.
-servers._Server.request_queue_size = 4096
+ThreadingHTTPServer.request_queue_size = 4096  # tests.servers' sink is one
 
 PER_KEY = 100  # RECEIVER_WEBHOOKS_PER_KEY's default
 ENV = {

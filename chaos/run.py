@@ -1,8 +1,8 @@
 """`make chaos`: the fault scenarios at full size; figures to docs/RELIABILITY-RESULTS.md.
 
-    python chaos/run.py                       # 10 kills, 60s outage, the rest
-    python chaos/run.py --kills 20 --outage 5m --only crash,outage
-    python chaos/run.py --replicas 3          # only: 3 replicas on PostgreSQL, 10 kills, PG crash
+    python -m chaos.run                       # 10 kills, 60s outage, the rest
+    python -m chaos.run --kills 20 --outage 5m --only crash,outage
+    python -m chaos.run --replicas 3          # only: 3 replicas on PostgreSQL, 10 kills, PG crash
 
 The report is rewritten by a run without --replicas, keeping its replicas section; a run
 with --replicas rewrites only that section.
@@ -20,11 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from chaos import replicas, scenarios  # noqa: E402
-from chaos.scenarios import Load, Outcome  # noqa: E402
-from receiver.rules import parse_duration  # noqa: E402
+from chaos import replicas, scenarios
+from chaos.load import KINDS, Load
+from chaos.promise import Outcome
+from receiver.rules import parse_duration
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "RELIABILITY-RESULTS.md"
 ALL = ("baseline", "crash", "sigterm", "outage", "slow-sink")
@@ -190,8 +189,7 @@ def _replicas_report(o: Outcome, args: argparse.Namespace, load: Load) -> str:
     ]
     for key, c in o.kinds.items():
         kinds.append(
-            f"| {scenarios.KINDS[key]} | {c.notifications} | {c.sent} | {c.stale} | {c.other} |"
-            f" {c.twice} |"
+            f"| {KINDS[key]} | {c.notifications} | {c.sent} | {c.stale} | {c.other} | {c.twice} |"
         )
     return (
         f"{REPLICAS_HEADING}\n\n"
@@ -226,7 +224,7 @@ def _report(results: list[Outcome], args: argparse.Namespace) -> str:
     for o in results:
         for key, c in o.kinds.items():
             kinds.append(
-                f"| {o.name} | {scenarios.KINDS[key]} | {c.notifications} | {c.sent} |"
+                f"| {o.name} | {KINDS[key]} | {c.notifications} | {c.sent} |"
                 f" {c.stale} | {c.other} | {c.twice} |"
             )
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-from typing import Any
-
 import pytest
 
-from bench import streams
-
-
-def _instructions() -> Any:
-    sys.path.insert(0, str(streams.BENCH))
-    try:
-        return importlib.import_module("instructions")
-    finally:
-        sys.path.remove(str(streams.BENCH))
+from bench import instructions, streams
 
 
 def test_the_count_is_valgrinds_last_total() -> None:
-    part = _instructions()
+    part = instructions
     text = "==1== I   refs:      39,601,328\n==2== I   refs:      1,234\n"
     assert part.refs(text) == 1234
     with pytest.raises(RuntimeError, match="no instruction count"):
@@ -28,7 +16,7 @@ def test_the_count_is_valgrinds_last_total() -> None:
 
 
 def test_the_table_splits_the_receiver_into_its_parts() -> None:
-    part = _instructions()
+    part = instructions
     shape = streams.SHAPES[streams.NAMES.index("shared-type")]
     figures = {
         "ceiling": 400_000.0, "receiver": 1_200_000.0, "bare": 1_000_000.0,

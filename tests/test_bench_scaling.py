@@ -4,20 +4,9 @@ two workers over one per round, a run never all routed left without a rate."""
 from __future__ import annotations
 
 import argparse
-import importlib
-import sys
 from typing import Any
 
-from bench import streams
-
-
-def _part() -> Any:
-    """bench/scaling_part.py, which imports its siblings as bench/run.py does (top level)."""
-    sys.path.insert(0, str(streams.BENCH))
-    try:
-        return importlib.import_module("scaling_part")
-    finally:
-        sys.path.remove(str(streams.BENCH))
+from bench import scaling_part
 
 
 def _run(sustained: float | None, cpu: float | None = 300.0) -> dict[str, Any]:
@@ -32,10 +21,10 @@ def _run(sustained: float | None, cpu: float | None = 300.0) -> dict[str, Any]:
 
 
 def test_a_run_is_set_against_the_mean_of_its_rounds_ceilings() -> None:
-    row = _part().row(2, 1, _run(3_000.0), [5_000.0, 7_000.0])
+    row = scaling_part.row(2, 1, _run(3_000.0), [5_000.0, 7_000.0])
     assert (row["ceiling_rps"], row["ceiling_runs"], row["ratio"]) == (6_000, [5_000, 7_000], 0.5)
     assert (row["sustained_rps"], row["accepted_rps"], row["p99_ms"]) == (3_000, 5_000, 12.35)
-    never_routed = _part().row(2, 1, _run(None, None), [6_000.0])
+    never_routed = scaling_part.row(2, 1, _run(None, None), [6_000.0])
     assert (never_routed["ratio"], never_routed["sustained_rps"], never_routed["cpu_us"]) == (
         None,
         None,
@@ -44,7 +33,7 @@ def test_a_run_is_set_against_the_mean_of_its_rounds_ceilings() -> None:
 
 
 def test_two_workers_over_one_is_taken_round_by_round() -> None:
-    part = _part()
+    part = scaling_part
     rows = [
         part.row(1, 1, _run(2_000.0), [6_000.0]),
         part.row(2, 1, _run(3_000.0, 400.0), [6_000.0]),
@@ -68,7 +57,7 @@ def test_two_workers_over_one_is_taken_round_by_round() -> None:
 
 
 def test_a_run_never_all_routed_leaves_its_count_and_the_round_without_a_figure() -> None:
-    part = _part()
+    part = scaling_part
     rows = [part.row(1, 1, _run(2_000.0), [6_000.0]), part.row(2, 1, _run(None), [6_000.0])]
     summary = part.summarize(rows)
     assert summary["workers"][2]["sustained_rps"] is None and summary["workers"][2]["ratio"] is None

@@ -4,9 +4,7 @@ claims, and the simulator shape the very events `receiver simulate`'s engine sen
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench import streams
+from bench import load, stream_part, streams
 from receiver import events, rules, signature
 from receiver.simulator.walk import timestamp
 from tests.simulator.test_simulate import START, FakeReceiver, _run
@@ -89,15 +87,6 @@ def _counts(deliveries: list[dict[str, object]]) -> list[tuple[dict[str, object]
     return [(unique[key], n) for key, n in counted.items()]
 
 
-def _stream_part() -> Any:
-    """bench/stream_part.py, which imports its siblings as bench/run.py does (top level)."""
-    sys.path.insert(0, str(streams.BENCH))
-    try:
-        return importlib.import_module("stream_part")
-    finally:
-        sys.path.remove(str(streams.BENCH))
-
-
 def _row(shape: str, ratio: float | None) -> dict[str, Any]:
     return {
         "shape": shape,
@@ -119,7 +108,7 @@ def _row(shape: str, ratio: float | None) -> dict[str, Any]:
 
 
 def test_the_worst_shape_is_the_lowest_ratio_and_one_never_routed_is_worse() -> None:
-    part = _stream_part()
+    part = stream_part
     rows = [_row("current", 0.40), _row("many", 0.25), _row("simulator", 0.31)]
     summary = part.summarize(rows)
     assert summary["worst"] == {"shape": "many", "ratio": 0.25}
@@ -131,25 +120,17 @@ def test_the_worst_shape_is_the_lowest_ratio_and_one_never_routed_is_worse() -> 
 
 
 def test_the_loop_hold_is_the_runs_cycles_by_bucket() -> None:
-    run = _bench_run()
+    run = load
     before = {0.001: 10.0, 0.01: 20.0, 0.1: 20.0, float("inf"): 20.0}
     # The run's own 1,000 cycles: 980 under 1 ms, 15 under 10 ms, 5 under 100 ms.
     after = {0.001: 990.0, 0.01: 1015.0, 0.1: 1020.0, float("inf"): 1020.0}
     assert run.hold_ms(before, after) == (10.0, 100.0)
     assert run.hold_ms(after, after) is None  # no cycle in the run
     assert run.hold_ms(after, before) is None  # another worker's figures: not comparable
-    part = _stream_part()
+    part = stream_part
     rows = [
         {**_row("current", 0.4), "hold_ms": [10.0, 100.0]},
         {**_row("current", 0.4), "round": 2, "hold_ms": [20.0, 50.0]},
     ]
     summary = part.summarize(rows)
     assert summary["shapes"]["current"]["hold_ms"] == [20.0, 100.0]
-
-
-def _bench_run() -> Any:
-    sys.path.insert(0, str(streams.BENCH))
-    try:
-        return importlib.import_module("run")
-    finally:
-        sys.path.remove(str(streams.BENCH))

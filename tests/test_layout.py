@@ -90,3 +90,113 @@ def test_no_import_circle_in_receiver() -> None:
                     seen.add(target)
                     stack.append((target, [*trail, target]))
     assert circles == []
+
+
+# -- bench/ and chaos/ under the same rules (issue 44) ----------------------------------------
+
+TOOLS = [RECEIVER.parent / "bench", RECEIVER.parent / "chaos"]
+
+
+def _package_modules(root: Path) -> dict[str, Path]:
+    """A top-level package's modules by dotted name."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _tool_modules() -> dict[str, Path]:
+    return {name: path for root in TOOLS for name, path in _package_modules(root).items()}
+
+
+def test_bench_and_chaos_are_packages_that_leave_sys_path_alone() -> None:
+    """Run as `python -m bench.run`: a module that edits sys.path imports its siblings twice
+    (once as `run`, once as `bench.run`) and hides a circle from the import graph."""
+    assert [root.name for root in TOOLS if not (root / "__init__.py").exists()] == []
+    edits = [
+        f"{name}:{node.lineno}"
+        for name, path in _tool_modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "path"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "sys"
+    ]
+    assert edits == []
+
+
+def test_no_bench_or_chaos_module_over_500_lines_or_function_over_80() -> None:
+    long = []
+    for name, path in _tool_modules().items():
+        text = path.read_text()
+        if (lines := len(text.splitlines())) > MODULE_LINES:
+            long.append(f"{name}: {lines}")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {length}")
+    assert long == []
+
+
+def _tool_imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """_imports, and a bare `import run` of a sibling (bench/run.py, reached through a
+    sys.path edit) counted as the sibling it is."""
+    top = name.split(".")[0]
+    bare = {
+        f"{top}.{alias.name}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    return _imports(name, path, known) | {target for target in bare & known if target != name}
+
+
+def test_no_import_circle_in_bench_or_chaos() -> None:
+    modules = _tool_modules()
+    graph = {name: _tool_imports(name, path, set(modules)) for name, path in modules.items()}
+    circles = []
+    for start in graph:
+        stack = [(start, [start])]
+        seen: set[str] = set()
+        while stack:
+            node, trail = stack.pop()
+            for target in graph[node]:
+                if target == start:
+                    circles.append(" -> ".join([*trail, start]))
+                elif target not in seen:
+                    seen.add(target)
+                    stack.append((target, [*trail, target]))
+    assert circles == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_bench_and_chaos_use_no_private_name_of_another_module() -> None:
+    """`from x import _y`, or `x._y` where x came from an import: what another module keeps
+    to itself changes without notice; a bench that needs it asks for a public name."""
+    found = []
+    for name, path in _tool_modules().items():
+        tree = ast.parse(path.read_text())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                imported.update(a.asname or a.name for a in node.names)
+                found += [f"{name}: from {node.module} import {a.name}" for a in node.names
+                          if _private(a.name)]  # fmt: skip
+        found += [
+            f"{name}:{node.lineno}: {node.value.id}.{node.attr}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and _private(node.attr)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in imported
+        ]
+    assert found == []

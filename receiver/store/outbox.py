@@ -41,7 +41,7 @@ OUTBOX_CHANNEL_SCHEMA = """
 ALTER TABLE outbox ADD COLUMN channel TEXT NOT NULL DEFAULT 'notify';
 UPDATE outbox SET channel = 'webhook' WHERE notifier = '@subscriber'
 """
-_IN_ORDER = (
+IN_ORDER = (
     "(due.alert IS NULL OR NOT EXISTS (SELECT 1 FROM outbox AS earlier"
     " WHERE earlier.alert = due.alert AND earlier.notifier = due.notifier"
     " AND earlier.target = due.target AND earlier.id < due.id"
@@ -172,7 +172,7 @@ class SQLOutbox:
             " updated_at = ? WHERE id IN (SELECT id FROM outbox AS due WHERE"
             " state IN ('pending', 'sending', 'held') AND next_at <= ?"
             " AND (state <> 'sending' OR lease_until <= ?) {where}"
-            f" AND {_IN_ORDER}"
+            f" AND {IN_ORDER}"
             f" ORDER BY next_at LIMIT ?{self.db.dialect.skip_locked}) RETURNING {OUTBOX_COLUMNS}"
         )
         head = (now + lease, now, now, now if reclaim else float("-inf"))
