@@ -42,6 +42,7 @@ from receiver.reloader import RulesHolder
 from receiver.retention import Pruner
 from receiver.settings import Settings
 from receiver.store import OutboxRow, Store, open_store
+from receiver.store.webhook_health import HealthPolicy
 from receiver.supervisor import Supervisor
 
 log = logging.getLogger("receiver")
@@ -302,6 +303,7 @@ def _notify(
         allow_http=settings.webhook_allow_http,
         connections=settings.notify_concurrency,
         clock=clock,
+        health=HealthPolicy(disable_after=settings.webhook_disable_after),
     )
     enrich, upstream = _enricher(settings, store, holder)
     worker = Worker(

@@ -155,6 +155,9 @@ class Settings(BaseSettings):
     webhook_schedule: str = SENDER_SCHEDULE
     webhook_allow_private: bool = False
     webhook_allow_http: bool = False
+    # A subscriber failing (every delivery failed) for this long is disabled, and its owner
+    # told (webhook.disabled); it is failing after 5 failures in a row or an hour of them.
+    webhook_disable_after: float = Field(default=3 * 86400.0, gt=0)
     # Subscriptions one API key may have (not counting deleted ones); the CLI's are not
     # counted against any key.
     webhooks_per_key: int = Field(default=100, gt=0)
@@ -199,6 +202,7 @@ class Settings(BaseSettings):
         "body_timeout",
         "retention",
         "webhook_timeout",
+        "webhook_disable_after",
         "upstream_timeout",
         "unhealthy_after",
         "link_ttl",

@@ -257,8 +257,20 @@ _WEBHOOK_FIELDS: dict[str, Any] = {
     "status": {"type": "string", "enum": ["active", "disabled"]},
     "statusReason": {"type": "string"},
     "createdAt": _TIMESTAMP,
+    "health": {
+        "type": "string",
+        "enum": ["healthy", "failing", "disabled"],
+        "description": "failing: 5 failed deliveries in a row, or an hour of failures (one"
+        " probe delivery at a time); disabled: failing for RECEIVER_WEBHOOK_DISABLE_AFTER, or"
+        " answered 410 Gone",
+    },
+    "failingSince": {
+        **_NULLABLE_TIMESTAMP,
+        "description": "The first failed delivery of those in a row; null after a success",
+    },
+    "lastError": {"type": "string", "nullable": True},
 }
-_WEBHOOK_REQUIRED = ["id", "url", "events", "threshold", "format", "status", "createdAt"]
+_WEBHOOK_REQUIRED = [name for name in _WEBHOOK_FIELDS if name != "statusReason"]
 _DELIVERY_FIELDS: dict[str, Any] = {
     "id": {"type": "string"},
     "eventId": {"type": "string"},

@@ -45,6 +45,9 @@ def describe(hook: Webhook, *, secret: bool = False) -> dict[str, Any]:
         "format": hook.format,
         "status": hook.status,
         "createdAt": iso_epoch(hook.created_at),
+        "health": hook.health,
+        "failingSince": iso_epoch(hook.failing_since) if hook.failing_since is not None else None,
+        "lastError": hook.last_error,
     }
     if hook.status_reason:
         shown["statusReason"] = hook.status_reason

@@ -99,6 +99,10 @@ from receiver.settings import SENDER_SCHEDULE, Settings
     help=f"Delays between a subscriber's attempts [RECEIVER_WEBHOOK_SCHEDULE, {SENDER_SCHEDULE}].",
 )
 @click.option(
+    "--webhook-disable-after",
+    help="Disable a subscriber failing this long [RECEIVER_WEBHOOK_DISABLE_AFTER, 3d].",
+)
+@click.option(
     "--webhook-allow-private/--no-webhook-allow-private",
     default=None,
     help="Let subscribers be loopback or private addresses [RECEIVER_WEBHOOK_ALLOW_PRIVATE].",

@@ -338,10 +338,16 @@ class Webhook:
     threshold: float | None
     format: str  # "service" (X-Service-Signature) or "standard" (Standard Webhooks)
     secret: str
-    status: str  # active, disabled (410 Gone) or deleted
+    status: str  # active, disabled (410 Gone, or failing too long) or deleted
     created_at: float
     status_reason: str | None = None
     owner: int | None = None  # the API key that made it; None: an operator's (the CLI)
+    # Endpoint health (receiver.store.webhook_health): healthy, failing or disabled; the
+    # failed deliveries in a row, since when (the first of them), and the last one's error.
+    health: str = "healthy"
+    failures: int = 0
+    failing_since: float | None = None
+    last_error: str | None = None
 
 
 # -- the admin page ----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from receiver.store.records import (
     StoredEvent,
     Webhook,
 )
+from receiver.store.webhook_health import EventMaker, HealthPolicy
 
 OnAccepted = Callable[[], None]
 # What accept() did: stored it; or its id was stored already, with the same raw body
@@ -193,6 +194,21 @@ class Webhooks(Protocol):
     async def retry_delivery(
         self, webhook_id: int, delivery_id: int, *, now: float
     ) -> OutboxRow | None: ...
+    async def record_delivery(
+        self,
+        webhook_id: int,
+        *,
+        ok: bool,
+        now: float,
+        policy: HealthPolicy,
+        make_event: EventMaker,
+        error: str | None = None,
+        gone: bool = False,
+        hold_until: float | None = None,
+    ) -> tuple[Webhook, str | None] | None:
+        """Count a delivery's outcome towards the subscription's health; the subscription
+        after it and the health event stored (exactly once) for a change; None if it is
+        not active (receiver.store.webhook_health)."""
 
 
 class Keys(Protocol):

@@ -9,16 +9,18 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from receiver.store import webhook_health
 from receiver.store.outbox import OUTBOX_COLUMNS
 from receiver.store.records import OutboxRow, Webhook
 from receiver.store.statements import Query, Runner
+from receiver.store.webhook_health import HEALTH_COLUMNS, EventMaker, HealthPolicy
 
 WEBHOOK_COLUMNS = (
     "id, public_id, url, events, threshold, format, secret, status, created_at, status_reason"
 )
-# The subscriptions read here carry their owner too (routing's reads need not): the
-# record's last field, so webhook() reads either form.
-_COLUMNS = WEBHOOK_COLUMNS + ", owner"
+# The subscriptions read here carry their owner and health too (routing's reads need
+# not): the record's last fields, so webhook() reads either form.
+_COLUMNS = f"{WEBHOOK_COLUMNS}, owner, {HEALTH_COLUMNS}"
 
 WEBHOOK_OWNER_SCHEMA = """
     ALTER TABLE webhooks ADD COLUMN owner BIGINT;
@@ -201,3 +203,36 @@ class SQLWebhooks:
             return OutboxRow(*row) if row else None
 
         return await self.db.statements(update)
+
+    async def record_delivery(
+        self,
+        webhook_id: int,
+        *,
+        ok: bool,
+        now: float,
+        policy: HealthPolicy,
+        make_event: EventMaker,
+        error: str | None = None,
+        gone: bool = False,
+        hold_until: float | None = None,
+    ) -> tuple[Webhook, str | None] | None:
+        """Count one delivery's outcome towards its subscription's health (see
+        receiver.store.webhook_health): the subscription after it and the health event
+        stored for the change (None: no change); None if it is no longer active. While
+        failing, its other pending deliveries wait until hold_until (the next probe); a
+        recovery sends them at once; disabling cancels them."""
+        return await self.db.statements(
+            lambda q: webhook_health.record(
+                q,
+                _COLUMNS,
+                webhook,
+                webhook_id,
+                ok=ok,
+                error=error,
+                gone=gone,
+                now=now,
+                policy=policy,
+                hold_until=hold_until,
+                make_event=make_event,
+            )
+        )

@@ -18,6 +18,7 @@ from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
+from receiver.store.webhook_health import HEALTH_SCHEMA
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
 
 # Advisory lock key for migrations; timers lock by name (lock_key).
@@ -181,6 +182,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     NOTICE_EVENT_SCHEMA,
     # 19: the channel that sends each outbox row (SQLite's 22).
     OUTBOX_CHANNEL_SCHEMA,
+    # 20: subscribers' endpoint health (SQLite's 23).
+    HEALTH_SCHEMA.format(real="DOUBLE PRECISION"),
 ]
 
 

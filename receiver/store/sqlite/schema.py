@@ -18,6 +18,7 @@ from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
+from receiver.store.webhook_health import HEALTH_SCHEMA
 from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
 
 
@@ -198,6 +199,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     NOTICE_EVENT_SCHEMA,
     # 22: the channel that sends each outbox row (receiver.notify.registry).
     OUTBOX_CHANNEL_SCHEMA,
+    # 23: subscribers' endpoint health (receiver.store.webhook_health).
+    HEALTH_SCHEMA.format(real="REAL"),
 ]
 
 
