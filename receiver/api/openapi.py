@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from receiver.api import alerts_schema
+from receiver.api import alerts_schema, webhook_schema
 from receiver.api.sessions import DEFAULT_LIMIT, GROUP_BY, MAX_LIMIT, METRICS, WINDOWS
 from receiver.events import EVENT_TYPES
 from receiver.sessions import STATUSES
@@ -368,6 +368,7 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
         },
         "additionalProperties": False,
     },
+    **webhook_schema.SCHEMAS,
 }
 _WEBHOOK_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 
@@ -417,6 +418,8 @@ def _linked(create: dict[str, Any]) -> dict[str, Any]:
             ("DeleteWebhook", "/v1/webhooks/{id}", "delete"),
             ("RotateSecret", "/v1/webhooks/{id}/rotate-secret", "post"),
             ("ListDeliveries", "/v1/webhooks/{id}/deliveries", "get"),
+            ("TestWebhook", "/v1/webhooks/{id}/test", "post"),
+            ("EnableWebhook", "/v1/webhooks/{id}/enable", "post"),
         )
     }
     return create
@@ -478,6 +481,7 @@ def _webhook_paths() -> dict[str, Any]:
         "/v1/webhooks/{id}/deliveries/{deliveryId}/retry": {
             "post": _webhook_op("Send it again now", ("202", "Delivery"), [*one, delivery])
         },
+        **webhook_schema.PATHS,
     }
 
 

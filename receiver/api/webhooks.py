@@ -1,7 +1,8 @@
 """POST/GET /v1/webhooks, GET/DELETE /v1/webhooks/:id, POST /v1/webhooks/:id/rotate-secret,
-GET /v1/webhooks/:id/deliveries, GET /v1/webhooks/:id/deliveries/:deliveryId (with its
-attemptLog) and POST /v1/webhooks/:id/deliveries/:deliveryId/retry:
-subscriptions only (a key with role writer or admin). Sending is receiver.notify.webhook's.
+/test and /enable (receiver.api.webhook_actions), GET /v1/webhooks/:id/deliveries,
+GET /v1/webhooks/:id/deliveries/:deliveryId (with its attemptLog) and
+POST /v1/webhooks/:id/deliveries/:deliveryId/retry: subscriptions only (a key with role
+writer or admin). Sending is receiver.notify.webhook's.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from starlette.routing import Route
 from receiver.api import limits
 from receiver.api.auth import Access
 from receiver.api.sessions import limit_param
+from receiver.api.webhook_actions import WebhookActions
 from receiver.errors import InvalidParameterError, InvalidWebhookError, WebhookNotFoundError
 from receiver.events import EVENT_TYPES, iso_epoch
 from receiver.notify.webhook import UnsafeURLError, WebhookChannel, check_subscriber, new_secret
@@ -226,6 +228,14 @@ class WebhooksAPI:
                 methods=["GET", "DELETE"],
             ),
             Route(base + "/{id}/rotate-secret", self.rotate, methods=["POST"]),
+            *WebhookActions(
+                self.store,
+                self.channel,
+                find=self._hook,
+                describe=describe,
+                clock=self.clock,
+                wake_worker=self.wake_worker,
+            ).routes(base),
             Route(base + "/{id}/deliveries", self.deliveries, methods=["GET"]),
             Route(base + "/{id}/deliveries/{delivery}", self.one_delivery, methods=["GET"]),
             Route(base + "/{id}/deliveries/{delivery}/retry", self.retry, methods=["POST"]),

@@ -210,6 +210,10 @@ class Webhooks(Protocol):
         after it and the health event stored (exactly once) for a change; None if it is
         not active (receiver.store.webhook_health)."""
 
+    async def enable(self, public_id: str, *, now: float, make_event: EventMaker) -> Webhook | None:
+        """A disabled subscription active and healthy again, its webhook.recovered stored
+        (once); None if no subscription of that id is disabled."""
+
 
 class Keys(Protocol):
     """API keys and their plans' request counts (store.keys), shared by every replica."""

@@ -161,3 +161,27 @@ def _emit(q: Query, hook: Webhook, change: str, now: float, make_event: EventMak
         " ON CONFLICT (id) DO NOTHING",
         (event_id, change, str(body["timestamp"]), now, json.dumps(body)),
     )
+
+
+def enable(
+    q: Query,
+    columns: str,
+    read: Callable[[Any], Webhook],
+    public_id: str,
+    *,
+    now: float,
+    make_event: EventMaker,
+) -> Webhook | None:
+    """enable's transaction (see SQLWebhooks.enable): a disabled subscription active and
+    healthy again, its webhook.recovered stored; None if none of that id is disabled."""
+    row = q(
+        "UPDATE webhooks SET status = 'active', health = 'healthy', failures = 0,"
+        " failing_since = NULL, status_reason = NULL, updated_at = ?"
+        f" WHERE public_id = ? AND status = 'disabled' RETURNING {columns}",
+        (now, public_id),
+    ).fetchone()
+    if row is None:
+        return None
+    hook = read(row)
+    _emit(q, hook, "webhook.recovered", now, make_event)
+    return hook

@@ -236,3 +236,13 @@ class SQLWebhooks:
                 make_event=make_event,
             )
         )
+
+    async def enable(self, public_id: str, *, now: float, make_event: EventMaker) -> Webhook | None:
+        """A disabled subscription active and healthy again (its webhook.recovered stored
+        with it); None if no subscription of that id is disabled (another request enabled it
+        first, or it is active or deleted)."""
+        return await self.db.statements(
+            lambda q: webhook_health.enable(
+                q, _COLUMNS, webhook, public_id, now=now, make_event=make_event
+            )
+        )

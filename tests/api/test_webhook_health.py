@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from receiver import signature
 from tests.api.test_webhooks import ALLOW, score, until, writer
 from tests.harness import Receiver
 from tests.servers import HTTPSink
@@ -121,3 +122,59 @@ def test_failing_past_the_limit_disables_and_so_does_410(
             30,
             "the owner told",
         )
+
+
+def test_test_sends_a_signed_delivery_and_enable_needs_one_that_succeeds(
+    start: Callable[[str], Receiver], http_sink: HTTPSink
+) -> None:
+    server = start("1h")
+    api = writer(server)
+    with HTTPSink() as subscriber:
+        subscriber.fail_with(410)
+        created = api.add(f"{subscriber.url}/in", ["score.drop"])
+        hook_id = created["id"]
+        server.send(score("evt_t1"))
+        until(lambda: api.get(hook_id)["health"] == "disabled", 30, "disabled by 410")
+
+        refused = api.request("POST", f"/{hook_id}/enable")
+        assert refused.status_code == 409, refused.text
+        body = refused.json()
+        assert body["error"]["code"] == "webhook_test_failed"
+        assert body["attempt"]["status"] == 410 and body["attempt"]["delivered"] is False
+        assert api.get(hook_id)["status"] == "disabled"
+
+        subscriber.fail_with(200)
+        subscriber.clear()
+        tested = api.request("POST", f"/{hook_id}/test")
+        assert tested.status_code == 200, tested.text
+        attempt = tested.json()
+        assert (attempt["delivered"], attempt["status"], attempt["error"]) == (True, 200, None)
+        assert attempt["durationMs"] >= 0
+        (sent,) = subscriber.requests
+        assert sent.json["type"] == "webhook.test" and sent.json["webhookId"] == hook_id
+        assert sent.json["id"] == attempt["eventId"]
+        assert sent.headers["X-Service-Signature"] == signature.sign(
+            created["secret"].encode(), sent.body
+        )
+        assert api.get(hook_id)["status"] == "disabled"  # a test alone enables nothing
+
+        enabled = api.request("POST", f"/{hook_id}/enable")
+        assert enabled.status_code == 200, enabled.text
+        shown = enabled.json()["webhook"]
+        assert (shown["status"], shown["health"], shown["failingSince"]) == (
+            "active",
+            "healthy",
+            None,
+        )
+        assert enabled.json()["attempt"]["delivered"] is True
+        again = api.request("POST", f"/{hook_id}/enable")  # active already: nothing to do
+        assert again.status_code == 200 and again.json()["attempt"] is None
+        recovered = f"webhook.recovered {hook_id} of hooks"
+        until(lambda: recovered in _titles(http_sink), 30, "the owner told of the recovery")
+        server.send(score("evt_t2"))
+        until(
+            lambda: any(r.json.get("id") == "evt_t2" for r in subscriber.requests),
+            30,
+            "a delivery after enabling",
+        )
+        assert _titles(http_sink).count(recovered) == 1

@@ -164,3 +164,23 @@ def test_two_replicas_recording_at_once_store_each_change_once(pg_url: str) -> N
             await b.close()
 
     assert asyncio.run(go()) == ["webhook.failing", "webhook.recovered"]
+
+
+def test_enable_brings_back_a_disabled_one_once(store_url: str) -> None:
+    async def go(store: Store) -> tuple[Any, ...]:
+        hook = await _hook(store)
+        active = await store.webhooks.enable("wh_1", now=5.0, make_event=_maker(5.0))
+        await _fail(store, hook, 10.0, gone=True)
+        first = await store.webhooks.enable("wh_1", now=20.0, make_event=_maker(20.0))
+        second = await store.webhooks.enable("wh_1", now=21.0, make_event=_maker(21.0))
+        return active, first, second, await _health_events(store)
+
+    active, first, second, found = run(store_url, go)
+    assert active is None and second is None
+    assert (first.status, first.health, first.failures, first.status_reason) == (
+        "active",
+        "healthy",
+        0,
+        None,
+    )
+    assert [e["type"] for e in found] == ["webhook.disabled", "webhook.recovered"]
