@@ -269,8 +269,12 @@ _WEBHOOK_FIELDS: dict[str, Any] = {
         "description": "The first failed delivery of those in a row; null after a success",
     },
     "lastError": {"type": "string", "nullable": True},
+    "previousSecretUntil": {
+        **_TIMESTAMP,
+        "description": "After a rotation with an overlap: until when the secret before signs too",
+    },
 }
-_WEBHOOK_REQUIRED = [name for name in _WEBHOOK_FIELDS if name != "statusReason"]
+_WEBHOOK_REQUIRED = [n for n in _WEBHOOK_FIELDS if n not in ("statusReason", "previousSecretUntil")]
 _DELIVERY_FIELDS: dict[str, Any] = {
     "id": {"type": "string"},
     "eventId": {"type": "string"},
@@ -448,11 +452,7 @@ def _webhook_paths() -> dict[str, Any]:
             "get": _webhook_op("One subscription (never its secret)", ("200", "Webhook"), one),
             "delete": _webhook_op("Delete it; unsent deliveries are cancelled", ("204", None), one),
         },
-        "/v1/webhooks/{id}/rotate-secret": {
-            "post": _webhook_op(
-                "A new signing secret, shown only here", ("200", "WebhookWithSecret"), one
-            )
-        },
+        "/v1/webhooks/{id}/rotate-secret": {"post": webhook_schema.rotate(one)},
         "/v1/webhooks/{id}/deliveries": {
             "get": _webhook_op(
                 "Its deliveries, newest first",

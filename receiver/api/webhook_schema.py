@@ -22,6 +22,9 @@ _REFUSED = {
     "404": _answer("webhook_not_found", "Error"),
     "429": _answer("rate_limited: the key's plan limit is reached; see Retry-After", "Error"),
 }
+# An overlap as parse_duration reads it within 7 days, in format_duration's form: days up
+# to 7, then hours, minutes and seconds, each at most once, in that order.
+OVERLAP = "^(?=.)(?:7d|(?:[0-6]d)?(?:(?:1?[0-9]|2[0-3])h)?(?:[1-5]?[0-9]m)?(?:[1-5]?[0-9]s)?)$"
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 _ATTEMPT: dict[str, Any] = {
@@ -44,6 +47,20 @@ _ATTEMPT: dict[str, Any] = {
 }
 
 SCHEMAS: dict[str, Any] = {
+    "RotateRequest": {
+        "type": "object",
+        "properties": {
+            "overlap": {
+                "oneOf": [
+                    {"type": "string", "pattern": OVERLAP, "example": "24h"},
+                    {"type": "integer", "minimum": 0, "maximum": 7 * 86400},
+                ],
+                "description": "How long the secret before goes on signing (at most 7d);"
+                " 0 or none: it stops at once",
+            }
+        },
+        "additionalProperties": False,
+    },
     "TestAttempt": _ATTEMPT,
     "EnableResult": {
         "type": "object",
@@ -74,6 +91,26 @@ SCHEMAS: dict[str, Any] = {
         },
     },
 }
+
+
+def rotate(parameters: list[dict[str, Any]]) -> dict[str, Any]:
+    """POST /v1/webhooks/{id}/rotate-secret."""
+    return {
+        "summary": "A new signing secret, shown only here; with an overlap, the one before"
+        " signs each delivery too until it ends (Standard Webhooks: two v1 entries)",
+        "parameters": parameters,
+        "requestBody": {
+            "required": False,
+            "content": {"application/json": {"schema": _ref("RotateRequest")}},
+        },
+        "responses": {
+            "200": _answer("The subscription with its new secret", "WebhookWithSecret"),
+            "400": _answer("invalid_webhook: the body or its overlap", "Error"),
+            "413": _answer("payload_too_large: a body over 16 KB", "Error"),
+            **_REFUSED,
+        },
+    }
+
 
 PATHS: dict[str, Any] = {
     "/v1/webhooks/{id}/test": {

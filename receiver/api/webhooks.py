@@ -23,6 +23,7 @@ from receiver.api import limits
 from receiver.api.auth import Access
 from receiver.api.sessions import limit_param
 from receiver.api.webhook_actions import WebhookActions
+from receiver.durations import format_duration, parse_duration
 from receiver.errors import InvalidParameterError, InvalidWebhookError, WebhookNotFoundError
 from receiver.events import EVENT_TYPES, iso_epoch
 from receiver.notify.webhook import UnsafeURLError, WebhookChannel, check_subscriber, new_secret
@@ -32,6 +33,7 @@ from receiver.store.records import Attempt, Webhook
 FORMATS = ("service", "standard")
 PER_KEY = 100  # subscriptions an API key may have: RECEIVER_WEBHOOKS_PER_KEY's default
 MAX_URL = 2048
+MAX_OVERLAP = 7 * 86400.0  # the longest a rotated secret goes on signing beside the new one
 # Outbox states as a subscriber's delivery list shows them.
 DELIVERY_STATES = {"delivered": "delivered", "dead": "failed", "cancelled": "failed"}
 
@@ -53,6 +55,8 @@ def describe(hook: Webhook, *, secret: bool = False) -> dict[str, Any]:
     }
     if hook.status_reason:
         shown["statusReason"] = hook.status_reason
+    if hook.previous_secret and hook.previous_until is not None:
+        shown["previousSecretUntil"] = iso_epoch(hook.previous_until)
     if secret:
         shown["secret"] = hook.secret
     return shown
@@ -156,6 +160,34 @@ async def validate(
     if form not in FORMATS:
         raise InvalidWebhookError(f"format must be one of {', '.join(FORMATS)}")
     return url, list(dict.fromkeys(events)), threshold, form
+
+
+def overlap_param(raw: bytes, headers: dict[str, str]) -> float:
+    """A rotation's overlap in seconds (0: none) from its optional body {"overlap": "24h"}."""
+    if not raw.strip():
+        return 0.0
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, Mapping) or not set(body) <= {"overlap"}:
+        raise InvalidWebhookError(
+            'body must be empty or a JSON object {"overlap": "24h"}', headers=headers
+        )
+    overlap = body.get("overlap", 0)
+    try:
+        if isinstance(overlap, str):
+            return parse_duration(overlap, limit=MAX_OVERLAP)
+        if isinstance(overlap, int) and not isinstance(overlap, bool):
+            if 0 <= overlap <= MAX_OVERLAP:
+                return float(overlap)
+    except ValueError as exc:
+        raise InvalidWebhookError(f"overlap: {exc}", headers=headers) from None
+    raise InvalidWebhookError(
+        f"overlap must be a duration such as 24h, at most {format_duration(MAX_OVERLAP)}"
+        " (or whole seconds)",
+        headers=headers,
+    )
 
 
 class WebhookLimitError(InvalidWebhookError):
@@ -288,10 +320,16 @@ class WebhooksAPI:
 
     async def rotate(self, request: Request) -> Response:
         hook, headers = await self._hook(request)
-        changed = await self.store.webhooks.update(
-            hook.public_id, now=self.clock(), secret=new_secret(hook.format)
+        overlap = overlap_param(await limits.read_body(request), headers)
+        now = self.clock()
+        changed = await self.store.webhooks.rotate(
+            hook.public_id,
+            secret=new_secret(hook.format),
+            now=now,
+            overlap_until=now + overlap if overlap else None,
         )
-        assert changed is not None
+        if changed is None:  # deleted meanwhile
+            raise WebhookNotFoundError(f"no webhook has the id {hook.public_id!r}", headers=headers)
         self.channel.forget()
         return JSONResponse(describe(changed, secret=True), headers=headers)
 

@@ -96,14 +96,17 @@ def sign(sub: Webhook, delivery_id: str, body: bytes, now: float) -> dict[str, s
     the one the subscriber reads from webhook-id."""
     delivery_id = header_value(delivery_id)
     if sub.format == "standard":
-        key = base64.b64decode(sub.secret.removeprefix("whsec_"))
         stamp = str(int(now))
         signed = f"{delivery_id}.{stamp}.".encode() + body
-        digest = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        keys = [sub.secret]
+        if sub.previous_secret and sub.previous_until is not None and now < sub.previous_until:
+            keys.append(sub.previous_secret)  # a rotation's overlap: both, the new one first
+        raw = [base64.b64decode(k.removeprefix("whsec_")) for k in keys]
+        digests = [hmac.new(k, signed, hashlib.sha256).digest() for k in raw]
         return {
             "webhook-id": delivery_id,
             "webhook-timestamp": stamp,
-            "webhook-signature": f"v1,{digest}",
+            "webhook-signature": " ".join(f"v1,{base64.b64encode(d).decode()}" for d in digests),
         }
     # The service's own form, made as the receiver checks it (receiver.signature).
     return {

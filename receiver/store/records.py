@@ -348,6 +348,10 @@ class Webhook:
     failures: int = 0
     failing_since: float | None = None
     last_error: str | None = None
+    # During a rotation's overlap (POST /v1/webhooks/:id/rotate-secret): the secret before,
+    # which still signs each delivery beside the new one until previous_until.
+    previous_secret: str | None = None
+    previous_until: float | None = None
 
 
 # -- the admin page ----------------------------------------------------------------------------

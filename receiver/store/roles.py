@@ -210,6 +210,12 @@ class Webhooks(Protocol):
         after it and the health event stored (exactly once) for a change; None if it is
         not active (receiver.store.webhook_health)."""
 
+    async def rotate(
+        self, public_id: str, *, secret: str, now: float, overlap_until: float | None
+    ) -> Webhook | None:
+        """A new signing secret; with overlap_until the one before signs beside it until
+        then. None if no subscription (not deleted) has that id."""
+
     async def enable(self, public_id: str, *, now: float, make_event: EventMaker) -> Webhook | None:
         """A disabled subscription active and healthy again, its webhook.recovered stored
         (once); None if no subscription of that id is disabled."""

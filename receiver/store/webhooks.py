@@ -20,11 +20,18 @@ WEBHOOK_COLUMNS = (
 )
 # The subscriptions read here carry their owner and health too (routing's reads need
 # not): the record's last fields, so webhook() reads either form.
-_COLUMNS = f"{WEBHOOK_COLUMNS}, owner, {HEALTH_COLUMNS}"
+_COLUMNS = f"{WEBHOOK_COLUMNS}, owner, {HEALTH_COLUMNS}, previous_secret, previous_until"
 
 WEBHOOK_OWNER_SCHEMA = """
     ALTER TABLE webhooks ADD COLUMN owner BIGINT;
     CREATE INDEX webhooks_owner ON webhooks (owner, status)
+"""
+
+# A rotation with an overlap keeps the secret before until its end (SQLite's migration 24,
+# PostgreSQL's 21). {real}: each store's float.
+ROTATION_SCHEMA = """
+    ALTER TABLE webhooks ADD COLUMN previous_secret TEXT;
+    ALTER TABLE webhooks ADD COLUMN previous_until {real}
 """
 
 WEBHOOKS_SCHEMA = """
@@ -246,3 +253,20 @@ class SQLWebhooks:
                 q, _COLUMNS, webhook, public_id, now=now, make_event=make_event
             )
         )
+
+    async def rotate(
+        self, public_id: str, *, secret: str, now: float, overlap_until: float | None
+    ) -> Webhook | None:
+        """A new signing secret; with overlap_until, the one before goes on signing beside
+        it until then (else it stops at once). None if no subscription has that id."""
+
+        def update(q: Query) -> Webhook | None:
+            row = q(
+                "UPDATE webhooks SET previous_secret = CASE WHEN ? = 1 THEN secret END,"
+                " previous_until = ?, secret = ?, updated_at = ?"
+                f" WHERE public_id = ? AND status <> 'deleted' RETURNING {_COLUMNS}",
+                (int(overlap_until is not None), overlap_until, secret, now, public_id),
+            ).fetchone()
+            return webhook(row) if row else None
+
+        return await self.db.statements(update)

@@ -19,7 +19,7 @@ from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhook_health import HEALTH_SCHEMA
-from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
+from receiver.store.webhooks import ROTATION_SCHEMA, WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
 
 # Advisory lock key for migrations; timers lock by name (lock_key).
 _MIGRATE_LOCK = 0x5EC0DE01
@@ -184,6 +184,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     OUTBOX_CHANNEL_SCHEMA,
     # 20: subscribers' endpoint health (SQLite's 23).
     HEALTH_SCHEMA.format(real="DOUBLE PRECISION"),
+    # 21: a rotated secret's overlap (SQLite's 24).
+    ROTATION_SCHEMA.format(real="DOUBLE PRECISION"),
 ]
 
 
