@@ -304,6 +304,7 @@ def _notify(
         connections=settings.notify_concurrency,
         clock=clock,
         health=HealthPolicy(disable_after=settings.webhook_disable_after),
+        max_rate=settings.webhook_max_rate,
     )
     enrich, upstream = _enricher(settings, store, holder)
     worker = Worker(

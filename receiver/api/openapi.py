@@ -269,6 +269,7 @@ _WEBHOOK_FIELDS: dict[str, Any] = {
         "description": "The first failed delivery of those in a row; null after a success",
     },
     "lastError": {"type": "string", "nullable": True},
+    "rateLimit": {"type": "number", "nullable": True, "description": "deliveries a second"},
     "previousSecretUntil": {
         **_TIMESTAMP,
         "description": "After a rotation with an overlap: until when the secret before signs too",
@@ -305,6 +306,7 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
             },
             "threshold": {"type": "number"},
             "format": {"type": "string", "enum": ["service", "standard"], "default": "service"},
+            "rateLimit": webhook_schema.RATE_LIMIT,
         },
     },
     "Webhook": {

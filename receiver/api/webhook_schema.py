@@ -25,6 +25,13 @@ _REFUSED = {
 # An overlap as parse_duration reads it within 7 days, in format_duration's form: days up
 # to 7, then hours, minutes and seconds, each at most once, in that order.
 OVERLAP = "^(?=.)(?:7d|(?:[0-6]d)?(?:(?:1?[0-9]|2[0-3])h)?(?:[1-5]?[0-9]m)?(?:[1-5]?[0-9]s)?)$"
+RATE_LIMIT = {
+    "type": "number",
+    "minimum": 1,
+    "maximum": 1000,
+    "description": "Deliveries a second at most (default: no limit); deliveries over it wait."
+    " At most RECEIVER_WEBHOOK_MAX_RATE (1000 unless set)",
+}
 _ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 
 _ATTEMPT: dict[str, Any] = {

@@ -33,6 +33,10 @@ from receiver.store.records import Attempt, Webhook
 FORMATS = ("service", "standard")
 PER_KEY = 100  # subscriptions an API key may have: RECEIVER_WEBHOOKS_PER_KEY's default
 MAX_URL = 2048
+MAX_RATE = 1000.0  # RECEIVER_WEBHOOK_MAX_RATE's default: deliveries a second
+# The lowest rate limit: a send waits a second at most for its slot (its lane has one send
+# at a time then), well within its lease, on a replica or a few.
+MIN_RATE = 1.0
 MAX_OVERLAP = 7 * 86400.0  # the longest a rotated secret goes on signing beside the new one
 # Outbox states as a subscriber's delivery list shows them.
 DELIVERY_STATES = {"delivered": "delivered", "dead": "failed", "cancelled": "failed"}
@@ -52,6 +56,7 @@ def describe(hook: Webhook, *, secret: bool = False) -> dict[str, Any]:
         "health": hook.health,
         "failingSince": iso_epoch(hook.failing_since) if hook.failing_since is not None else None,
         "lastError": hook.last_error,
+        "rateLimit": _number(hook.rate_limit),
     }
     if hook.status_reason:
         shown["statusReason"] = hook.status_reason
@@ -162,6 +167,23 @@ async def validate(
     return url, list(dict.fromkeys(events)), threshold, form
 
 
+def rate_param(body: Mapping[str, Any], max_rate: float) -> float | None:
+    """A registration's rateLimit: deliveries a second, MIN_RATE to max_rate; None: none."""
+    rate = body.get("rateLimit")
+    if rate is None:
+        return None
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or not MIN_RATE <= rate <= max_rate
+    ):
+        raise InvalidWebhookError(
+            f"rateLimit must be a number of deliveries a second from {MIN_RATE:g} to"
+            f" {max_rate:g} (RECEIVER_WEBHOOK_MAX_RATE)"
+        )
+    return float(rate)
+
+
 def overlap_param(raw: bytes, headers: dict[str, str]) -> float:
     """A rotation's overlap in seconds (0: none) from its optional body {"overlap": "24h"}."""
     if not raw.strip():
@@ -205,12 +227,14 @@ async def register(
     now: float,
     owner: int | None = None,
     cap: int | None = None,
+    max_rate: float = MAX_RATE,
 ) -> Webhook:
     """Validate and store a subscription made by the API key owner (None: an operator, at
     the CLI or the admin page), at most cap of them a key."""
     url, events, threshold, form = await validate(
         body, allow_private=allow_private, allow_http=allow_http
     )
+    rate = rate_param(body, max_rate)
     hook = await store.webhooks.add(
         public_id="wh_" + secrets.token_urlsafe(12),
         url=url,
@@ -221,6 +245,7 @@ async def register(
         now=now,
         owner=owner,
         cap=cap,
+        rate_limit=rate,
     )
     if hook is None:
         raise WebhookLimitError(
@@ -298,6 +323,7 @@ class WebhooksAPI:
             now=self.clock(),
             owner=key.id,
             cap=self.per_key,
+            max_rate=self.channel.max_rate,
         )
         self.channel.forget()
         return JSONResponse(describe(hook, secret=True), status_code=201, headers=headers)

@@ -103,6 +103,10 @@ from receiver.settings import SENDER_SCHEDULE, Settings
     help="Disable a subscriber failing this long [RECEIVER_WEBHOOK_DISABLE_AFTER, 3d].",
 )
 @click.option(
+    "--webhook-max-rate",
+    help="Highest rateLimit a subscription may ask, a second [RECEIVER_WEBHOOK_MAX_RATE, 1000].",
+)
+@click.option(
     "--webhook-allow-private/--no-webhook-allow-private",
     default=None,
     help="Let subscribers be loopback or private addresses [RECEIVER_WEBHOOK_ALLOW_PRIVATE].",

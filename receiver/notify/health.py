@@ -1,11 +1,16 @@
 """A subscriber's endpoint health as its channel sees it: each delivery's outcome counted
 (store.webhooks.record_delivery, receiver.store.webhook_health), and the event of our own
-that tells of a change (webhook.failing, webhook.disabled, webhook.recovered)."""
+that tells of a change (webhook.failing, webhook.disabled, webhook.recovered); and its pace:
+the sends its lane may have at once, and the wait for its rate limit's next slot."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
 import secrets
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +18,7 @@ from receiver.events import iso_epoch
 from receiver.notify.backoff import Delays
 from receiver.notify.redaction import shown_url, url_secrets
 from receiver.store import Store
-from receiver.store.records import Webhook
+from receiver.store.records import WEBHOOK_NOTIFIER, Webhook
 from receiver.store.webhook_health import HealthPolicy
 
 log = logging.getLogger("receiver.webhooks")
@@ -91,3 +96,30 @@ async def judge(
             after.last_error,
         )
     return after
+
+
+def lane_caps(subs: Mapping[int, Webhook], concurrency: int) -> dict[tuple[str, int], int]:
+    """The subscribers' lanes that may have fewer than concurrency sends at once: a failing
+    one's circuit is open (one probe at a time); a rate-limited one has as many as its rate
+    lets start within a second (at least one), so a send waits a second for its slot at most."""
+    caps = {}
+    for hook_id, hook in subs.items():
+        if hook.health == "failing":
+            caps[(WEBHOOK_NOTIFIER, hook_id)] = 1
+        elif hook.rate_limit is not None:
+            caps[(WEBHOOK_NOTIFIER, hook_id)] = max(
+                1, min(concurrency, math.floor(hook.rate_limit))
+            )
+    return caps
+
+
+async def pace(store: Store, hook: Webhook) -> None:
+    """Wait for the subscriber's next slot under its rate limit (taken in the store, so
+    every replica counts): a delivery over the limit waits, it is neither dropped nor failed.
+    Wall-clock seconds, whatever clock the channel runs on: a rate is a real one."""
+    if hook.rate_limit is None:
+        return
+    now = time.time()
+    start = await store.webhooks.take_slot(hook.id, rate=hook.rate_limit, now=now)
+    if start > now:
+        await asyncio.sleep(start - now)

@@ -39,7 +39,7 @@ from receiver import __version__, signature, tracing
 from receiver.events import SENDER_RETRIES
 from receiver.notify.backoff import Delays
 from receiver.notify.channel import Kind, Result, excerpt
-from receiver.notify.health import Outcome, judge
+from receiver.notify.health import Outcome, judge, lane_caps, pace
 from receiver.notify.redaction import shown_url, url_secrets
 from receiver.signature import SIGNATURE_HEADER
 from receiver.store import OutboxRow, Store
@@ -297,9 +297,11 @@ class WebhookChannel:
         connections: int = 8,
         clock: Callable[[], float] = time.time,
         health: HealthPolicy | None = None,
+        max_rate: float = 1000.0,
     ) -> None:
         self.store = store
         self.health = health or HealthPolicy()
+        self.max_rate = max_rate  # the highest rateLimit a registration may ask
         self.connections = connections  # per subscriber: its lane's sends in flight
         self.timeout = timeout
         self.schedule = Delays(delays)
@@ -372,9 +374,9 @@ class WebhookChannel:
         who = hook.public_id if hook is not None else f"#{row.target}"
         return f"event {row.delivery_id} to subscriber {who}"
 
-    def probing(self) -> set[tuple[str, int]]:
-        """The lanes of failing subscriptions: their circuit is open, one send at a time."""
-        return {(WEBHOOK_NOTIFIER, i) for i, hook in self._subs.items() if hook.health == "failing"}
+    def capped(self) -> dict[tuple[str, int], int]:
+        """The lanes with fewer sends at once than the others (receiver.notify.health)."""
+        return lane_caps(self._subs, self.connections)
 
     async def send(self, row: OutboxRow) -> Result:
         """One delivery to its subscriber, counted towards its health (410 Gone disables)."""
@@ -386,6 +388,7 @@ class WebhookChannel:
             hook = (await self.subscriptions()).get(row.target)
         if hook is None:
             return Result.give_up("subscription deleted or disabled")
+        await pace(self.store, hook)
         out = await self.post(hook, row)
         if out.delivered:
             if hook.failures or hook.health != "healthy":  # else nothing to reset

@@ -241,8 +241,9 @@ class Worker:
         # A drained lane claims nothing (0), but stays named: its rows are not "others".
         lanes = {key: 0 if key in self._drained else self.concurrency - busy[key] for key in keys}
         if isinstance(hooks := self._by_name.get(WEBHOOK_CHANNEL), WebhookChannel):
-            for key in hooks.probing() & lanes.keys():  # an open circuit: one probe at a time
-                lanes[key] = max(0, min(lanes[key], 1 - busy[key]))
+            for key, cap in hooks.capped().items():  # an open circuit, a rate limit
+                if key in lanes:
+                    lanes[key] = max(0, min(lanes[key], cap - busy[key]))
         # Room for sends to start: MAX_STARTING less those in their first FRESH_SEND.
         now = time.monotonic()
         young = sum(1 for at in self._started.values() if now - at < FRESH_SEND)

@@ -352,6 +352,7 @@ class Webhook:
     # which still signs each delivery beside the new one until previous_until.
     previous_secret: str | None = None
     previous_until: float | None = None
+    rate_limit: float | None = None  # deliveries a second at most (None: no limit)
 
 
 # -- the admin page ----------------------------------------------------------------------------

@@ -164,6 +164,7 @@ class Webhooks(Protocol):
         now: float,
         owner: int | None = None,
         cap: int | None = None,
+        rate_limit: float | None = None,
     ) -> Webhook | None:
         """Store a subscription made by the key owner (None: an operator); None, storing
         nothing, if that key already has cap subscriptions (deleted ones not counted)."""
@@ -215,6 +216,10 @@ class Webhooks(Protocol):
     ) -> Webhook | None:
         """A new signing secret; with overlap_until the one before signs beside it until
         then. None if no subscription (not deleted) has that id."""
+
+    async def take_slot(self, webhook_id: int, *, rate: float, now: float) -> float:
+        """When the next delivery may start, at most rate a second across replicas (the
+        slot is taken)."""
 
     async def enable(self, public_id: str, *, now: float, make_event: EventMaker) -> Webhook | None:
         """A disabled subscription active and healthy again, its webhook.recovered stored

@@ -20,7 +20,9 @@ WEBHOOK_COLUMNS = (
 )
 # The subscriptions read here carry their owner and health too (routing's reads need
 # not): the record's last fields, so webhook() reads either form.
-_COLUMNS = f"{WEBHOOK_COLUMNS}, owner, {HEALTH_COLUMNS}, previous_secret, previous_until"
+_COLUMNS = (
+    f"{WEBHOOK_COLUMNS}, owner, {HEALTH_COLUMNS}, previous_secret, previous_until, rate_limit"
+)
 
 WEBHOOK_OWNER_SCHEMA = """
     ALTER TABLE webhooks ADD COLUMN owner BIGINT;
@@ -32,6 +34,14 @@ WEBHOOK_OWNER_SCHEMA = """
 ROTATION_SCHEMA = """
     ALTER TABLE webhooks ADD COLUMN previous_secret TEXT;
     ALTER TABLE webhooks ADD COLUMN previous_until {real}
+"""
+
+# A subscription's rate limit, and when its next delivery may start: the theoretical
+# arrival time of the generic cell rate algorithm, shared by every replica (SQLite's
+# migration 25, PostgreSQL's 22). {real}: each store's float.
+RATE_SCHEMA = """
+    ALTER TABLE webhooks ADD COLUMN rate_limit {real};
+    ALTER TABLE webhooks ADD COLUMN rate_tat {real}
 """
 
 WEBHOOKS_SCHEMA = """
@@ -83,6 +93,7 @@ class SQLWebhooks:
         now: float,
         owner: int | None = None,
         cap: int | None = None,
+        rate_limit: float | None = None,
     ) -> Webhook | None:
         def insert(q: Query) -> Webhook | None:
             if owner is not None and cap is not None:
@@ -98,9 +109,21 @@ class SQLWebhooks:
                     return None
             row = q(
                 "INSERT INTO webhooks (public_id, url, events, threshold, format, secret, status,"
-                " created_at, updated_at, owner) VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?, ?)"
+                " created_at, updated_at, owner, rate_limit)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?, ?, ?)"
                 f" RETURNING {_COLUMNS}",
-                (public_id, url, json.dumps(events), threshold, format, secret, now, now, owner),
+                (
+                    public_id,
+                    url,
+                    json.dumps(events),
+                    threshold,
+                    format,
+                    secret,
+                    now,
+                    now,
+                    owner,
+                    rate_limit,
+                ),
             ).fetchone()
             return webhook(row)
 
@@ -268,5 +291,20 @@ class SQLWebhooks:
                 (int(overlap_until is not None), overlap_until, secret, now, public_id),
             ).fetchone()
             return webhook(row) if row else None
+
+        return await self.db.statements(update)
+
+    async def take_slot(self, webhook_id: int, *, rate: float, now: float) -> float:
+        """When the next delivery to the subscription may start, at most rate a second
+        across every replica (GCRA): now, or later while deliveries come faster. The slot
+        is taken: a caller must wait until then, then send."""
+
+        def update(q: Query) -> float:
+            row = q(
+                "UPDATE webhooks SET rate_tat = CASE WHEN rate_tat IS NULL OR rate_tat < ?"
+                " THEN ? ELSE rate_tat END + ? WHERE id = ? RETURNING rate_tat",
+                (now, now, 1.0 / rate, webhook_id),
+            ).fetchone()
+            return now if row is None else float(row[0]) - 1.0 / rate
 
         return await self.db.statements(update)

@@ -19,7 +19,12 @@ from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhook_health import HEALTH_SCHEMA
-from receiver.store.webhooks import ROTATION_SCHEMA, WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
+from receiver.store.webhooks import (
+    RATE_SCHEMA,
+    ROTATION_SCHEMA,
+    WEBHOOK_OWNER_SCHEMA,
+    WEBHOOKS_SCHEMA,
+)
 
 # Advisory lock key for migrations; timers lock by name (lock_key).
 _MIGRATE_LOCK = 0x5EC0DE01
@@ -186,6 +191,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     HEALTH_SCHEMA.format(real="DOUBLE PRECISION"),
     # 21: a rotated secret's overlap (SQLite's 24).
     ROTATION_SCHEMA.format(real="DOUBLE PRECISION"),
+    # 22: a subscription's rate limit and its next delivery's time (SQLite's 25).
+    RATE_SCHEMA.format(real="DOUBLE PRECISION"),
 ]
 
 

@@ -19,7 +19,12 @@ from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhook_health import HEALTH_SCHEMA
-from receiver.store.webhooks import ROTATION_SCHEMA, WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
+from receiver.store.webhooks import (
+    RATE_SCHEMA,
+    ROTATION_SCHEMA,
+    WEBHOOK_OWNER_SCHEMA,
+    WEBHOOKS_SCHEMA,
+)
 
 
 def _in(column: str, values: Iterable[Any]) -> tuple[str, Any]:
@@ -203,6 +208,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     HEALTH_SCHEMA.format(real="REAL"),
     # 24: a rotated secret's overlap (the secret before, until when it still signs).
     ROTATION_SCHEMA.format(real="REAL"),
+    # 25: a subscription's rate limit and the time its next delivery may start.
+    RATE_SCHEMA.format(real="REAL"),
 ]
 
 
