@@ -270,6 +270,7 @@ _WEBHOOK_FIELDS: dict[str, Any] = {
     },
     "lastError": {"type": "string", "nullable": True},
     "rateLimit": {"type": "number", "nullable": True, "description": "deliveries a second"},
+    "filter": {"type": "object", "nullable": True, "description": "as registered"},
     "previousSecretUntil": {
         **_TIMESTAMP,
         "description": "After a rotation with an overlap: until when the secret before signs too",
@@ -307,6 +308,7 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
             "threshold": {"type": "number"},
             "format": {"type": "string", "enum": ["service", "standard"], "default": "service"},
             "rateLimit": webhook_schema.RATE_LIMIT,
+            "filter": webhook_schema.FILTER,
         },
     },
     "Webhook": {

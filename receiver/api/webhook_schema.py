@@ -25,6 +25,56 @@ _REFUSED = {
 # An overlap as parse_duration reads it within 7 days, in format_duration's form: days up
 # to 7, then hours, minutes and seconds, each at most once, in that order.
 OVERLAP = "^(?=.)(?:7d|(?:[0-6]d)?(?:(?:1?[0-9]|2[0-3])h)?(?:[1-5]?[0-9]m)?(?:[1-5]?[0-9]s)?)$"
+# A rule's match mapping (docs/rules.md): field or dotted path -> exact value, "glob*",
+# "~regex", or one operator object: lt, lte, gt, gte, eq, between, in (any of).
+# A scalar condition: an exact value or glob (a string not starting with "~": one that does
+# is a regex, which only the server can check, so the document names the plainest ones),
+# a number or true/false.
+_SCALAR = {
+    "anyOf": [
+        {"type": "string", "pattern": "^(?:[^~]|$)"},
+        {"type": "string", "pattern": "^~[A-Za-z0-9_]+$"},
+        {"type": "number"},
+        {"type": "boolean"},
+    ]
+}
+_LIST = {"type": "array", "minItems": 1, "items": _SCALAR}
+_NUMBER = {"type": "number"}
+_CONDITION = {
+    "anyOf": [
+        _SCALAR,
+        _LIST,
+        {
+            "type": "object",
+            "minProperties": 1,
+            "properties": {op: _NUMBER for op in ("lt", "lte", "gt", "gte", "eq")},
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "required": ["in"],
+            "properties": {"in": _LIST},
+            "additionalProperties": False,
+        },
+    ]
+}
+# OpenAPI 3.0 cannot say which field names are allowed (no propertyNames), so the document
+# lists the event's own fields; any payload field or dotted path is taken as well.
+FILTER = {
+    "type": "object",
+    "description": "Only the events that match it, as a rule's match (see docs/rules.md): each"
+    ' payload field or dotted path to a value ("u1"), a glob ("user_*"), a regex ("~^u"), an'
+    ' operator ({"lt": 30}, {"between": [10, 20]}) or a list (any of), {"in": [...]} the same'
+    " as the list; every field must match. Any payload field or dotted path (meta.page) may"
+    " be named, not only those listed here. What the rules would refuse is 400"
+    " invalid_webhook",
+    "properties": {
+        name: _CONDITION
+        for name in ("type", "sessionId", "userId", "score", "threshold", "interventionId")
+    },
+    "additionalProperties": False,
+    "example": {"userId": "u1", "cohort": {"in": ["beta"]}},
+}
 RATE_LIMIT = {
     "type": "number",
     "minimum": 1,

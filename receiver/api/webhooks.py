@@ -23,10 +23,12 @@ from receiver.api import limits
 from receiver.api.auth import Access
 from receiver.api.sessions import limit_param
 from receiver.api.webhook_actions import WebhookActions
+from receiver.dispatch.fanout import as_match
 from receiver.durations import format_duration, parse_duration
 from receiver.errors import InvalidParameterError, InvalidWebhookError, WebhookNotFoundError
 from receiver.events import EVENT_TYPES, iso_epoch
 from receiver.notify.webhook import UnsafeURLError, WebhookChannel, check_subscriber, new_secret
+from receiver.rules.match import compile_match
 from receiver.store import OutboxRow, Store
 from receiver.store.records import Attempt, Webhook
 
@@ -57,6 +59,7 @@ def describe(hook: Webhook, *, secret: bool = False) -> dict[str, Any]:
         "failingSince": iso_epoch(hook.failing_since) if hook.failing_since is not None else None,
         "lastError": hook.last_error,
         "rateLimit": _number(hook.rate_limit),
+        "filter": hook.filter,
     }
     if hook.status_reason:
         shown["statusReason"] = hook.status_reason
@@ -184,6 +187,29 @@ def rate_param(body: Mapping[str, Any], max_rate: float) -> float | None:
     return float(rate)
 
 
+def filter_param(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A registration's filter: a rule's match mapping, checked by the rules' own code."""
+    wanted = body.get("filter")
+    if wanted is None:
+        return None
+    if not isinstance(wanted, Mapping):
+        raise InvalidWebhookError(
+            "filter must be a JSON object of payload fields to conditions, as a rule's match:"
+            ' {"userId": "u1", "cohort": {"in": ["beta"]}}'
+        )
+    listed = [f for f, v in wanted.items() if isinstance(v, Mapping) and set(v) == {"in"}]
+    problems = [f"filter.{f}: in must be a non-empty list" for f in listed if not wanted[f]["in"]]
+    problems += [
+        f"filter.{f}: in must be a list" for f in listed if not isinstance(wanted[f]["in"], list)
+    ]
+    if not problems:
+        problems = compile_match(as_match(wanted))[1]
+    if problems:
+        shown = [p.replace("match", "filter", 1) for p in problems[:3]]
+        raise InvalidWebhookError("; ".join(shown))
+    return dict(wanted) or None
+
+
 def overlap_param(raw: bytes, headers: dict[str, str]) -> float:
     """A rotation's overlap in seconds (0: none) from its optional body {"overlap": "24h"}."""
     if not raw.strip():
@@ -235,6 +261,7 @@ async def register(
         body, allow_private=allow_private, allow_http=allow_http
     )
     rate = rate_param(body, max_rate)
+    wanted = filter_param(body)
     hook = await store.webhooks.add(
         public_id="wh_" + secrets.token_urlsafe(12),
         url=url,
@@ -246,6 +273,7 @@ async def register(
         owner=owner,
         cap=cap,
         rate_limit=rate,
+        filter=wanted,
     )
     if hook is None:
         raise WebhookLimitError(

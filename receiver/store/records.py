@@ -353,6 +353,8 @@ class Webhook:
     previous_secret: str | None = None
     previous_until: float | None = None
     rate_limit: float | None = None  # deliveries a second at most (None: no limit)
+    # Its events must also match this, a rule's `match:` mapping (None: every event).
+    filter: dict[str, Any] | None = None
 
 
 # -- the admin page ----------------------------------------------------------------------------

@@ -165,6 +165,7 @@ class Webhooks(Protocol):
         owner: int | None = None,
         cap: int | None = None,
         rate_limit: float | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> Webhook | None:
         """Store a subscription made by the key owner (None: an operator); None, storing
         nothing, if that key already has cap subscriptions (deleted ones not counted)."""

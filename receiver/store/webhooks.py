@@ -20,9 +20,11 @@ WEBHOOK_COLUMNS = (
 )
 # The subscriptions read here carry their owner and health too (routing's reads need
 # not): the record's last fields, so webhook() reads either form.
-_COLUMNS = (
-    f"{WEBHOOK_COLUMNS}, owner, {HEALTH_COLUMNS}, previous_secret, previous_until, rate_limit"
+SUBSCRIPTION_COLUMNS = _COLUMNS = (
+    f"{WEBHOOK_COLUMNS}, owner, {HEALTH_COLUMNS}, previous_secret, previous_until, rate_limit,"
+    " filter"
 )
+_FILTER = 18  # the filter's place in those columns (JSON text, or NULL)
 
 WEBHOOK_OWNER_SCHEMA = """
     ALTER TABLE webhooks ADD COLUMN owner BIGINT;
@@ -42,6 +44,12 @@ ROTATION_SCHEMA = """
 RATE_SCHEMA = """
     ALTER TABLE webhooks ADD COLUMN rate_limit {real};
     ALTER TABLE webhooks ADD COLUMN rate_tat {real}
+"""
+
+# A subscription's filter: a rule's match mapping, as JSON (SQLite's migration 26,
+# PostgreSQL's 23).
+FILTER_SCHEMA = """
+    ALTER TABLE webhooks ADD COLUMN filter TEXT
 """
 
 WEBHOOKS_SCHEMA = """
@@ -72,6 +80,8 @@ WEBHOOKS_SCHEMA = """
 def webhook(row: Sequence[Any]) -> Webhook:
     values = list(row)
     values[3] = json.loads(values[3])
+    if len(values) > _FILTER and values[_FILTER] is not None:
+        values[_FILTER] = json.loads(values[_FILTER])
     return Webhook(*values)
 
 
@@ -94,6 +104,7 @@ class SQLWebhooks:
         owner: int | None = None,
         cap: int | None = None,
         rate_limit: float | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> Webhook | None:
         def insert(q: Query) -> Webhook | None:
             if owner is not None and cap is not None:
@@ -109,8 +120,8 @@ class SQLWebhooks:
                     return None
             row = q(
                 "INSERT INTO webhooks (public_id, url, events, threshold, format, secret, status,"
-                " created_at, updated_at, owner, rate_limit)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?, ?, ?)"
+                " created_at, updated_at, owner, rate_limit, filter)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?)"
                 f" RETURNING {_COLUMNS}",
                 (
                     public_id,
@@ -123,6 +134,7 @@ class SQLWebhooks:
                     now,
                     owner,
                     rate_limit,
+                    None if filter is None else json.dumps(filter),
                 ),
             ).fetchone()
             return webhook(row)

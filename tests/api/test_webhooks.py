@@ -230,6 +230,7 @@ def test_register_list_get_rotate_and_delete(api: Client) -> None:
         "failingSince": None,
         "lastError": None,
         "rateLimit": None,
+        "filter": None,
     }
     other = api.add(url, ["session.stopped"])
     assert other["threshold"] is None and other["secret"] != secret

@@ -20,6 +20,7 @@ from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhook_health import HEALTH_SCHEMA
 from receiver.store.webhooks import (
+    FILTER_SCHEMA,
     RATE_SCHEMA,
     ROTATION_SCHEMA,
     WEBHOOK_OWNER_SCHEMA,
@@ -193,6 +194,8 @@ MIGRATIONS: list[str | Callable[[Any], Any]] = [
     ROTATION_SCHEMA.format(real="DOUBLE PRECISION"),
     # 22: a subscription's rate limit and its next delivery's time (SQLite's 25).
     RATE_SCHEMA.format(real="DOUBLE PRECISION"),
+    # 23: a subscription's filter (SQLite's 26).
+    FILTER_SCHEMA,
 ]
 
 

@@ -20,6 +20,7 @@ from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhook_health import HEALTH_SCHEMA
 from receiver.store.webhooks import (
+    FILTER_SCHEMA,
     RATE_SCHEMA,
     ROTATION_SCHEMA,
     WEBHOOK_OWNER_SCHEMA,
@@ -210,6 +211,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     ROTATION_SCHEMA.format(real="REAL"),
     # 25: a subscription's rate limit and the time its next delivery may start.
     RATE_SCHEMA.format(real="REAL"),
+    # 26: a subscription's filter (a rule's match mapping).
+    FILTER_SCHEMA,
 ]
 
 
