@@ -34,6 +34,7 @@ from receiver.logs import redact_url
 from receiver.metrics import Metrics
 from receiver.notify import registry
 from receiver.notify.backoff import Backoff
+from receiver.notify.replays import Replayer
 from receiver.notify.targets import Targets
 from receiver.notify.webhook import WebhookChannel
 from receiver.notify.worker import Worker
@@ -90,6 +91,7 @@ def create_app(
                 parts.access,
                 parts.webhooks,
                 wake_worker=worker.wake,
+                wake_replays=parts.replayer.wake,
                 clock=clock,
                 per_key=settings.webhooks_per_key,
             ).routes(),
@@ -151,6 +153,7 @@ class _Parts:
     worker: Worker
     router: Router
     pruner: Pruner
+    replayer: Replayer
     ingest: IngestEndpoint
     access: Access
     admin: AdminPages | None
@@ -214,6 +217,7 @@ class _Parts:
             worker=worker,
             router=router,
             pruner=pruner,
+            replayer=Replayer(store, wake_worker=worker.wake, clock=clock),
             ingest=ingest,
             access=Access(store, clock=clock),
             admin=admin,
@@ -234,6 +238,7 @@ class _Parts:
             supervisor.start("timers", self.router.run_timers)
             supervisor.start("notify", self.worker.run)
             supervisor.start("retention", self.pruner.run)
+            supervisor.start("webhook-replays", self.replayer.run)
         supervisor.start("rules-watch", lambda health: reloader.watch(holder, metrics, health))
         if self.admin is not None:
             supervisor.start("admin-strip", self.admin.sample)

@@ -103,7 +103,46 @@ _ATTEMPT: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+_TIME = {"type": "string", "format": "date-time"}
+_JOB_FIELDS: dict[str, Any] = {
+    "id": {"type": "string"},
+    "state": {"type": "string", "enum": ["running", "done"]},
+    "since": _TIME,
+    "until": _TIME,
+    "all": {"type": "boolean"},
+    "queued": {"type": "integer", "minimum": 0, "description": "deliveries queued (again)"},
+    "replaced": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "pending retries made due now instead of queued twice",
+    },
+    "skipped": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "events its types or current filter do not match, delivered ones"
+        " without all, or in flight",
+    },
+    "createdAt": _TIME,
+    "finishedAt": {**_TIME, "nullable": True},
+}
+
 SCHEMAS: dict[str, Any] = {
+    "ReplayRequest": {
+        "type": "object",
+        "required": ["since"],
+        "properties": {
+            "since": {**_TIME, "description": "events received from this time (with its zone)"},
+            "until": {**_TIME, "description": "to this one, not included (default: now)"},
+            "all": {"type": "boolean", "default": False, "description": "delivered ones too"},
+        },
+        "additionalProperties": False,
+    },
+    "ReplayJob": {
+        "type": "object",
+        "required": list(_JOB_FIELDS),
+        "properties": _JOB_FIELDS,
+        "additionalProperties": False,
+    },
     "RotateRequest": {
         "type": "object",
         "properties": {
@@ -170,6 +209,37 @@ def rotate(parameters: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 PATHS: dict[str, Any] = {
+    "/v1/webhooks/{id}/replay": {
+        "post": {
+            "summary": "Re-deliver, in event order, every event received in [since, until) that"
+            " the subscription matches now (its types, its current filter): failed and never"
+            " sent ones, delivered ones only with all; each keeps its webhook-id, a pending"
+            " retry is made due instead of doubled; sent at its rate limit. A job: 202 with"
+            " its progress and Location",
+            "parameters": [_ID],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("ReplayRequest")}},
+            },
+            "responses": {
+                "202": _answer("The job, running", "ReplayJob"),
+                "400": _answer("invalid_webhook: the body, since, until or all", "Error"),
+                "409": _answer("invalid_webhook: the subscription is disabled", "Error"),
+                "413": _answer("payload_too_large: a body over 16 KB", "Error"),
+                **_REFUSED,
+            },
+        }
+    },
+    "/v1/webhooks/{id}/replays/{job}": {
+        "get": {
+            "summary": "A replay job's progress",
+            "parameters": [
+                _ID,
+                {"name": "job", "in": "path", "required": True, "schema": {"type": "string"}},
+            ],
+            "responses": {"200": _answer("The job", "ReplayJob"), **_REFUSED},
+        }
+    },
     "/v1/webhooks/{id}/test": {
         "post": {
             "summary": "Send a signed webhook.test delivery now (not queued, not retried, not"

@@ -291,9 +291,11 @@ class WebhooksAPI:
         channel: WebhookChannel,
         *,
         wake_worker: Callable[[], None] = lambda: None,
+        wake_replays: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
         per_key: int = PER_KEY,
     ) -> None:
+        self.wake_replays = wake_replays
         self.store = store
         self.per_key = per_key
         self.access = access
@@ -320,6 +322,7 @@ class WebhooksAPI:
                 describe=describe,
                 clock=self.clock,
                 wake_worker=self.wake_worker,
+                wake_replays=self.wake_replays,
             ).routes(base),
             Route(base + "/{id}/deliveries", self.deliveries, methods=["GET"]),
             Route(base + "/{id}/deliveries/{delivery}", self.one_delivery, methods=["GET"]),

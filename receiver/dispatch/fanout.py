@@ -61,6 +61,19 @@ def matches(filter: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
     return all(condition.holds(payload) for condition in conditions)
 
 
+def replayed(hook: Webhook, event_id: str, body: str) -> tuple[str, str | None] | None:
+    """The delivery a stored event makes to hook now (a replay's pick): its types and its
+    current filter; under a threshold a score event's delivery is derived (its webhook-id
+    from the subscriber and the event), re-sent only if one was made then (body None)."""
+    payload = json.loads(body)
+    kind = payload.get("type")
+    if hook.filter and not matches(hook.filter, payload):
+        return None
+    if hook.threshold is not None and kind in DERIVED:
+        return derived_id(hook, event_id), None
+    return (event_id, body) if kind in hook.events else None
+
+
 def derived_id(webhook: Webhook, source_event_id: str) -> str:
     digest = hashlib.sha256(f"{webhook.public_id}:{source_event_id}".encode()).hexdigest()
     return f"evt_{digest[:24]}"

@@ -32,6 +32,7 @@ from receiver.store.records import (
     Webhook,
 )
 from receiver.store.webhook_health import EventMaker, HealthPolicy
+from receiver.store.webhook_replays import Pick, ReplayJob
 
 OnAccepted = Callable[[], None]
 # What accept() did: stored it; or its id was stored already, with the same raw body
@@ -221,6 +222,16 @@ class Webhooks(Protocol):
     async def take_slot(self, webhook_id: int, *, rate: float, now: float) -> float:
         """When the next delivery may start, at most rate a second across replicas (the
         slot is taken)."""
+
+    async def start_replay(
+        self, webhook_id: int, *, since: float, until: float, all: bool, now: float
+    ) -> ReplayJob: ...
+    async def replay_job(self, webhook_id: int, job_id: int) -> ReplayJob | None: ...
+    async def running_replays(self) -> list[ReplayJob]: ...
+    async def replay_step(
+        self, hook: Webhook, job_id: int, *, now: float, limit: int, pick: Pick
+    ) -> ReplayJob | None:
+        """Queue the next limit events of a running replay (receiver.store.webhook_replays)."""
 
     async def enable(self, public_id: str, *, now: float, make_event: EventMaker) -> Webhook | None:
         """A disabled subscription active and healthy again, its webhook.recovered stored

@@ -9,11 +9,12 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from receiver.store import webhook_health
+from receiver.store import webhook_health, webhook_replays
 from receiver.store.outbox import OUTBOX_COLUMNS
 from receiver.store.records import OutboxRow, Webhook
 from receiver.store.statements import Query, Runner
 from receiver.store.webhook_health import HEALTH_COLUMNS, EventMaker, HealthPolicy
+from receiver.store.webhook_replays import ReplayJob
 
 WEBHOOK_COLUMNS = (
     "id, public_id, url, events, threshold, format, secret, status, created_at, status_reason"
@@ -320,3 +321,59 @@ class SQLWebhooks:
             return now if row is None else float(row[0]) - 1.0 / rate
 
         return await self.db.statements(update)
+
+    async def start_replay(
+        self, webhook_id: int, *, since: float, until: float, all: bool, now: float
+    ) -> ReplayJob:
+        """A replay job of the subscription's events received in [since, until), running."""
+        return await self.db.statements(
+            lambda q: webhook_replays.job(
+                q(
+                    "INSERT INTO webhook_replays (webhook_id, since, until, all_deliveries,"
+                    " state, created_at) VALUES (?, ?, ?, ?, 'running', ?)"
+                    f" RETURNING {webhook_replays.JOB_COLUMNS}",
+                    (webhook_id, since, until, int(all), now),
+                ).fetchone()
+            )
+        )
+
+    async def replay_job(self, webhook_id: int, job_id: int) -> ReplayJob | None:
+        """One of the subscription's replay jobs, or None."""
+        return await self.db.statements(
+            lambda q: (
+                None
+                if (
+                    row := q(
+                        f"SELECT {webhook_replays.JOB_COLUMNS} FROM webhook_replays"
+                        " WHERE id = ? AND webhook_id = ?",
+                        (job_id, webhook_id),
+                    ).fetchone()
+                )
+                is None
+                else webhook_replays.job(row)
+            ),
+            write=False,
+        )
+
+    async def running_replays(self) -> list[ReplayJob]:
+        """The replay jobs still running, oldest first."""
+        return await self.db.statements(
+            lambda q: [
+                webhook_replays.job(row)
+                for row in q(
+                    f"SELECT {webhook_replays.JOB_COLUMNS} FROM webhook_replays"
+                    " WHERE state = 'running' ORDER BY id",
+                    (),
+                )
+            ],
+            write=False,
+        )
+
+    async def replay_step(
+        self, hook: Webhook, job_id: int, *, now: float, limit: int, pick: webhook_replays.Pick
+    ) -> ReplayJob | None:
+        """Queue the next limit events of a running job (receiver.store.webhook_replays); the
+        job after it, or None if it is not running."""
+        return await self.db.statements(
+            lambda q: webhook_replays.step(q, hook, job_id, now=now, limit=limit, pick=pick)
+        )

@@ -36,8 +36,10 @@ def test_deliveries_over_the_rate_wait_and_none_fails(api: Client) -> None:
         times = sorted(r.received_at for r in got)
         # 15 at 5 a second: the last starts 14 slots of 0.2 s after the first, at least.
         assert times[-1] - times[0] >= 14 * 0.2 - 0.05, times
-        for i in range(len(times) - 5):  # never 6 within a second
-            assert times[i + 5] - times[i] >= 1.0 - 0.05, (i, times)
+        # Never 6 within a second, give or take when each left (a busy event loop sends
+        # one late, the next on its slot).
+        for i in range(len(times) - 5):
+            assert times[i + 5] - times[i] >= 1.0 - 0.15, (i, times)
         deliveries = until(
             lambda: (
                 (d := api.deliveries(hook["id"]))

@@ -19,6 +19,7 @@ from receiver.store.routing import STORMS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhook_health import HEALTH_SCHEMA
+from receiver.store.webhook_replays import REPLAYS_SCHEMA
 from receiver.store.webhooks import (
     FILTER_SCHEMA,
     RATE_SCHEMA,
@@ -213,6 +214,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     RATE_SCHEMA.format(real="REAL"),
     # 26: a subscription's filter (a rule's match mapping).
     FILTER_SCHEMA,
+    # 27: replays of a subscription's events since a time (POST /v1/webhooks/:id/replay).
+    REPLAYS_SCHEMA.format(id="INTEGER PRIMARY KEY", real="REAL"),
 ]
 
 
