@@ -35,6 +35,7 @@ from receiver.logs import redact_url
 from receiver.metrics import Metrics
 from receiver.notify import registry, slack
 from receiver.notify.backoff import Backoff
+from receiver.notify.replays import Replayer
 from receiver.notify.slack.interactivity import Interactivity
 from receiver.notify.targets import Targets
 from receiver.notify.webhook import WebhookChannel
@@ -44,6 +45,7 @@ from receiver.reloader import RulesHolder
 from receiver.retention import Pruner
 from receiver.settings import Settings
 from receiver.store import OutboxRow, Store, open_store
+from receiver.store.webhook_health import HealthPolicy
 from receiver.supervisor import Supervisor
 
 if TYPE_CHECKING:
@@ -118,6 +120,7 @@ def _routes(parts: _Parts, settings: Settings, clock: Callable[[], float]) -> li
             parts.access,
             parts.webhooks,
             wake_worker=worker.wake,
+            wake_replays=parts.replayer.wake,
             clock=clock,
             per_key=settings.webhooks_per_key,
         ).routes(),
@@ -164,6 +167,7 @@ class _Parts:
     worker: Worker
     router: Router
     pruner: Pruner
+    replayer: Replayer
     ingest: IngestEndpoint
     access: Access
     admin: AdminPages | None
@@ -230,6 +234,7 @@ class _Parts:
             worker=worker,
             router=router,
             pruner=pruner,
+            replayer=Replayer(store, wake_worker=worker.wake, clock=clock),
             ingest=ingest,
             access=Access(store, clock=clock),
             admin=admin,
@@ -251,6 +256,7 @@ class _Parts:
             supervisor.start("timers", self.router.run_timers)
             supervisor.start("notify", self.worker.run)
             supervisor.start("retention", self.pruner.run)
+            supervisor.start("webhook-replays", self.replayer.run)
         supervisor.start("rules-watch", lambda health: reloader.watch(holder, metrics, health))
         if self.admin is not None:
             supervisor.start("admin-strip", self.admin.sample)
@@ -320,6 +326,8 @@ def _notify(
         allow_http=settings.webhook_allow_http,
         connections=settings.notify_concurrency,
         clock=clock,
+        health=HealthPolicy(disable_after=settings.webhook_disable_after),
+        max_rate=settings.webhook_max_rate,
     )
     enrich, upstream = _enricher(settings, store, holder)
     worker = Worker(

@@ -24,6 +24,7 @@
     │       ├── SessionNotFoundError      404 session_not_found
     │       ├── InvalidWebhookError       400 invalid_webhook
     │       ├── WebhookNotFoundError      404 webhook_not_found
+    │       ├── WebhookTestFailedError    409 webhook_test_failed (+ the attempt)
     │       ├── AlertNotFoundError        404 alert_not_found
     │       ├── EventNotFoundError        404 not_found
     │       └── SilenceNotFoundError      404 not_found
@@ -37,6 +38,7 @@ A duplicate delivery is a result, not an error.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class ReceiverError(Exception):
@@ -163,6 +165,23 @@ class InvalidWebhookError(ApiError):
 class WebhookNotFoundError(ApiError):
     status = 404
     code = "webhook_not_found"
+
+
+class WebhookTestFailedError(ApiError):
+    """A disabled subscription's test delivery failed, so it stays disabled; the body
+    carries the attempt beside the error."""
+
+    status = 409
+    code = "webhook_test_failed"
+
+    def __init__(
+        self, message: str, attempt: dict[str, Any], *, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message, headers=headers)
+        self.attempt = attempt
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "attempt": self.attempt}
 
 
 class AlertNotFoundError(ApiError):

@@ -155,6 +155,11 @@ class Settings(BaseSettings):
     webhook_schedule: str = SENDER_SCHEDULE
     webhook_allow_private: bool = False
     webhook_allow_http: bool = False
+    # A subscriber failing (every delivery failed) for this long is disabled, and its owner
+    # told (webhook.disabled); it is failing after 5 failures in a row or an hour of them.
+    webhook_disable_after: float = Field(default=3 * 86400.0, gt=0)
+    # The highest rateLimit (deliveries a second) a subscription may ask for.
+    webhook_max_rate: float = Field(default=1000.0, ge=1)
     # Subscriptions one API key may have (not counting deleted ones); the CLI's are not
     # counted against any key.
     webhooks_per_key: int = Field(default=100, gt=0)
@@ -208,6 +213,7 @@ class Settings(BaseSettings):
         "body_timeout",
         "retention",
         "webhook_timeout",
+        "webhook_disable_after",
         "upstream_timeout",
         "unhealthy_after",
         "link_ttl",

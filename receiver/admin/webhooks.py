@@ -63,7 +63,14 @@ async def _row(admin: Admin, hook: Webhook) -> dict[str, Any]:
     """A subscriber as its table row shows it: what the API shows (statusReason only
     when there is one, so it is set here for every row) and its last delivery."""
     last = await admin.store.webhooks.deliveries(hook.id, limit=1)
-    shown = describe(replace(hook, created_at=showable(hook.created_at)))
+    since = hook.failing_since
+    shown = describe(
+        replace(
+            hook,
+            created_at=showable(hook.created_at),
+            failing_since=None if since is None else showable(since),
+        )
+    )
     return {"statusReason": None, **shown, "last": shown_delivery(last[0]) if last else None}
 
 

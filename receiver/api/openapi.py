@@ -9,7 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from receiver.api import alerts_schema, silences
+from receiver.api import alerts_schema, silences, webhook_schema
 from receiver.api.sessions import DEFAULT_LIMIT, GROUP_BY, MAX_LIMIT, METRICS, WINDOWS
 from receiver.events import EVENT_TYPES
 from receiver.sessions import STATUSES
@@ -258,8 +258,26 @@ _WEBHOOK_FIELDS: dict[str, Any] = {
     "status": {"type": "string", "enum": ["active", "disabled"]},
     "statusReason": {"type": "string"},
     "createdAt": _TIMESTAMP,
+    "health": {
+        "type": "string",
+        "enum": ["healthy", "failing", "disabled"],
+        "description": "failing: 5 failed deliveries in a row, or an hour of failures (one"
+        " probe delivery at a time); disabled: failing for RECEIVER_WEBHOOK_DISABLE_AFTER, or"
+        " answered 410 Gone",
+    },
+    "failingSince": {
+        **_NULLABLE_TIMESTAMP,
+        "description": "The first failed delivery of those in a row; null after a success",
+    },
+    "lastError": {"type": "string", "nullable": True},
+    "rateLimit": {"type": "number", "nullable": True, "description": "deliveries a second"},
+    "filter": {"type": "object", "nullable": True, "description": "as registered"},
+    "previousSecretUntil": {
+        **_TIMESTAMP,
+        "description": "After a rotation with an overlap: until when the secret before signs too",
+    },
 }
-_WEBHOOK_REQUIRED = ["id", "url", "events", "threshold", "format", "status", "createdAt"]
+_WEBHOOK_REQUIRED = [n for n in _WEBHOOK_FIELDS if n not in ("statusReason", "previousSecretUntil")]
 _DELIVERY_FIELDS: dict[str, Any] = {
     "id": {"type": "string"},
     "eventId": {"type": "string"},
@@ -290,6 +308,8 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
             },
             "threshold": {"type": "number"},
             "format": {"type": "string", "enum": ["service", "standard"], "default": "service"},
+            "rateLimit": webhook_schema.RATE_LIMIT,
+            "filter": webhook_schema.FILTER,
         },
     },
     "Webhook": {
@@ -357,6 +377,7 @@ WEBHOOK_SCHEMAS: dict[str, Any] = {
         },
         "additionalProperties": False,
     },
+    **webhook_schema.SCHEMAS,
 }
 _WEBHOOK_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
 
@@ -406,6 +427,8 @@ def _linked(create: dict[str, Any]) -> dict[str, Any]:
             ("DeleteWebhook", "/v1/webhooks/{id}", "delete"),
             ("RotateSecret", "/v1/webhooks/{id}/rotate-secret", "post"),
             ("ListDeliveries", "/v1/webhooks/{id}/deliveries", "get"),
+            ("TestWebhook", "/v1/webhooks/{id}/test", "post"),
+            ("EnableWebhook", "/v1/webhooks/{id}/enable", "post"),
         )
     }
     return create
@@ -434,11 +457,7 @@ def _webhook_paths() -> dict[str, Any]:
             "get": _webhook_op("One subscription (never its secret)", ("200", "Webhook"), one),
             "delete": _webhook_op("Delete it; unsent deliveries are cancelled", ("204", None), one),
         },
-        "/v1/webhooks/{id}/rotate-secret": {
-            "post": _webhook_op(
-                "A new signing secret, shown only here", ("200", "WebhookWithSecret"), one
-            )
-        },
+        "/v1/webhooks/{id}/rotate-secret": {"post": webhook_schema.rotate(one)},
         "/v1/webhooks/{id}/deliveries": {
             "get": _webhook_op(
                 "Its deliveries, newest first",
@@ -467,6 +486,7 @@ def _webhook_paths() -> dict[str, Any]:
         "/v1/webhooks/{id}/deliveries/{deliveryId}/retry": {
             "post": _webhook_op("Send it again now", ("202", "Delivery"), [*one, delivery])
         },
+        **webhook_schema.PATHS,
     }
 
 

@@ -1,7 +1,8 @@
 """POST/GET /v1/webhooks, GET/DELETE /v1/webhooks/:id, POST /v1/webhooks/:id/rotate-secret,
-GET /v1/webhooks/:id/deliveries, GET /v1/webhooks/:id/deliveries/:deliveryId (with its
-attemptLog) and POST /v1/webhooks/:id/deliveries/:deliveryId/retry:
-subscriptions only (a key with role writer or admin). Sending is receiver.notify.webhook's.
+/test and /enable (receiver.api.webhook_actions), GET /v1/webhooks/:id/deliveries,
+GET /v1/webhooks/:id/deliveries/:deliveryId (with its attemptLog) and
+POST /v1/webhooks/:id/deliveries/:deliveryId/retry: subscriptions only (a key with role
+writer or admin). Sending is receiver.notify.webhook's.
 """
 
 from __future__ import annotations
@@ -21,15 +22,24 @@ from starlette.routing import Route
 from receiver.api import limits
 from receiver.api.auth import Access
 from receiver.api.sessions import limit_param
+from receiver.api.webhook_actions import WebhookActions
+from receiver.dispatch.fanout import as_match
+from receiver.durations import format_duration, parse_duration
 from receiver.errors import InvalidParameterError, InvalidWebhookError, WebhookNotFoundError
 from receiver.events import EVENT_TYPES, iso_epoch
 from receiver.notify.webhook import UnsafeURLError, WebhookChannel, check_subscriber, new_secret
+from receiver.rules.match import compile_match
 from receiver.store import OutboxRow, Store
 from receiver.store.records import Attempt, Webhook
 
 FORMATS = ("service", "standard")
 PER_KEY = 100  # subscriptions an API key may have: RECEIVER_WEBHOOKS_PER_KEY's default
 MAX_URL = 2048
+MAX_RATE = 1000.0  # RECEIVER_WEBHOOK_MAX_RATE's default: deliveries a second
+# The lowest rate limit: a send waits a second at most for its slot (its lane has one send
+# at a time then), well within its lease, on a replica or a few.
+MIN_RATE = 1.0
+MAX_OVERLAP = 7 * 86400.0  # the longest a rotated secret goes on signing beside the new one
 # Outbox states as a subscriber's delivery list shows them.
 DELIVERY_STATES = {"delivered": "delivered", "dead": "failed", "cancelled": "failed"}
 
@@ -45,9 +55,16 @@ def describe(hook: Webhook, *, secret: bool = False) -> dict[str, Any]:
         "format": hook.format,
         "status": hook.status,
         "createdAt": iso_epoch(hook.created_at),
+        "health": hook.health,
+        "failingSince": iso_epoch(hook.failing_since) if hook.failing_since is not None else None,
+        "lastError": hook.last_error,
+        "rateLimit": _number(hook.rate_limit),
+        "filter": hook.filter,
     }
     if hook.status_reason:
         shown["statusReason"] = hook.status_reason
+    if hook.previous_secret and hook.previous_until is not None:
+        shown["previousSecretUntil"] = iso_epoch(hook.previous_until)
     if secret:
         shown["secret"] = hook.secret
     return shown
@@ -153,6 +170,74 @@ async def validate(
     return url, list(dict.fromkeys(events)), threshold, form
 
 
+def rate_param(body: Mapping[str, Any], max_rate: float) -> float | None:
+    """A registration's rateLimit: deliveries a second, MIN_RATE to max_rate; None: none."""
+    rate = body.get("rateLimit")
+    if rate is None:
+        return None
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or not MIN_RATE <= rate <= max_rate
+    ):
+        raise InvalidWebhookError(
+            f"rateLimit must be a number of deliveries a second from {MIN_RATE:g} to"
+            f" {max_rate:g} (RECEIVER_WEBHOOK_MAX_RATE)"
+        )
+    return float(rate)
+
+
+def filter_param(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A registration's filter: a rule's match mapping, checked by the rules' own code."""
+    wanted = body.get("filter")
+    if wanted is None:
+        return None
+    if not isinstance(wanted, Mapping):
+        raise InvalidWebhookError(
+            "filter must be a JSON object of payload fields to conditions, as a rule's match:"
+            ' {"userId": "u1", "cohort": {"in": ["beta"]}}'
+        )
+    listed = [f for f, v in wanted.items() if isinstance(v, Mapping) and set(v) == {"in"}]
+    problems = [f"filter.{f}: in must be a non-empty list" for f in listed if not wanted[f]["in"]]
+    problems += [
+        f"filter.{f}: in must be a list" for f in listed if not isinstance(wanted[f]["in"], list)
+    ]
+    if not problems:
+        problems = compile_match(as_match(wanted))[1]
+    if problems:
+        shown = [p.replace("match", "filter", 1) for p in problems[:3]]
+        raise InvalidWebhookError("; ".join(shown))
+    return dict(wanted) or None
+
+
+def overlap_param(raw: bytes, headers: dict[str, str]) -> float:
+    """A rotation's overlap in seconds (0: none) from its optional body {"overlap": "24h"}."""
+    if not raw.strip():
+        return 0.0
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, Mapping) or not set(body) <= {"overlap"}:
+        raise InvalidWebhookError(
+            'body must be empty or a JSON object {"overlap": "24h"}', headers=headers
+        )
+    overlap = body.get("overlap", 0)
+    try:
+        if isinstance(overlap, str):
+            return parse_duration(overlap, limit=MAX_OVERLAP)
+        if isinstance(overlap, int) and not isinstance(overlap, bool):
+            if 0 <= overlap <= MAX_OVERLAP:
+                return float(overlap)
+    except ValueError as exc:
+        raise InvalidWebhookError(f"overlap: {exc}", headers=headers) from None
+    raise InvalidWebhookError(
+        f"overlap must be a duration such as 24h, at most {format_duration(MAX_OVERLAP)}"
+        " (or whole seconds)",
+        headers=headers,
+    )
+
+
 class WebhookLimitError(InvalidWebhookError):
     """The key already has as many subscriptions as RECEIVER_WEBHOOKS_PER_KEY allows."""
 
@@ -168,12 +253,15 @@ async def register(
     now: float,
     owner: int | None = None,
     cap: int | None = None,
+    max_rate: float = MAX_RATE,
 ) -> Webhook:
     """Validate and store a subscription made by the API key owner (None: an operator, at
     the CLI or the admin page), at most cap of them a key."""
     url, events, threshold, form = await validate(
         body, allow_private=allow_private, allow_http=allow_http
     )
+    rate = rate_param(body, max_rate)
+    wanted = filter_param(body)
     hook = await store.webhooks.add(
         public_id="wh_" + secrets.token_urlsafe(12),
         url=url,
@@ -184,6 +272,8 @@ async def register(
         now=now,
         owner=owner,
         cap=cap,
+        rate_limit=rate,
+        filter=wanted,
     )
     if hook is None:
         raise WebhookLimitError(
@@ -201,9 +291,11 @@ class WebhooksAPI:
         channel: WebhookChannel,
         *,
         wake_worker: Callable[[], None] = lambda: None,
+        wake_replays: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
         per_key: int = PER_KEY,
     ) -> None:
+        self.wake_replays = wake_replays
         self.store = store
         self.per_key = per_key
         self.access = access
@@ -223,6 +315,15 @@ class WebhooksAPI:
                 methods=["GET", "DELETE"],
             ),
             Route(base + "/{id}/rotate-secret", self.rotate, methods=["POST"]),
+            *WebhookActions(
+                self.store,
+                self.channel,
+                find=self._hook,
+                describe=describe,
+                clock=self.clock,
+                wake_worker=self.wake_worker,
+                wake_replays=self.wake_replays,
+            ).routes(base),
             Route(base + "/{id}/deliveries", self.deliveries, methods=["GET"]),
             Route(base + "/{id}/deliveries/{delivery}", self.one_delivery, methods=["GET"]),
             Route(base + "/{id}/deliveries/{delivery}/retry", self.retry, methods=["POST"]),
@@ -253,6 +354,7 @@ class WebhooksAPI:
             now=self.clock(),
             owner=key.id,
             cap=self.per_key,
+            max_rate=self.channel.max_rate,
         )
         self.channel.forget()
         return JSONResponse(describe(hook, secret=True), status_code=201, headers=headers)
@@ -275,10 +377,16 @@ class WebhooksAPI:
 
     async def rotate(self, request: Request) -> Response:
         hook, headers = await self._hook(request)
-        changed = await self.store.webhooks.update(
-            hook.public_id, now=self.clock(), secret=new_secret(hook.format)
+        overlap = overlap_param(await limits.read_body(request), headers)
+        now = self.clock()
+        changed = await self.store.webhooks.rotate(
+            hook.public_id,
+            secret=new_secret(hook.format),
+            now=now,
+            overlap_until=now + overlap if overlap else None,
         )
-        assert changed is not None
+        if changed is None:  # deleted meanwhile
+            raise WebhookNotFoundError(f"no webhook has the id {hook.public_id!r}", headers=headers)
         self.channel.forget()
         return JSONResponse(describe(changed, secret=True), headers=headers)
 

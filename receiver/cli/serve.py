@@ -99,6 +99,14 @@ from receiver.settings import SENDER_SCHEDULE, Settings
     help=f"Delays between a subscriber's attempts [RECEIVER_WEBHOOK_SCHEDULE, {SENDER_SCHEDULE}].",
 )
 @click.option(
+    "--webhook-disable-after",
+    help="Disable a subscriber failing this long [RECEIVER_WEBHOOK_DISABLE_AFTER, 3d].",
+)
+@click.option(
+    "--webhook-max-rate",
+    help="Highest rateLimit a subscription may ask, a second [RECEIVER_WEBHOOK_MAX_RATE, 1000].",
+)
+@click.option(
     "--webhook-allow-private/--no-webhook-allow-private",
     default=None,
     help="Let subscribers be loopback or private addresses [RECEIVER_WEBHOOK_ALLOW_PRIVATE].",

@@ -7,17 +7,20 @@ score.drop and score.recover events against its threshold instead: one score.dro
 score falls below it, one score.recover when a later one is back at or above it (a
 session starts above). Scores older than the latest seen for the session and subscriber
 do not move it (a late delivery cannot flap it). A derived event's id is derived from
-the subscriber and the source event, so the same input gives the same id.
+the subscriber and the source event, so the same input gives the same id. A subscriber
+with a filter (a rule's match mapping) sees only the events it matches.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from receiver.rules.match import Condition, compile_match
 from receiver.sessions import Fact
 from receiver.store.records import Webhook
 
@@ -31,6 +34,44 @@ class Delivery:
     webhook: Webhook
     delivery_id: str  # the id the subscriber sees, stable across retries
     body: str
+
+
+def as_match(filter: Mapping[str, Any]) -> dict[str, Any]:
+    """A subscription's filter as a rule's match mapping: {"in": [...]} is the rules' list
+    (any of), spelled as the webhook gateways do; every other form is the rules' own.
+
+    >>> as_match({"userId": "u1", "cohort": {"in": ["beta", "gamma"]}})
+    {'userId': 'u1', 'cohort': ['beta', 'gamma']}
+    """
+    return {
+        field: value["in"] if isinstance(value, Mapping) and set(value) == {"in"} else value
+        for field, value in filter.items()
+    }
+
+
+@functools.lru_cache(maxsize=1024)
+def _conditions(text: str) -> tuple[Condition, ...]:
+    """A filter's conditions, compiled once (it was checked when it was registered)."""
+    return compile_match(as_match(json.loads(text)))[0]
+
+
+def matches(filter: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
+    """Whether payload matches a subscription's filter, as a rule's match: every field."""
+    conditions = _conditions(json.dumps(filter, sort_keys=True))
+    return all(condition.holds(payload) for condition in conditions)
+
+
+def replayed(hook: Webhook, event_id: str, body: str) -> tuple[str, str | None] | None:
+    """The delivery a stored event makes to hook now (a replay's pick): its types and its
+    current filter; under a threshold a score event's delivery is derived (its webhook-id
+    from the subscriber and the event), re-sent only if one was made then (body None)."""
+    payload = json.loads(body)
+    kind = payload.get("type")
+    if hook.filter and not matches(hook.filter, payload):
+        return None
+    if hook.threshold is not None and kind in DERIVED:
+        return derived_id(hook, event_id), None
+    return (event_id, body) if kind in hook.events else None
 
 
 def derived_id(webhook: Webhook, source_event_id: str) -> str:
@@ -53,6 +94,8 @@ def fan_out(
         fact = Fact.from_payload(dict(payload)) if kind in DERIVED else None
         scored = fact is not None and fact.score is not None
         for hook in webhooks:
+            if hook.filter and not matches(hook.filter, payload):
+                continue  # none of its deliveries, and no side moved
             if hook.threshold is None or kind not in DERIVED:
                 if kind in hook.events:
                     deliveries.append(Delivery(event_id, hook, event_id, body))

@@ -27,7 +27,6 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -40,10 +39,12 @@ from receiver import __version__, signature, tracing
 from receiver.events import SENDER_RETRIES
 from receiver.notify.backoff import Delays
 from receiver.notify.channel import Kind, Result, excerpt
+from receiver.notify.health import Outcome, judge, lane_caps, pace
 from receiver.notify.redaction import shown_url, url_secrets
 from receiver.signature import SIGNATURE_HEADER
 from receiver.store import OutboxRow, Store
 from receiver.store.records import WEBHOOK_CHANNEL, WEBHOOK_NOTIFIER, Webhook
+from receiver.store.webhook_health import HealthPolicy
 
 log = logging.getLogger("receiver.webhooks")
 
@@ -95,14 +96,17 @@ def sign(sub: Webhook, delivery_id: str, body: bytes, now: float) -> dict[str, s
     the one the subscriber reads from webhook-id."""
     delivery_id = header_value(delivery_id)
     if sub.format == "standard":
-        key = base64.b64decode(sub.secret.removeprefix("whsec_"))
         stamp = str(int(now))
         signed = f"{delivery_id}.{stamp}.".encode() + body
-        digest = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+        keys = [sub.secret]
+        if sub.previous_secret and sub.previous_until is not None and now < sub.previous_until:
+            keys.append(sub.previous_secret)  # a rotation's overlap: both, the new one first
+        raw = [base64.b64decode(k.removeprefix("whsec_")) for k in keys]
+        digests = [hmac.new(k, signed, hashlib.sha256).digest() for k in raw]
         return {
             "webhook-id": delivery_id,
             "webhook-timestamp": stamp,
-            "webhook-signature": f"v1,{digest}",
+            "webhook-signature": " ".join(f"v1,{base64.b64encode(d).decode()}" for d in digests),
         }
     # The service's own form, made as the receiver checks it (receiver.signature).
     return {
@@ -275,22 +279,6 @@ class _CheckedBackend(httpcore.AsyncNetworkBackend):
         await self.inner.sleep(seconds)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How one POST went: delivered; or an error, with the subscriber's Retry-After; and
-    the start of the answer (for the attempt log)."""
-
-    delivered: bool
-    error: str | None = None
-    status: int | None = None
-    retry_after: float | None = None
-    excerpt: str | None = None
-
-    @property
-    def gone(self) -> bool:
-        return self.status == 410
-
-
 class WebhookChannel:
     """The subscribers' channel: sends deliveries, one lane a subscription; knows the
     active subscriptions (re-read every REFRESH seconds); retries on the service's schedule
@@ -308,8 +296,12 @@ class WebhookChannel:
         allow_http: bool = False,
         connections: int = 8,
         clock: Callable[[], float] = time.time,
+        health: HealthPolicy | None = None,
+        max_rate: float = 1000.0,
     ) -> None:
         self.store = store
+        self.health = health or HealthPolicy()
+        self.max_rate = max_rate  # the highest rateLimit a registration may ask
         self.connections = connections  # per subscriber: its lane's sends in flight
         self.timeout = timeout
         self.schedule = Delays(delays)
@@ -382,8 +374,12 @@ class WebhookChannel:
         who = hook.public_id if hook is not None else f"#{row.target}"
         return f"event {row.delivery_id} to subscriber {who}"
 
+    def capped(self) -> dict[tuple[str, int], int]:
+        """The lanes with fewer sends at once than the others (receiver.notify.health)."""
+        return lane_caps(self._subs, self.connections)
+
     async def send(self, row: OutboxRow) -> Result:
-        """One delivery to its subscriber; 410 Gone disables the subscription."""
+        """One delivery to its subscriber, counted towards its health (410 Gone disables)."""
         hook = (await self.subscriptions()).get(row.target)
         if hook is None:
             # Perhaps added since the last read (by `receiver webhooks add`, another
@@ -392,21 +388,28 @@ class WebhookChannel:
             hook = (await self.subscriptions()).get(row.target)
         if hook is None:
             return Result.give_up("subscription deleted or disabled")
+        await pace(self.store, hook)
         out = await self.post(hook, row)
         if out.delivered:
+            if hook.failures or hook.health != "healthy":  # else nothing to reset
+                await self._judge(hook, out)
             return Result.delivered(status=out.status, excerpt=out.excerpt)
         error = out.error or "failed"
-        if out.status == 410:
-            reason = "the subscriber answered 410 Gone"
-            await self.store.webhooks.update(
-                hook.public_id, now=self.clock(), status="disabled", reason=reason
-            )
-            self.forget()
+        await self._judge(hook, out)
+        if out.gone:
             log.warning("subscriber %s answered 410 Gone: subscription disabled", hook.public_id)
             return Result.give_up(error, status=410, excerpt=out.excerpt, counted="gone")
         return Result.retry(
             error, status=out.status, excerpt=out.excerpt, retry_after=out.retry_after
         )
+
+    async def _judge(self, hook: Webhook, out: Outcome) -> None:
+        now, policy = self.clock(), self.health
+        after = await judge(self.store, hook, out, now=now, schedule=self.schedule, policy=policy)
+        if after is None:
+            self.forget()
+        else:
+            self._subs[after.id] = after
 
     async def post(self, sub: Webhook, row: OutboxRow) -> Outcome:
         """Sign and POST row's body to sub, once; how it went."""

@@ -23,7 +23,7 @@ from receiver.notify.targets import Targets
 from receiver.notify.webhook import WebhookChannel
 from receiver.rules import Ruleset
 from receiver.store import OutboxRow, Store
-from receiver.store.records import Attempt, notifier_channel
+from receiver.store.records import WEBHOOK_CHANNEL, Attempt, notifier_channel
 from receiver.supervisor import IDLE, Health
 
 log = logging.getLogger("receiver.notify")
@@ -241,6 +241,10 @@ class Worker:
         keys = [key for channel in self.channels for key in await channel.lanes()]
         # A drained lane claims nothing (0), but stays named: its rows are not "others".
         lanes = {key: 0 if key in self._drained else self.concurrency - busy[key] for key in keys}
+        if isinstance(hooks := self._by_name.get(WEBHOOK_CHANNEL), WebhookChannel):
+            for key, cap in hooks.capped().items():  # an open circuit, a rate limit
+                if key in lanes:
+                    lanes[key] = max(0, min(lanes[key], cap - busy[key]))
         # Room for sends to start: MAX_STARTING less those in their first FRESH_SEND.
         now = time.monotonic()
         young = sum(1 for at in self._started.values() if now - at < FRESH_SEND)

@@ -76,9 +76,15 @@ TABLES: dict[str, tuple[str, ...]] = {
     # Webhook subscribers (their deliveries are outbox rows) and alert acknowledgements.
     "webhooks": (
         "id", "public_id", "url", "events", "threshold", "format", "secret", "status",
-        "created_at", "updated_at", "status_reason", "owner",
+        "created_at", "updated_at", "status_reason", "owner", "health", "failures",
+        "failing_since", "last_error", "previous_secret", "previous_until", "rate_limit",
+        "rate_tat", "filter",
     ),
     "webhook_sides": ("webhook_id", "session_id", "below", "mark"),
+    "webhook_replays": (
+        "id", "webhook_id", "since", "until", "all_deliveries", "state", "after_at", "after_id",
+        "queued", "replaced", "skipped", "created_at", "finished_at",
+    ),
     "acks": ("alert", "episode", "acked_by", "acked_at"),
     "alert_actions": (
         "id", "alert", "episode", "action", "source", "actor", "at", "outcome", "until",
@@ -86,7 +92,7 @@ TABLES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 _IDENTITY = (
     "quarantine", "outbox", "outbox_attempts", "groups", "silences", "replays", "api_keys",
-    "webhooks", "alert_actions",
+    "webhooks", "alert_actions", "webhook_replays",
 )  # fmt: skip
 _BOOLEAN = {("replays", "respect_lifecycle")}
 CHUNK = 5000

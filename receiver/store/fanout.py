@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from receiver.store.records import Webhook
 from receiver.store.statements import Statements
-from receiver.store.webhooks import WEBHOOK_COLUMNS, webhook
+from receiver.store.webhooks import SUBSCRIPTION_COLUMNS, webhook
 
 
 class SQLTxWebhooks:
@@ -21,7 +21,7 @@ class SQLTxWebhooks:
         return [
             webhook(row)
             for row in self.st.q(
-                f"SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE status = 'active' ORDER BY id"
+                f"SELECT {SUBSCRIPTION_COLUMNS} FROM webhooks WHERE status = 'active' ORDER BY id"
             )
         ]
 

@@ -341,10 +341,23 @@ class Webhook:
     threshold: float | None
     format: str  # "service" (X-Service-Signature) or "standard" (Standard Webhooks)
     secret: str
-    status: str  # active, disabled (410 Gone) or deleted
+    status: str  # active, disabled (410 Gone, or failing too long) or deleted
     created_at: float
     status_reason: str | None = None
     owner: int | None = None  # the API key that made it; None: an operator's (the CLI)
+    # Endpoint health (receiver.store.webhook_health): healthy, failing or disabled; the
+    # failed deliveries in a row, since when (the first of them), and the last one's error.
+    health: str = "healthy"
+    failures: int = 0
+    failing_since: float | None = None
+    last_error: str | None = None
+    # During a rotation's overlap (POST /v1/webhooks/:id/rotate-secret): the secret before,
+    # which still signs each delivery beside the new one until previous_until.
+    previous_secret: str | None = None
+    previous_until: float | None = None
+    rate_limit: float | None = None  # deliveries a second at most (None: no limit)
+    # Its events must also match this, a rule's `match:` mapping (None: every event).
+    filter: dict[str, Any] | None = None
 
 
 # -- the admin page ----------------------------------------------------------------------------

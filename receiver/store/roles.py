@@ -34,6 +34,8 @@ from receiver.store.records import (
     Webhook,
 )
 from receiver.store.threads import ChatThread, ThreadClaim
+from receiver.store.webhook_health import EventMaker, HealthPolicy
+from receiver.store.webhook_replays import Pick, ReplayJob
 
 OnAccepted = Callable[[], None]
 # What accept() did: stored it; or its id was stored already, with the same raw body
@@ -171,6 +173,8 @@ class Webhooks(Protocol):
         now: float,
         owner: int | None = None,
         cap: int | None = None,
+        rate_limit: float | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> Webhook | None:
         """Store a subscription made by the key owner (None: an operator); None, storing
         nothing, if that key already has cap subscriptions (deleted ones not counted)."""
@@ -201,6 +205,45 @@ class Webhooks(Protocol):
     async def retry_delivery(
         self, webhook_id: int, delivery_id: int, *, now: float
     ) -> OutboxRow | None: ...
+    async def record_delivery(
+        self,
+        webhook_id: int,
+        *,
+        ok: bool,
+        now: float,
+        policy: HealthPolicy,
+        make_event: EventMaker,
+        error: str | None = None,
+        gone: bool = False,
+        hold_until: float | None = None,
+    ) -> tuple[Webhook, str | None] | None:
+        """Count a delivery's outcome towards the subscription's health; the subscription
+        after it and the health event stored (exactly once) for a change; None if it is
+        not active (receiver.store.webhook_health)."""
+
+    async def rotate(
+        self, public_id: str, *, secret: str, now: float, overlap_until: float | None
+    ) -> Webhook | None:
+        """A new signing secret; with overlap_until the one before signs beside it until
+        then. None if no subscription (not deleted) has that id."""
+
+    async def take_slot(self, webhook_id: int, *, rate: float, now: float) -> float:
+        """When the next delivery may start, at most rate a second across replicas (the
+        slot is taken)."""
+
+    async def start_replay(
+        self, webhook_id: int, *, since: float, until: float, all: bool, now: float
+    ) -> ReplayJob: ...
+    async def replay_job(self, webhook_id: int, job_id: int) -> ReplayJob | None: ...
+    async def running_replays(self) -> list[ReplayJob]: ...
+    async def replay_step(
+        self, hook: Webhook, job_id: int, *, now: float, limit: int, pick: Pick
+    ) -> ReplayJob | None:
+        """Queue the next limit events of a running replay (receiver.store.webhook_replays)."""
+
+    async def enable(self, public_id: str, *, now: float, make_event: EventMaker) -> Webhook | None:
+        """A disabled subscription active and healthy again, its webhook.recovered stored
+        (once); None if no subscription of that id is disabled."""
 
 
 class Keys(Protocol):

@@ -9,20 +9,48 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from receiver.store import webhook_health, webhook_replays
 from receiver.store.outbox import OUTBOX_COLUMNS
 from receiver.store.records import OutboxRow, Webhook
 from receiver.store.statements import Query, Runner
+from receiver.store.webhook_health import HEALTH_COLUMNS, EventMaker, HealthPolicy
+from receiver.store.webhook_replays import ReplayJob
 
 WEBHOOK_COLUMNS = (
     "id, public_id, url, events, threshold, format, secret, status, created_at, status_reason"
 )
-# The subscriptions read here carry their owner too (routing's reads need not): the
-# record's last field, so webhook() reads either form.
-_COLUMNS = WEBHOOK_COLUMNS + ", owner"
+# The subscriptions read here carry their owner and health too (routing's reads need
+# not): the record's last fields, so webhook() reads either form.
+SUBSCRIPTION_COLUMNS = _COLUMNS = (
+    f"{WEBHOOK_COLUMNS}, owner, {HEALTH_COLUMNS}, previous_secret, previous_until, rate_limit,"
+    " filter"
+)
+_FILTER = 18  # the filter's place in those columns (JSON text, or NULL)
 
 WEBHOOK_OWNER_SCHEMA = """
     ALTER TABLE webhooks ADD COLUMN owner BIGINT;
     CREATE INDEX webhooks_owner ON webhooks (owner, status)
+"""
+
+# A rotation with an overlap keeps the secret before until its end (SQLite's migration 24,
+# PostgreSQL's 21). {real}: each store's float.
+ROTATION_SCHEMA = """
+    ALTER TABLE webhooks ADD COLUMN previous_secret TEXT;
+    ALTER TABLE webhooks ADD COLUMN previous_until {real}
+"""
+
+# A subscription's rate limit, and when its next delivery may start: the theoretical
+# arrival time of the generic cell rate algorithm, shared by every replica (SQLite's
+# migration 25, PostgreSQL's 22). {real}: each store's float.
+RATE_SCHEMA = """
+    ALTER TABLE webhooks ADD COLUMN rate_limit {real};
+    ALTER TABLE webhooks ADD COLUMN rate_tat {real}
+"""
+
+# A subscription's filter: a rule's match mapping, as JSON (SQLite's migration 26,
+# PostgreSQL's 23).
+FILTER_SCHEMA = """
+    ALTER TABLE webhooks ADD COLUMN filter TEXT
 """
 
 WEBHOOKS_SCHEMA = """
@@ -53,6 +81,8 @@ WEBHOOKS_SCHEMA = """
 def webhook(row: Sequence[Any]) -> Webhook:
     values = list(row)
     values[3] = json.loads(values[3])
+    if len(values) > _FILTER and values[_FILTER] is not None:
+        values[_FILTER] = json.loads(values[_FILTER])
     return Webhook(*values)
 
 
@@ -74,6 +104,8 @@ class SQLWebhooks:
         now: float,
         owner: int | None = None,
         cap: int | None = None,
+        rate_limit: float | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> Webhook | None:
         def insert(q: Query) -> Webhook | None:
             if owner is not None and cap is not None:
@@ -89,9 +121,22 @@ class SQLWebhooks:
                     return None
             row = q(
                 "INSERT INTO webhooks (public_id, url, events, threshold, format, secret, status,"
-                " created_at, updated_at, owner) VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?, ?)"
+                " created_at, updated_at, owner, rate_limit, filter)"
+                " VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?, ?, ?, ?)"
                 f" RETURNING {_COLUMNS}",
-                (public_id, url, json.dumps(events), threshold, format, secret, now, now, owner),
+                (
+                    public_id,
+                    url,
+                    json.dumps(events),
+                    threshold,
+                    format,
+                    secret,
+                    now,
+                    now,
+                    owner,
+                    rate_limit,
+                    None if filter is None else json.dumps(filter),
+                ),
             ).fetchone()
             return webhook(row)
 
@@ -201,3 +246,134 @@ class SQLWebhooks:
             return OutboxRow(*row) if row else None
 
         return await self.db.statements(update)
+
+    async def record_delivery(
+        self,
+        webhook_id: int,
+        *,
+        ok: bool,
+        now: float,
+        policy: HealthPolicy,
+        make_event: EventMaker,
+        error: str | None = None,
+        gone: bool = False,
+        hold_until: float | None = None,
+    ) -> tuple[Webhook, str | None] | None:
+        """Count one delivery's outcome towards its subscription's health (see
+        receiver.store.webhook_health): the subscription after it and the health event
+        stored for the change (None: no change); None if it is no longer active. While
+        failing, its other pending deliveries wait until hold_until (the next probe); a
+        recovery sends them at once; disabling cancels them."""
+        return await self.db.statements(
+            lambda q: webhook_health.record(
+                q,
+                _COLUMNS,
+                webhook,
+                webhook_id,
+                ok=ok,
+                error=error,
+                gone=gone,
+                now=now,
+                policy=policy,
+                hold_until=hold_until,
+                make_event=make_event,
+            )
+        )
+
+    async def enable(self, public_id: str, *, now: float, make_event: EventMaker) -> Webhook | None:
+        """A disabled subscription active and healthy again (its webhook.recovered stored
+        with it); None if no subscription of that id is disabled (another request enabled it
+        first, or it is active or deleted)."""
+        return await self.db.statements(
+            lambda q: webhook_health.enable(
+                q, _COLUMNS, webhook, public_id, now=now, make_event=make_event
+            )
+        )
+
+    async def rotate(
+        self, public_id: str, *, secret: str, now: float, overlap_until: float | None
+    ) -> Webhook | None:
+        """A new signing secret; with overlap_until, the one before goes on signing beside
+        it until then (else it stops at once). None if no subscription has that id."""
+
+        def update(q: Query) -> Webhook | None:
+            row = q(
+                "UPDATE webhooks SET previous_secret = CASE WHEN ? = 1 THEN secret END,"
+                " previous_until = ?, secret = ?, updated_at = ?"
+                f" WHERE public_id = ? AND status <> 'deleted' RETURNING {_COLUMNS}",
+                (int(overlap_until is not None), overlap_until, secret, now, public_id),
+            ).fetchone()
+            return webhook(row) if row else None
+
+        return await self.db.statements(update)
+
+    async def take_slot(self, webhook_id: int, *, rate: float, now: float) -> float:
+        """When the next delivery to the subscription may start, at most rate a second
+        across every replica (GCRA): now, or later while deliveries come faster. The slot
+        is taken: a caller must wait until then, then send."""
+
+        def update(q: Query) -> float:
+            row = q(
+                "UPDATE webhooks SET rate_tat = CASE WHEN rate_tat IS NULL OR rate_tat < ?"
+                " THEN ? ELSE rate_tat END + ? WHERE id = ? RETURNING rate_tat",
+                (now, now, 1.0 / rate, webhook_id),
+            ).fetchone()
+            return now if row is None else float(row[0]) - 1.0 / rate
+
+        return await self.db.statements(update)
+
+    async def start_replay(
+        self, webhook_id: int, *, since: float, until: float, all: bool, now: float
+    ) -> ReplayJob:
+        """A replay job of the subscription's events received in [since, until), running."""
+        return await self.db.statements(
+            lambda q: webhook_replays.job(
+                q(
+                    "INSERT INTO webhook_replays (webhook_id, since, until, all_deliveries,"
+                    " state, created_at) VALUES (?, ?, ?, ?, 'running', ?)"
+                    f" RETURNING {webhook_replays.JOB_COLUMNS}",
+                    (webhook_id, since, until, int(all), now),
+                ).fetchone()
+            )
+        )
+
+    async def replay_job(self, webhook_id: int, job_id: int) -> ReplayJob | None:
+        """One of the subscription's replay jobs, or None."""
+        return await self.db.statements(
+            lambda q: (
+                None
+                if (
+                    row := q(
+                        f"SELECT {webhook_replays.JOB_COLUMNS} FROM webhook_replays"
+                        " WHERE id = ? AND webhook_id = ?",
+                        (job_id, webhook_id),
+                    ).fetchone()
+                )
+                is None
+                else webhook_replays.job(row)
+            ),
+            write=False,
+        )
+
+    async def running_replays(self) -> list[ReplayJob]:
+        """The replay jobs still running, oldest first."""
+        return await self.db.statements(
+            lambda q: [
+                webhook_replays.job(row)
+                for row in q(
+                    f"SELECT {webhook_replays.JOB_COLUMNS} FROM webhook_replays"
+                    " WHERE state = 'running' ORDER BY id",
+                    (),
+                )
+            ],
+            write=False,
+        )
+
+    async def replay_step(
+        self, hook: Webhook, job_id: int, *, now: float, limit: int, pick: webhook_replays.Pick
+    ) -> ReplayJob | None:
+        """Queue the next limit events of a running job (receiver.store.webhook_replays); the
+        job after it, or None if it is not running."""
+        return await self.db.statements(
+            lambda q: webhook_replays.step(q, hook, job_id, now=now, limit=limit, pick=pick)
+        )

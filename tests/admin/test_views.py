@@ -204,6 +204,10 @@ def test_every_admin_template_renders_against_real_data(
             page = await admin.page("/admin/webhooks")
             assert 'class="state disabled">disabled</span> (410 Gone)' in page
             assert page.count('class="state active"') == 2
+            await _failing(store, next(h for h in hooks if h.url == closed), admin.clock())
+            page = await admin.page("/admin/webhooks")
+            assert 'class="state failing">failing</span>, failing since' in page, page
+            assert ": HTTP 503 from the test" in page
             await until(
                 lambda: store.outbox.count_dead(), "a dead notification (the closed notifier port)"
             )
@@ -489,3 +493,19 @@ def test_a_traced_event_shows_its_trace_id(tmp_path: Path, http_sink: HTTPSink) 
     traced, plain = asyncio.run(main())
     assert f'<dt>trace</dt><dd><code class="trace">{trace}</code></dd>' in traced
     assert "<dt>trace</dt>" not in plain
+
+
+async def _failing(store: Any, hook: Any, now: float) -> None:
+    """hook made failing as five failed deliveries make it (endpoint health)."""
+    from receiver.notify.health import health_event
+    from receiver.store.webhook_health import HealthPolicy
+
+    for _ in range(5):
+        await store.webhooks.record_delivery(
+            hook.id,
+            ok=False,
+            error="HTTP 503 from the test",
+            now=now,
+            policy=HealthPolicy(),
+            make_event=lambda h, change, owner: health_event(h, change, owner, now),
+        )

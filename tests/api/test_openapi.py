@@ -218,7 +218,7 @@ def test_subscriptions_refuse_a_reader_as_documented(
     operation = api_schema[path][method]
     given: dict[str, Any] = {}
     if "{id}" in path:
-        given["path_parameters"] = {"id": "wh_x", "deliveryId": "1"}
+        given["path_parameters"] = {"id": "wh_x", "deliveryId": "1", "job": "1"}
     if method == "POST" and path == "/v1/webhooks":
         given["body"] = {"url": "https://example.com/h", "events": ["score.drop"]}
         given["media_type"] = "application/json"

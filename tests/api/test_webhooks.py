@@ -226,6 +226,11 @@ def test_register_list_get_rotate_and_delete(api: Client) -> None:
         "threshold": 40,
         "format": "service",
         "status": "active",
+        "health": "healthy",
+        "failingSince": None,
+        "lastError": None,
+        "rateLimit": None,
+        "filter": None,
     }
     other = api.add(url, ["session.stopped"])
     assert other["threshold"] is None and other["secret"] != secret

@@ -142,10 +142,12 @@ class Scene:
 
         eventually(looked_twice, "the timers to look twice for what to wake")
         eventually(
-            lambda: self.server.query(
-                "SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')"
-            )[0][0]
-            == 0,
+            lambda: (
+                self.server.query(
+                    "SELECT count(*) FROM outbox WHERE state IN ('pending', 'sending')"
+                )[0][0]
+                == 0
+            ),
             "the worker to send what was queued",
         )
 

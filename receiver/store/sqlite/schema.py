@@ -20,7 +20,15 @@ from receiver.store.routing import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
 from receiver.store.threads import THREADS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
 from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
-from receiver.store.webhooks import WEBHOOK_OWNER_SCHEMA, WEBHOOKS_SCHEMA
+from receiver.store.webhook_health import HEALTH_SCHEMA
+from receiver.store.webhook_replays import REPLAYS_SCHEMA
+from receiver.store.webhooks import (
+    FILTER_SCHEMA,
+    RATE_SCHEMA,
+    ROTATION_SCHEMA,
+    WEBHOOK_OWNER_SCHEMA,
+    WEBHOOKS_SCHEMA,
+)
 
 
 def _in(column: str, values: Iterable[Any]) -> tuple[str, Any]:
@@ -206,6 +214,16 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     FLAPS_SCHEMA.format(real="REAL"),
     # 25: silences that end with their alerts.
     SILENCE_UNTIL_RESOLVED_SCHEMA.format(real="REAL"),
+    # 26: subscribers' endpoint health (receiver.store.webhook_health).
+    HEALTH_SCHEMA.format(real="REAL"),
+    # 27: a rotated secret's overlap (the secret before, until when it still signs).
+    ROTATION_SCHEMA.format(real="REAL"),
+    # 28: a subscription's rate limit and the time its next delivery may start.
+    RATE_SCHEMA.format(real="REAL"),
+    # 29: a subscription's filter (a rule's match mapping).
+    FILTER_SCHEMA,
+    # 30: replays of a subscription's events since a time (POST /v1/webhooks/:id/replay).
+    REPLAYS_SCHEMA.format(id="INTEGER PRIMARY KEY", real="REAL"),
 ]
 
 

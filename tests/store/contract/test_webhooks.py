@@ -96,3 +96,53 @@ def test_threshold_sides_are_kept_per_subscription_and_session(store_url: str) -
         return await store.transact(lambda tx: tx.webhooks.sides([1, 2, 3], ["s", "t"]))
 
     assert run(store_url, go) == {(1, "s"): (False, "m3"), (2, "s"): (False, "m2")}
+
+
+def test_a_rotation_keeps_the_secret_before_only_with_an_overlap(store_url: str) -> None:
+    async def go(store: Store) -> tuple[Any, ...]:
+        await store.webhooks.add(
+            public_id="wh_1",
+            url="https://a.example/h",
+            events=["score.drop"],
+            threshold=None,
+            format="standard",
+            secret="s1",
+            now=1.0,
+        )
+        overlapped = await store.webhooks.rotate("wh_1", secret="s2", now=2.0, overlap_until=9.0)
+        active = await store.webhooks.all(active_only=True)
+        cut = await store.webhooks.rotate("wh_1", secret="s3", now=3.0, overlap_until=None)
+        missing = await store.webhooks.rotate("wh_9", secret="s", now=3.0, overlap_until=None)
+        return overlapped, active, cut, missing
+
+    overlapped, active, cut, missing = run(store_url, go)
+    assert (overlapped.secret, overlapped.previous_secret, overlapped.previous_until) == (
+        "s2",
+        "s1",
+        9.0,
+    )
+    assert [(h.secret, h.previous_secret) for h in active] == [("s2", "s1")]
+    assert (cut.secret, cut.previous_secret, cut.previous_until) == ("s3", None, None)
+    assert missing is None
+
+
+def test_rate_slots_are_taken_one_after_another(store_url: str) -> None:
+    async def go(store: Store) -> list[float]:
+        hook = await store.webhooks.add(
+            public_id="wh_1",
+            url="https://a.example/h",
+            events=["score.drop"],
+            threshold=None,
+            format="service",
+            secret="s1",
+            now=1.0,
+            rate_limit=2.0,
+        )
+        assert hook is not None and hook.rate_limit == 2.0
+        slots = [await store.webhooks.take_slot(hook.id, rate=2.0, now=100.0) for _ in range(3)]
+        # Later than the last slot: the next is at once (no credit for the idle time).
+        slots.append(await store.webhooks.take_slot(hook.id, rate=2.0, now=200.0))
+        slots.append(await store.webhooks.take_slot(hook.id, rate=2.0, now=200.1))
+        return slots
+
+    assert run(store_url, go) == [100.0, 100.5, 101.0, 200.0, 200.5]
