@@ -1,6 +1,6 @@
 """The other subscribers' delivery latency while one subscriber fails (endpoint health).
 
-    python bench/dead_subscriber.py [--rate 200] [--seconds 10] [--subscribers 20]
+    python -m bench.dead_subscriber [--rate 200] [--seconds 10] [--subscribers 20]
 
 The same paced stream (bench/fanout.py's: a tenth of it score.drop) goes into a fresh
 receiver twice, with --subscribers local subscribers to score.drop: first all of them
@@ -24,12 +24,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path.insert(0, str(ROOT))
+from bench import extra, fanout
+from bench.admin import write_section
 
-from bench import extra, fanout  # noqa: E402
-from bench.admin import write_section  # noqa: E402
+BENCH = Path(__file__).resolve().parent
 
 SECTION = "## A failing subscriber"
 # Fast retries, so the failing one reaches its 5 failures (and its circuit opens) early.
@@ -43,7 +41,7 @@ class Subscribers(fanout.Subscribers):
         self.count = count
         self.folder = Path(tempfile.mkdtemp(prefix="receiver-bench-dead-"))
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-subscribers", str(count), "--folder",
+            [sys.executable, "-m", "bench.dead_subscriber", "--serve-subscribers", str(count), "--folder",
              str(self.folder), *(["--dead"] if dead else [])],
         )  # fmt: skip
         ports = self.folder / "ports"

@@ -12,7 +12,8 @@ from receiver.dispatch.silences import active_silences, matching
 from receiver.events import date_or_why
 from receiver.rules import Ruleset, format_duration
 from receiver.rules.options import CLOSES, OPENS
-from receiver.store.records import Alert, Flap, Silence
+from receiver.store.flaps import Flap
+from receiver.store.records import Alert, Silence
 
 
 def explain_now(

@@ -28,7 +28,8 @@ from receiver.links import Links
 from receiver.rules import Rule, Ruleset, format_duration
 from receiver.rules.rule import ESCALATE_ONLY, Decision, Rendered
 from receiver.store.base import Tx
-from receiver.store.records import Alert, Flap, Notification
+from receiver.store.flaps import Flap
+from receiver.store.records import Alert, Notification
 
 KIND = "flap"  # the outbox kind of the flapping message and of a settled-resolved note
 STATE = "flapping"  # the outbox state of what flapping held back

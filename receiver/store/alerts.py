@@ -15,8 +15,8 @@ from receiver.store.escalations import (
     WAITING_ORDER,
     read_chain,
 )
-from receiver.store.flaps import FLAP_COLUMNS, read_flap
-from receiver.store.records import Ack, Action, Alert, Chain, Flap, Notice, Waiting
+from receiver.store.flaps import FLAP_COLUMNS, Flap, read_flap
+from receiver.store.records import Ack, Action, Alert, Chain, Notice, Waiting
 from receiver.store.statements import Query, Runner, Statements
 
 SELECT_ALERTS = (

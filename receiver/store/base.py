@@ -9,11 +9,11 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from receiver.sessions import Fact
+from receiver.store.flaps import Flap
 from receiver.store.records import (
     OUTBOX_STATES,
     Alert,
     Chain,
-    Flap,
     Group,
     Inhibitor,
     Notice,

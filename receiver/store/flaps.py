@@ -4,9 +4,24 @@ of its latest changes and whether it is flapping, so replicas and restarts count
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
-from receiver.store.records import Flap
 from receiver.store.statements import Statements
+
+
+@dataclass(frozen=True)
+class Flap:
+    """Flap detection's record of an alert under a rule (tx.flaps; receiver.store.flaps)."""
+
+    rule: str
+    alert: str
+    changes: tuple[float, ...] = ()
+    since: float | None = None
+    settle_at: float | None = None
+    state: str = "resolved"  # the alert after its last change
+    event: str | None = None  # the event of its last change
+    opened: str | None = None  # the event of its last open (its messages are filed there)
+
 
 # One row a (rule, alert) whose alert opened or resolved under a rule with `flap:` (SQLite's
 # migration 23, PostgreSQL's 20).

@@ -5,9 +5,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
-from receiver.store.flaps import changed
+from receiver.store.flaps import Flap, changed
 from receiver.store.memory_tables import Tables
-from receiver.store.records import Flap
 
 
 class MemoryFlaps:

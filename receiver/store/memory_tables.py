@@ -12,11 +12,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from receiver.store.flaps import Flap
 from receiver.store.records import (
     SENT_STATES,
     Alert,
     Chain,
-    Flap,
     Group,
     Inhibitor,
     Notice,

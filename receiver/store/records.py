@@ -497,17 +497,3 @@ class Backlog:
     unrouted: int
     pending: dict[str, int]
     oldest: dict[str, float]
-
-
-@dataclass(frozen=True)
-class Flap:
-    """Flap detection's record of an alert under a rule (tx.flaps; receiver.store.flaps)."""
-
-    rule: str
-    alert: str
-    changes: tuple[float, ...] = ()
-    since: float | None = None
-    settle_at: float | None = None
-    state: str = "resolved"  # the alert after its last change
-    event: str | None = None  # the event of its last change
-    opened: str | None = None  # the event of its last open (its messages are filed there)

@@ -10,6 +10,7 @@ from typing import Any, Literal, Protocol
 
 from receiver.events import BaseEvent
 from receiver.sessions import Aggregate, Summary
+from receiver.store.flaps import Flap
 from receiver.store.records import (
     Ack,
     Action,
@@ -20,7 +21,6 @@ from receiver.store.records import (
     Chain,
     EventQuery,
     EventRow,
-    Flap,
     Noise,
     OutboxQuery,
     OutboxRow,

@@ -13,12 +13,12 @@ from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNo
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
-from receiver.store.flaps import SQLTxFlaps
+from receiver.store.flaps import Flap, SQLTxFlaps
 from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.locks import Key, Locks
 from receiver.store.postgres.schema import lock_key
-from receiver.store.records import Alert, Chain, Flap, Notice, StoredEvent
+from receiver.store.records import Alert, Chain, Notice, StoredEvent
 from receiver.store.routing import (
     SQLTxDigests,
     SQLTxSilences,
