@@ -41,8 +41,8 @@ class Subscribers(fanout.Subscribers):
         self.count = count
         self.folder = Path(tempfile.mkdtemp(prefix="receiver-bench-dead-"))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.dead_subscriber", "--serve-subscribers", str(count), "--folder",
-             str(self.folder), *(["--dead"] if dead else [])],
+            [sys.executable, "-m", "bench.dead_subscriber", "--serve-subscribers", str(count),
+             "--folder", str(self.folder), *(["--dead"] if dead else [])],
         )  # fmt: skip
         ports = self.folder / "ports"
         deadline = time.monotonic() + 30
