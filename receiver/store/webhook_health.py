@@ -54,7 +54,7 @@ def judge(
 
     >>> h = Webhook(1, "wh_1", "https://a", [], None, "service", "s", "active", 0.0)
     >>> for i in range(5):
-    ...     h, change = judge(h, ok=False, error="HTTP 500", gone=False, now=i,
+    ...     h, change = judge(h, ok=False, error="HTTP 500", gone=False, now=float(i),
     ...                       policy=HealthPolicy())
     >>> h.health, h.failures, h.failing_since, change
     ('failing', 5, 0.0, 'webhook.failing')
