@@ -266,7 +266,8 @@ class Run:
     def next_due(self) -> float:
         """The next moment a timer or a send falls due after now, read from the file: a
         held or pending row, a lease that runs out, a repeat, an escalation step, a digest
-        that closes, a silence that ends, the heartbeat."""
+        that closes, a silence that ends, a flap that settles (the router's own next step,
+        as escalation steps are), the heartbeat."""
         now = self.now
         (found,) = self.query(
             "SELECT min(t) FROM ("
@@ -278,8 +279,9 @@ class Run:
             " UNION ALL SELECT min(next_at) FROM escalations WHERE next_at > ?"
             " UNION ALL SELECT min(closes_at) FROM groups WHERE state = 'open' AND closes_at > ?"
             " UNION ALL SELECT min(ends_at) FROM silences WHERE expired_at IS NULL"
-            "  AND ends_at > ?) AS due",
-            (now,) * 6,
+            "  AND ends_at > ?"
+            " UNION ALL SELECT min(settle_at) FROM flaps WHERE settle_at > ?) AS due",
+            (now,) * 7,
         )[0]
         due = math.inf if found is None else float(found)
         beat = self.ruleset.heartbeat
