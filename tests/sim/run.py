@@ -36,7 +36,7 @@ from typing import Any
 from receiver import events as receiver_events
 from receiver.dispatch import pipeline
 from receiver.dispatch.alerts import Transition
-from receiver.dispatch.router import WAKE_EVERY, Router
+from receiver.dispatch.router import TIMERS_GAP, WAKE_EVERY, Router
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
 from receiver.store import SQLiteStore, open_store
@@ -284,6 +284,9 @@ class Run:
             (now,) * 7,
         )[0]
         due = math.inf if found is None else float(found)
+        (late,) = self.query("SELECT min(next_at) FROM escalations WHERE next_at <= ?", (now,))[0]
+        if late is not None:  # a step due now (a chain woken this turn): the router looks
+            due = min(due, now + TIMERS_GAP)  # again TIMERS_GAP later (Router._timers_due_in)
         beat = self.ruleset.heartbeat
         if beat is not None:
             (last,) = self.query("SELECT max(received_at) FROM events")[0]
@@ -375,6 +378,10 @@ class Run:
                 if self.checker is not None:
                     await self.checker(self, False, self.seen.order[before:])
             await self.advance(self.now + WAKE_EVERY)  # the router's last look
+            for _ in range(MAX_TICKS):  # and what it woke then, due at once
+                if not self.query("SELECT 1 FROM escalations WHERE next_at <= ?", (self.now,)):
+                    break
+                await self.advance(self.now + TIMERS_GAP)
             if self.checker is not None:
                 await self.checker(self, True, [])
         finally:
