@@ -62,6 +62,7 @@ class Pipeline:
         self._decided: dict[str, str | None] = {}
         # The rules under which the event's alert is flapping (receiver.dispatch.flap).
         self._flapping: dict[str, flap.Flapping] = {}
+        self.source_ended = False  # an inhibition's source closed: wake what it held now
 
     def event(
         self,
@@ -89,7 +90,8 @@ class Pipeline:
             else:
                 if transition is None:  # else the backtest applied it, and tracks sources
                     transition = apply(self.tx, payload, event_id, self.now)
-                    inhibition.track(self.tx, self.ruleset, payload, transition, event_id)
+                    if inhibition.track(self.tx, self.ruleset, payload, transition, event_id):
+                        self.source_ended = True
                 # Counted by each rules file (the backtest's too): each has its own rules.
                 self._flapping = flap.count(
                     self.tx, self.ruleset, event_id, transition, (d.rule for d in decisions),

@@ -322,6 +322,8 @@ class Router:
                 raise  # the store runs the transaction again: no event is at fault
             tx.alerts.forget()
             pipeline = self._route_each(tx, ruleset, now, events, decided)
+        if pipeline.source_ended:  # as a silence expired: its held rows woken at once
+            self._woke_at = -math.inf  # (the backtest wakes them as the source closes)
         self._last_event = max(self._last(tx), *(e.received_at for e in events))
         pipeline.heartbeat(self._last_event, arrived=True)
         log.debug("routed %d events: %s", len(events), dict(pipeline.counts))

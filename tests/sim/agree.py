@@ -21,6 +21,7 @@ from receiver import events as receiver_events
 from receiver.dispatch.router import Router
 from receiver.metrics import Metrics
 from receiver.store.memory import MemoryStore
+from receiver.store.silences import add_silence
 from tests.sim.generate import Op, Scenario, check
 from tests.sim.invariants import Violation
 from tests.sim.run import Run, SimCrash, run_scenario
@@ -129,8 +130,12 @@ class MemoryRun:
             await self.store.events.accept(event, json.dumps(body, sort_keys=True).encode())
         elif kind == "silence":
             until = self.now + float(data["for"])
+            # The one way a silence is added (store.silences), as the SQLite run's: an
+            # until-resolved one notes the alerts it matches now and ends with them.
             await self.store.transact(
-                lambda tx: tx.silences.add(data["match"], "sim", self.now, until)
+                lambda tx: add_silence(
+                    tx, data["match"], "sim", self.now, until, after=data.get("after")
+                )
             )
         elif kind == "unsilence":
             ids = [s.id for s in self.store.tx.silences.recent(limit=1000)]

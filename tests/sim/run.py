@@ -36,7 +36,7 @@ from typing import Any
 from receiver import events as receiver_events
 from receiver.dispatch import pipeline
 from receiver.dispatch.alerts import Transition
-from receiver.dispatch.router import WAKE_EVERY, Router
+from receiver.dispatch.router import TIMERS_GAP, WAKE_EVERY, Router
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
 from receiver.store import SQLiteStore, open_store
@@ -266,7 +266,8 @@ class Run:
     def next_due(self) -> float:
         """The next moment a timer or a send falls due after now, read from the file: a
         held or pending row, a lease that runs out, a repeat, an escalation step, a digest
-        that closes, a silence that ends, the heartbeat."""
+        that closes, a silence that ends, a flap that settles (the router's own next step,
+        as escalation steps are), the heartbeat."""
         now = self.now
         (found,) = self.query(
             "SELECT min(t) FROM ("
@@ -278,10 +279,14 @@ class Run:
             " UNION ALL SELECT min(next_at) FROM escalations WHERE next_at > ?"
             " UNION ALL SELECT min(closes_at) FROM groups WHERE state = 'open' AND closes_at > ?"
             " UNION ALL SELECT min(ends_at) FROM silences WHERE expired_at IS NULL"
-            "  AND ends_at > ?) AS due",
-            (now,) * 6,
+            "  AND ends_at > ?"
+            " UNION ALL SELECT min(settle_at) FROM flaps WHERE settle_at > ?) AS due",
+            (now,) * 7,
         )[0]
         due = math.inf if found is None else float(found)
+        (late,) = self.query("SELECT min(next_at) FROM escalations WHERE next_at <= ?", (now,))[0]
+        if late is not None:  # a step due now (a chain woken this turn): the router looks
+            due = min(due, now + TIMERS_GAP)  # again TIMERS_GAP later (Router._timers_due_in)
         beat = self.ruleset.heartbeat
         if beat is not None:
             (last,) = self.query("SELECT max(received_at) FROM events")[0]
@@ -373,6 +378,10 @@ class Run:
                 if self.checker is not None:
                     await self.checker(self, False, self.seen.order[before:])
             await self.advance(self.now + WAKE_EVERY)  # the router's last look
+            for _ in range(MAX_TICKS):  # and what it woke then, due at once
+                if not self.query("SELECT 1 FROM escalations WHERE next_at <= ?", (self.now,)):
+                    break
+                await self.advance(self.now + TIMERS_GAP)
             if self.checker is not None:
                 await self.checker(self, True, [])
         finally:

@@ -8,8 +8,10 @@ import json
 from typing import Any
 
 from receiver.dispatch.alerts import apply
+from receiver.dispatch.silences import end_resolved
 from receiver.store import Store
 from receiver.store.base import Tx
+from receiver.store.silences import add_silence
 from tests.store.contract.common import event, run
 
 
@@ -62,3 +64,31 @@ def test_store_silences_adds_one_ending_with_the_open_alerts_it_matches(store_ur
     assert alerts == ("session:s1", "session:s3")
     assert listed == [(2, ()), (1, ("session:s1", "session:s3"))]
     assert expired == (True, False, (False, None)) and at == 300.0
+
+
+def test_add_silence_notes_open_alerts_and_ends_with_them_on_every_store(tx_url: str) -> None:
+    """add_silence in the routing transaction (how store.silences adds, and how the
+    simulation's memory run now adds, seed 155), then end_resolved: on memory as on SQLite
+    and PostgreSQL, one that matched no open alert ends after seconds after it was made;
+    one that noted an open alert lasts while the alert is open."""
+
+    async def go(store: Any) -> Any:
+        for i, session in enumerate(("s1", "s2")):
+            e, raw = event(i, sessionId=session, userId="u1")
+            await store.events.accept(e, raw)
+
+        def work(tx: Tx) -> Any:
+            for row in tx.events.unrouted(10):
+                apply(tx, json.loads(row.body), row.id, 100.0)
+            tx.events.mark_routed(["evt_0", "evt_1"], 100.0)
+            held = add_silence(tx, {"sessionId": "s1"}, "known", 200.0, 900.0, after=60.0)
+            none = add_silence(tx, {"sessionId": "s9"}, "none", 200.0, 900.0, after=60.0)
+            early = end_resolved(tx, 259.0)
+            later = end_resolved(tx, 260.0)
+            return held.alerts, none.alerts, early, later, [s.id for s in tx.silences.active(261.0)]
+
+        return await store.transact(work)
+
+    held, none, early, later, active = run(tx_url, go)
+    assert held == ("session:s1",) and none == ()
+    assert early == [] and later == [2] and active == [1]
