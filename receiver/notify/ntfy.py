@@ -36,11 +36,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import httpx
 
 from receiver import tracing
-from receiver.notify import apprise
+from receiver.notify import answers, apprise
 from receiver.notify.channel import Kind, Parts, Result, Schedule, excerpt
 from receiver.notify.episodes import Episode, Links, episode_of
 from receiver.notify.redaction import redact, shown_url, url_secrets
-from receiver.notify.webhook import _excerpt, _retry_after
 from receiver.store import OutboxRow, Store
 
 
@@ -322,7 +321,7 @@ class NtfyChannel:
             headers["Content-Type"] = "application/json"
         try:
             async with client.stream(method, url, content=content, headers=headers) as answer:
-                text = redact(await _excerpt(answer), secrets)
+                text = redact(await answers.read_excerpt(answer), secrets)
         except httpx.TimeoutException:
             return Result.retry(f"ntfy: no answer within {self.timeout:g}s")
         except httpx.HTTPError as exc:
@@ -333,7 +332,7 @@ class NtfyChannel:
             return Result.delivered(status=status, excerpt=excerpt(text))
         error = f"ntfy {method} answered HTTP {status}" + (f": {text}" if text else "")
         if status >= 500 or status in _RETRY_4XX:
-            after = _retry_after(answer.headers.get("retry-after"), self.clock())
+            after = answers.retry_after(answer.headers.get("retry-after"), self.clock())
             return Result.retry(error, status=status, excerpt=excerpt(text), retry_after=after)
         return Result.give_up(error, status=status, excerpt=excerpt(text))
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import email.utils
 import hashlib
 import hmac
 import ipaddress
@@ -37,6 +36,7 @@ from httpcore._utils import is_socket_readable
 
 from receiver import __version__, signature, tracing
 from receiver.events import SENDER_RETRIES
+from receiver.notify import answers
 from receiver.notify.backoff import Delays
 from receiver.notify.channel import Kind, Result, excerpt
 from receiver.notify.health import Outcome, judge, lane_caps, pace
@@ -50,8 +50,6 @@ log = logging.getLogger("receiver.webhooks")
 
 EVENT_ID_HEADER = "X-Service-Event-Id"
 REFRESH = 2.0  # seconds a replica may go on using a subscription it read (a new secret...)
-EXCERPT = 4096  # bytes of a subscriber's answer read at most; the rest is never read
-EXCERPT_SHOWN = 300  # characters of it kept in the attempt's error
 
 
 class UnsafeURLError(ValueError):
@@ -432,7 +430,7 @@ class WebhookChannel:
                 async with self._http(sub).stream(
                     "POST", sub.url, content=body, headers=headers
                 ) as response:
-                    answer = await _excerpt(response)
+                    answer = await answers.read_excerpt(response)
         except UnsafeURLError as exc:
             tracing.describe(None, {tracing.ERROR_TYPE: "refused"})
             return Outcome(False, f"refused: {exc}")
@@ -449,43 +447,13 @@ class WebhookChannel:
             return Outcome(True, status=response.status_code, excerpt=kept)
         retry_after = None
         if response.status_code in (429, 503):
-            retry_after = _retry_after(response.headers.get("retry-after"), self.clock())
+            retry_after = answers.retry_after(response.headers.get("retry-after"), self.clock())
         error = f"HTTP {response.status_code} {response.reason_phrase}".strip()
         if answer:
             error += ": " + answer
         return Outcome(
             False, error, status=response.status_code, retry_after=retry_after, excerpt=kept
         )
-
-
-async def _excerpt(response: httpx.Response) -> str:
-    """The start of a response's body (EXCERPT bytes at most, as text, one line) for the
-    attempt log. The rest is never read: leaving the stream closes the connection, so a
-    subscriber answering with 300 MB costs us 4 KB."""
-    chunks: list[bytes] = []
-    size = 0
-    if response.is_stream_consumed:  # an answer given whole (a test's mock transport)
-        chunks.append(response.content[:EXCERPT])
-    else:
-        async for chunk in response.aiter_raw():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= EXCERPT:
-                break
-    text = b"".join(chunks)[:EXCERPT].decode("utf-8", "replace")
-    return " ".join(text.split())[:EXCERPT_SHOWN]
-
-
-def _retry_after(value: str | None, now: float) -> float | None:
-    """Retry-After as seconds from now: a number of seconds, or an HTTP date."""
-    if not value:
-        return None
-    if value.strip().isdigit():
-        return float(value.strip())
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - now)
-    except (TypeError, ValueError):
-        return None
 
 
 # Subscribers register with POST /v1/webhooks, not in rules.yaml: no scheme is its.

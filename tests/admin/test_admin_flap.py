@@ -24,6 +24,7 @@ def test_the_alert_page_shows_an_alert_flapping(tmp_path: Path, http_sink: HTTPS
                 kind = "score.drop" if i % 2 == 0 else "score.recover"
                 stamp = iso(start + i, digits=3)
                 await admin.send(events.sample(kind, id=f"e{i}", sessionId="s1", timestamp=stamp))
+
             async def shown() -> str | None:  # 404 until the router has opened the alert
                 answer = await admin.get("/admin/alerts/session:s1")
                 return answer.text if answer.status_code == 200 else None

@@ -22,7 +22,7 @@ from receiver import signature
 from receiver.api import webhooks as api
 from receiver.dispatch.fanout import derived_id, fan_out
 from receiver.errors import InvalidWebhookError
-from receiver.notify import webhook, worker
+from receiver.notify import answers, webhook, worker
 from receiver.notify.webhook import Outcome, UnsafeURLError, WebhookChannel
 from receiver.settings import Settings, webhook_delays
 from receiver.store import OutboxRow
@@ -285,7 +285,7 @@ def test_retry_after_is_waited_at_least_and_capped_at_a_day() -> None:
     ],
 )
 def test_retry_after_header(value: str | None, seconds: float | None) -> None:
-    assert webhook._retry_after(value, now=40.0) == seconds
+    assert answers.retry_after(value, now=40.0) == seconds
 
 
 def test_schedule_setting_takes_seconds_and_durations() -> None:
