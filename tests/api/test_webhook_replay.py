@@ -64,9 +64,16 @@ def test_a_replay_under_a_rate_limit_survives_kill_9(server: Receiver) -> None:
     assert done["queued"] == COUNT and done["replaced"] == 0, done
     # A send cut by the kill may be sent again, under the same webhook-id (at least once).
     assert len(seen) - COUNT <= 8, len(seen)
-    # In event order before the kill, as far as a lane's sends at once (8) can overtake.
+    # In event order before the kill, as far as a lane's sends at once (8) can overtake; a
+    # send that failed (a busy machine's timeout) goes out again later, out of order.
+    retried = {
+        event_id
+        for event_id, attempts in server.query("SELECT event_id, attempts FROM outbox")
+        if attempts > 1
+    }
     for n, event_id in enumerate(before):
-        assert abs(wanted.index(event_id) - n) <= 8, (n, event_id)
+        if event_id not in retried:
+            assert abs(wanted.index(event_id) - n) <= 8, (n, event_id)
     times = sorted(r.received_at for r in subscriber.requests)
     # Never more than the limit in a second: RATE + 1 sends span RATE slots of 1/RATE s,
     # give or take when each left (a busy event loop sends one late, the next on time).

@@ -98,7 +98,13 @@ def test_one_notification_an_episode_replaced_by_each_step_and_cleared_on_recove
         assert resolved["priority"] == 3 and resolved["tags"] == ["white_check_mark"]
         assert resolved["message"].endswith("Resolved.")
         assert ntfy.phone() == []  # dismissed
-        rows = server.query("SELECT channel, state FROM outbox WHERE kind != 'webhook'")
+        # The clear reached ntfy before the worker recorded the send that made it.
+        query = "SELECT channel, state FROM outbox WHERE kind != 'webhook'"
+        eventually(
+            lambda: {state for _, state in server.query(query)} == {"delivered"},
+            "every row recorded delivered",
+        )
+        rows = server.query(query)
         assert rows and set(rows) == {("ntfy", "delivered")}
         assert server.metric("receiver_outbox_pending", 'channel="ntfy"') == 0
         assert TOKEN not in server.logs()
