@@ -24,7 +24,7 @@ from tests.sim.run import Run, run_scenario
 
 EVERY = 5  # two seeds in EVERY: seed % EVERY is 1 or 3 (the stores' is 0)
 ON = (1, 3)
-CUT = ("ack", "resolve", "snooze", "reload", "crash", "redeliver")
+CUT = ("ack", "resolve", "snooze", "reload", "crash", "redeliver", "enable")
 
 
 def comparable(s: Scenario) -> Scenario:

@@ -21,6 +21,7 @@ import yaml
 from receiver.errors import ConfigError
 from receiver.rules import Ruleset, load_text
 from receiver.rules.options import check_pairs
+from tests.sim import subscribers
 
 DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
@@ -44,7 +45,7 @@ class Op:
 
     at: float
     kind: str  # event | silence | unsilence | reload | ack | resolve | snooze | crash | tick
-    # | redeliver
+    # | redeliver | enable
     data: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
@@ -59,6 +60,10 @@ class Scenario:
     ops: list[Op]
     refused: list[str] = field(default_factory=list)  # pair refusals the loader gave
     fails: float = 0.0  # the share of sends that fail (tests.sim.sends); 0: none do
+    # Webhook subscribers, their outages, and when a failing one is disabled (seconds):
+    # tests.sim.subscribers. None in a scenario cut for another store or a backtest.
+    subscribers: list[dict[str, Any]] = field(default_factory=list)
+    disable_after: float = 0.0
 
     def dump(self) -> dict[str, Any]:
         return {
@@ -66,6 +71,8 @@ class Scenario:
             "start": self.start,
             "rules": self.rules,
             "fails": self.fails,
+            "subscribers": self.subscribers,
+            "disable_after": self.disable_after,
             "ops": [{"at": o.at, "kind": o.kind, **o.data} for o in self.ops],
         }
 
@@ -77,7 +84,8 @@ class Scenario:
             ops.append(Op(float(o["at"]), str(o["kind"]), data))
         return Scenario(
             int(raw["seed"]), float(raw["start"]), list(raw["rules"]), ops,
-            fails=float(raw.get("fails", 0.0)),
+            fails=float(raw.get("fails", 0.0)), subscribers=list(raw.get("subscribers", [])),
+            disable_after=float(raw.get("disable_after", 0.0)),
         )  # fmt: skip
 
 
@@ -425,7 +433,8 @@ def scenario(seed: int) -> Scenario:
     vary_silences(seed, ops)
     action_fronts(seed, ops)
     fails = failing_sends(seed, ops)
-    return Scenario(seed, start, files, ops, refused, fails)
+    hooks, disable_after = subscribers.draw(seed, ops, files)
+    return Scenario(seed, start, files, ops, refused, fails, hooks, disable_after)
 
 
 def _until_resolved(seed: int, ops: list[Op]) -> None:

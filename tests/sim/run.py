@@ -44,6 +44,7 @@ from receiver.store.records import Attempt, OutboxRow
 from tests.sim import sends
 from tests.sim.fronts import Fronts
 from tests.sim.generate import Op, Scenario, check
+from tests.sim.subscribers import Subscribers, steady_ids
 
 LEASE = 30.0  # the runner's send lease (the worker's default is 60 s; shorter finds more)
 TICK_EVERY = 60.0  # the timers look at least this often within a gap (besides when due) ...
@@ -78,6 +79,7 @@ class Seen:
     died: dict[int, list[int]] = field(default_factory=dict)
     revived: dict[int, list[int]] = field(default_factory=dict)
     resolved_seq: dict[tuple[str, int], int] = field(default_factory=dict)
+    routed_seq: dict[str, int] = field(default_factory=dict)  # event id -> when routed
     seq: int = 0
 
     def tick(self) -> int:
@@ -112,6 +114,7 @@ class Run:
         self._pg: Any = None  # the PostgreSQL tier's reading connection (psycopg)
         self.step = 0
         self.fronts = Fronts(self)  # the front ends actions come through
+        self.subscribers = Subscribers(self)  # webhook subscribers (tests.sim.subscribers)
         self.clock = lambda: self.now
         self.marks: dict[str, Any] = {}  # where an invariant stopped reading (tests.sim.filed)
         # What ran when: (time, "op" | "route" | "tick" | "deliver", op index), for another
@@ -145,6 +148,7 @@ class Run:
             for event_id, seen in self._pending.items():  # committed: keep what it applied
                 if event_id not in self.seen.transitions:
                     self.seen.order.append(event_id)
+                    self.seen.routed_seq[event_id] = self.seen.tick()
                 self.seen.transitions[event_id] = seen
                 if seen[0] == "resolve" and seen[1] is not None and seen[2] is not None:
                     self.seen.resolved_by[(seen[1], seen[2])] = seen[3]
@@ -161,6 +165,7 @@ class Run:
             on_routed=lambda: None,
             clock=lambda: self.now,
         )
+        await self.subscribers.open()
 
     async def crash(self, why: str) -> None:
         """kill -9: what the Router and the worker kept in memory is gone; the file stays."""
@@ -197,6 +202,7 @@ class Run:
     async def route(self) -> None:
         assert self.router is not None
         self.schedule.append((self.now, "route", 0))
+        self.subscribers.news()  # health events stored since: accepted like any event
         for _ in range(100):
             routed = 0
 
@@ -224,6 +230,14 @@ class Run:
         for the earlier ones of its alert to its target); "in-send" crashes before a mark."""
         assert self.store is not None
         self.schedule.append((self.now, "deliver", 0))
+        for _ in range(5):
+            await self._deliver_due()
+            if not self.subscribers.news():
+                return
+            await self.route()  # a subscriber's health changed: its event is routed now
+
+    async def _deliver_due(self) -> None:
+        assert self.store is not None
         for _ in range(20):
             if not self.query("SELECT 1 FROM outbox WHERE state IN ('pending', 'held', 'sending')"):
                 return  # nothing to claim: no store cycle
@@ -244,6 +258,9 @@ class Run:
                 self._crash_in_send = False
                 await self.crash("after a send, before its outcome was recorded")
                 return False
+            if row.kind == "webhook":
+                self.trace.append(f"  subscriber: {await self.subscribers.send(row)}")
+                continue
             how = sends.outcome(self, row)
             if how != "delivered":
                 self.trace.append(f"  failed #{row.id} ({how}): {await sends.fail(self, row, how)}")
@@ -353,6 +370,9 @@ class Run:
                     self.seen.resolved_by[(after.id, after.episode)] = self.ruleset.digest
                     self.seen.resolved_at.setdefault((after.id, after.episode), self.now)
                     self.seen.resolved_seq.setdefault((after.id, after.episode), self.seen.tick())
+        elif kind == "enable":
+            self.trace.append(f"  {await self.subscribers.enable(int(data['hook']))}")
+            self.subscribers.news()
         elif kind == "redeliver":
             self.trace.append(f"  retried {await sends.redeliver(self)} dead")
         elif kind == "crash":
@@ -441,6 +461,6 @@ def run_scenario(scenario: Scenario, checker: Checker | None = None, url: str | 
     empty PostgreSQL database)."""
     with tempfile.TemporaryDirectory(prefix="sim-") as tmp:
         sim = Run(scenario, Path(tmp) / "sim.db", checker, url)
-        with observed(lambda: sim):
+        with observed(lambda: sim), steady_ids():
             asyncio.run(sim.run())
     return sim
