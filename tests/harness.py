@@ -311,7 +311,8 @@ class FakeClock:
 class InProcessReceiver:
     """The real app under uvicorn on a free port, in a thread of the test, on a FakeClock."""
 
-    def __init__(self, tmp: Path, rules: str, clock: FakeClock) -> None:
+    def __init__(self, tmp: Path, rules: str, clock: FakeClock, **settings: Any) -> None:
+        self.settings = settings  # more of receiver.settings.Settings' fields
         self.db = tmp / "receiver.db"
         self.rules = tmp / "rules.yaml"
         self.rules.write_text(rules)
@@ -340,6 +341,7 @@ class InProcessReceiver:
             # Tests here place events in time freely and move the clock by hand: an event
             # minutes ahead of the fake clock is the scenario, not a wrong sender clock.
             max_clock_skew=0,
+            **self.settings,
         )
         app = create_app(settings, clock=self.clock)
         self.clock.apps = [app]
