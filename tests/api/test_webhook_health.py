@@ -178,3 +178,56 @@ def test_test_sends_a_signed_delivery_and_enable_needs_one_that_succeeds(
             "a delivery after enabling",
         )
         assert _titles(http_sink).count(recovered) == 1
+
+
+def test_two_postgres_replicas_tell_each_health_change_once(
+    tmp_path: Path, http_sink: HTTPSink, pg_url: str
+) -> None:
+    """Two server processes on one PostgreSQL database, events sent to each in turn, both
+    sending to a subscriber that fails, comes back and fails until disabled: each change
+    is one stored event and one message to the owner, not one per replica."""
+    from tests import dbview
+
+    env = {**ALLOW, "RECEIVER_WEBHOOK_DISABLE_AFTER": "20s"}
+    rules = HEALTH_RULES.format(url=http_sink.json_url("/owner"))
+    replicas: list[Receiver] = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            replicas.append(Receiver(tmp_path / name, rules=rules, env=env, db=pg_url).start())
+        api = writer(replicas[0])
+        sent = [0]
+
+        def send_until(done: Callable[[], Any], what: str) -> None:
+            deadline = time.monotonic() + 90
+            while not done():
+                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                replicas[sent[0] % 2].send(score(f"evt_r{sent[0]}"))
+                sent[0] += 1
+                time.sleep(0.3)
+
+        with HTTPSink() as subscriber:
+            subscriber.fail_with(500)
+            hook = api.add(f"{subscriber.url}/in", ["score.drop"])
+            health = lambda: api.get(hook["id"])["health"]  # noqa: E731
+            send_until(lambda: health() == "failing", "failing")
+            subscriber.fail_with(200)
+            send_until(lambda: health() == "healthy", "recovered")
+            subscriber.fail_with(500)
+            send_until(lambda: health() == "disabled", "disabled")
+
+        changes = ["webhook.failing", "webhook.recovered", "webhook.failing", "webhook.disabled"]
+        stored = (
+            "SELECT type FROM events WHERE type IN"
+            " ('webhook.failing', 'webhook.recovered', 'webhook.disabled') ORDER BY received_at"
+        )
+        assert [t for (t,) in dbview.query(pg_url, stored)] == changes
+        titles = [f"{change} {hook['id']} of hooks" for change in changes]
+        until(lambda: len(_titles(http_sink)) >= 4, 30, "the owner told of each change")
+        server_logs = [r.logs() for r in replicas]
+        assert _titles(http_sink) == titles
+        # Both replicas sent to it (and so recorded its outcomes).
+        assert all(f"to subscriber {hook['id']} failed" in log for log in server_logs)
+    finally:
+        for replica in replicas:
+            replica.stop()
