@@ -1,17 +1,19 @@
 """`receiver webhooks add|list|rm|deliveries|retry`: webhook subscribers from the command line
-(the same as POST/GET/DELETE /v1/webhooks and their deliveries)."""
+(the same as POST/GET/DELETE /v1/webhooks and their deliveries), with their rate limit,
+filter and health."""
 
 from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import click
 
 from receiver.api.webhooks import delivery, describe, register
 from receiver.cli._common import db_option, echo, with_store
 from receiver.errors import InvalidWebhookError
-from receiver.events import EVENT_TYPES
+from receiver.events import EVENT_TYPES, iso_epoch
 from receiver.settings import Settings
 from receiver.store import Store
 from receiver.store.records import Webhook
@@ -44,6 +46,17 @@ def webhooks() -> None:
     show_default=True,
     help="service: X-Service-Signature; standard: Standard Webhooks headers.",
 )
+@click.option(
+    "--rate-limit",
+    type=float,
+    help="Deliveries a second at most (more wait; none dropped) [no limit].",
+)
+@click.option(
+    "--filter",
+    "wanted",
+    metavar="JSON",
+    help='Only events matching it, as a rule\'s match: \'{"userId": "u1"}\'.',
+)
 @click.option("--json", "as_json", is_flag=True, help="The subscription and secret as JSON.")
 def add(
     db: str,
@@ -51,6 +64,8 @@ def add(
     event_names: tuple[str, ...],
     threshold: float | None,
     form: str,
+    rate_limit: float | None,
+    wanted: str | None,
     as_json: bool,
 ) -> None:
     """Subscribe a URL; prints its signing secret, once.
@@ -58,6 +73,9 @@ def add(
     Example:
 
         receiver webhooks add --url https://hooks.example.com/attention --event score.drop
+
+        receiver webhooks add --url https://hooks.example.com/beta --rate-limit 50 \\
+            --filter '{"cohort": {"in": ["beta"]}}'
     """
     settings = Settings()
     body = {
@@ -65,6 +83,8 @@ def add(
         "events": list(event_names or EVENT_TYPES),
         "threshold": threshold,
         "format": form,
+        "rateLimit": rate_limit,
+        "filter": _filter(wanted),
     }
 
     async def go(store: Store) -> Webhook:
@@ -74,6 +94,7 @@ def add(
             allow_private=settings.webhook_allow_private,
             allow_http=settings.webhook_allow_http,
             now=time.time(),
+            max_rate=settings.webhook_max_rate,
         )
 
     try:
@@ -89,6 +110,24 @@ def add(
         " signing secret, shown only now: give it to the subscriber.",
         err=True,
     )
+
+
+def _filter(text: str | None) -> Any:
+    """--filter's JSON (the registration checks what it says)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON ({exc})", param_hint="--filter") from None
+
+
+def _health(h: Webhook) -> str:
+    """A subscription's health as a listing shows it: since when, and why, unless healthy."""
+    if h.health == "healthy":
+        return "healthy"
+    since = f" since {iso_epoch(h.failing_since)}" if h.failing_since is not None else ""
+    return f"{h.health}{since}: {h.last_error or '-'}"
 
 
 @webhooks.command("list")
@@ -107,9 +146,11 @@ def list_hooks(db: str, as_json: bool) -> None:
     for h in found:
         threshold = f", threshold {h.threshold:g}" if h.threshold is not None else ""
         reason = f" ({h.status_reason})" if h.status_reason else ""
-        echo(
-            f"{h.public_id}  {h.status}{reason}  {h.url}  {', '.join(h.events)}{threshold},"
-            f" {h.format} format"
+        rate = f", at most {h.rate_limit:g}/s" if h.rate_limit is not None else ""
+        only = f", filter {json.dumps(h.filter, sort_keys=True)}" if h.filter else ""
+        echo(  # the last error quotes the subscriber's answer: escaped
+            f"{h.public_id}  {h.status}{reason}  {_health(h)}  {h.url}"
+            f"  {', '.join(h.events)}{threshold}{rate}{only}, {h.format} format"
         )
 
 

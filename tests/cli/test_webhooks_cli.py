@@ -1,0 +1,93 @@
+"""`receiver webhooks add` and `list` with a subscription's rate limit, filter and health:
+set at registration, checked as POST /v1/webhooks checks them, shown by the listing (and
+its --json, as GET /v1/webhooks shows them). Click's runner on a real SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from receiver.cli import cli
+from receiver.notify.health import health_event
+from receiver.store import open_store
+from receiver.store.webhook_health import HealthPolicy
+
+ALLOW = {"RECEIVER_WEBHOOK_ALLOW_PRIVATE": "1", "RECEIVER_WEBHOOK_ALLOW_HTTP": "1"}
+
+
+def run(db: Path, *args: str, **env: str) -> tuple[int, str]:
+    done = CliRunner().invoke(cli, ["webhooks", *args, "--db", str(db)], env={**ALLOW, **env})
+    return done.exit_code, done.output
+
+
+def test_add_sets_the_rate_limit_and_filter_and_list_shows_them(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    code, out = run(
+        db, "add", "--url", "http://127.0.0.1:9/beta", "--event", "score.drop",
+        "--rate-limit", "50", "--filter", '{"cohort": {"in": ["beta"]}}', "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    made = json.loads(out)
+    assert (made["rateLimit"], made["filter"]) == (50, {"cohort": {"in": ["beta"]}})
+    code, out = run(db, "add", "--url", "http://127.0.0.1:9/all", "--event", "score.drop")
+    assert code == 0, out
+    code, out = run(db, "list")
+    assert code == 0, out
+    beta, every = out.splitlines()
+    assert beta.startswith(f"{made['id']}  active  healthy  http://127.0.0.1:9/beta  score.drop")
+    assert 'at most 50/s, filter {"cohort": {"in": ["beta"]}}' in beta
+    assert "at most" not in every and "filter" not in every
+    code, out = run(db, "list", "--json")
+    listed = [json.loads(line) for line in out.splitlines()]
+    assert [(h["rateLimit"], h["filter"]) for h in listed] == [
+        (50, {"cohort": {"in": ["beta"]}}), (None, None)
+    ]  # fmt: skip
+    assert all("secret" not in h for h in listed)
+
+
+def test_add_refuses_a_rate_over_the_setting_and_a_filter_that_is_not_a_match(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "r.db"
+    url = ["--url", "http://127.0.0.1:9/x"]
+    code, out = run(db, "add", *url, "--rate-limit", "20", RECEIVER_WEBHOOK_MAX_RATE="10")
+    assert code == 1 and "rateLimit must be a number of deliveries a second from 1 to 10" in out
+    code, out = run(db, "add", *url, "--filter", '{"score": {"bogus": 1}}')
+    assert code == 1 and 'filter.score: unknown operator "bogus"' in out
+    code, out = run(db, "add", *url, "--filter", "{userId: u1}")
+    assert code == 2 and "Invalid value for --filter: not JSON" in out
+    code, out = run(db, "add", *url, "--filter", '["u1"]')
+    assert code == 1 and "filter must be a JSON object" in out
+    assert run(db, "list")[1].startswith("no webhook subscribers")
+
+
+def test_list_shows_a_failing_subscription_s_health_since_when_and_why(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    code, out = run(db, "add", "--url", "http://127.0.0.1:9/down", "--json")
+    assert code == 0, out
+    public_id = json.loads(out)["id"]
+
+    async def fail() -> None:
+        store = open_store(str(db))
+        await store.open()
+        try:
+            hook = await store.webhooks.get(public_id)
+            assert hook is not None
+            for i in range(5):
+                await store.webhooks.record_delivery(
+                    hook.id, ok=False, error="HTTP 500 Internal Server Error", now=1.8e9 + i,
+                    policy=HealthPolicy(), make_event=lambda h, c, o: health_event(h, c, o, 0),
+                )  # fmt: skip
+        finally:
+            await store.close()
+
+    asyncio.run(fail())
+    code, out = run(db, "list")
+    assert code == 0, out
+    assert f"{public_id}  active  failing since 2027-01-15T08:00:00.000Z: HTTP 500" in out
+    code, out = run(db, "list", "--json")
+    shown = json.loads(out)
+    assert (shown["health"], shown["failingSince"]) == ("failing", "2027-01-15T08:00:00.000Z")
