@@ -1,8 +1,10 @@
-"""The webhooks page (/admin/webhooks): the subscribers with their last delivery,
-registering one from its form (as POST /v1/webhooks does), deleting one."""
+"""The webhooks page (/admin/webhooks): the subscribers with their health, rate limit,
+filter and last delivery, registering one from its form (as POST /v1/webhooks does, a
+rate limit and filter included), deleting one."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +30,17 @@ def _form_number(text: str) -> float | str | None:
         return text
 
 
+def _form_filter(text: str) -> Any:
+    """A filter typed in the form: None if empty, else its JSON (the registration checks
+    what it says)."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidWebhookError(f"filter is not JSON ({exc})") from None
+
+
 async def listing(admin: Admin, request: Request, session: Session) -> Response:
     created = error = None
     if request.method == "POST":
@@ -37,14 +50,17 @@ async def listing(admin: Admin, request: Request, session: Session) -> Response:
             "events": form.getlist("events"),
             "threshold": _form_number(str(form.get("threshold") or "").strip()),
             "format": str(form.get("format") or "service"),
+            "rateLimit": _form_number(str(form.get("rateLimit") or "").strip()),
         }
         try:
+            body["filter"] = _form_filter(str(form.get("filter") or "").strip())
             hook = await register(
                 admin.store,
                 body,
                 allow_private=admin.webhooks.allow_private,
                 allow_http=admin.webhooks.allow_http,
                 now=admin.clock(),
+                max_rate=admin.webhooks.max_rate,
             )
             admin.webhooks.forget()
             created = describe(hook, secret=True)
@@ -71,6 +87,7 @@ async def _row(admin: Admin, hook: Webhook) -> dict[str, Any]:
             failing_since=None if since is None else showable(since),
         )
     )
+    shown["filter"] = json.dumps(hook.filter, sort_keys=True) if hook.filter else None
     return {"statusReason": None, **shown, "last": shown_delivery(last[0]) if last else None}
 
 
