@@ -1,4 +1,4 @@
-"""`receiver webhooks add|list|rm|deliveries|retry`: webhook subscribers from the command line
+"""`receiver webhooks add|list|set|rm|deliveries|retry`: webhook subscribers from the command line
 (the same as POST/GET/DELETE /v1/webhooks and their deliveries), with their rate limit,
 filter and health."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from receiver.api.webhooks import delivery, describe, register
+from receiver.api.webhooks import delivery, describe, filter_param, rate_param, register
 from receiver.cli._common import db_option, echo, with_store
 from receiver.errors import InvalidWebhookError
 from receiver.events import EVENT_TYPES, iso_epoch
@@ -152,6 +152,52 @@ def list_hooks(db: str, as_json: bool) -> None:
             f"{h.public_id}  {h.status}{reason}  {_health(h)}  {h.url}"
             f"  {', '.join(h.events)}{threshold}{rate}{only}, {h.format} format"
         )
+
+
+@webhooks.command("set")
+@db_option
+@click.argument("webhook_id")
+@click.option("--rate-limit", type=float, help="Deliveries a second at most.")
+@click.option("--no-rate-limit", is_flag=True, help="Remove the rate limit.")
+@click.option("--filter", "wanted", metavar="JSON", help="Only events matching it.")
+@click.option("--no-filter", is_flag=True, help="Remove the filter: every event of its types.")
+def set_(
+    db: str,
+    webhook_id: str,
+    rate_limit: float | None,
+    no_rate_limit: bool,
+    wanted: str | None,
+    no_filter: bool,
+) -> None:
+    """Change a subscription's rate limit or filter (checked as on registration).
+
+    Example:
+
+        receiver webhooks set wh_abc --rate-limit 20 --filter '{"userId": "u1"}'
+    """
+    changes: dict[str, Any] = {}
+    try:
+        if rate_limit is not None or no_rate_limit:
+            if rate_limit is not None and no_rate_limit:
+                raise click.UsageError("--rate-limit or --no-rate-limit, not both")
+            max_rate = Settings().webhook_max_rate
+            changes["rate_limit"] = rate_param({"rateLimit": rate_limit}, max_rate)
+        if wanted is not None or no_filter:
+            if wanted is not None and no_filter:
+                raise click.UsageError("--filter or --no-filter, not both")
+            changes["filter"] = filter_param({"filter": _filter(wanted)})
+    except InvalidWebhookError as exc:
+        raise click.ClickException(exc.message) from None
+    if not changes:
+        raise click.UsageError("nothing to change: give --rate-limit, --filter or their --no-")
+    found = with_store(
+        db, lambda store: store.webhooks.configure(webhook_id, now=time.time(), changes=changes)
+    )
+    if found is None:
+        raise click.ClickException(f"no webhook {webhook_id!r} (see: receiver webhooks list)")
+    rate = f"at most {found.rate_limit:g}/s" if found.rate_limit is not None else "no rate limit"
+    only = f"filter {json.dumps(found.filter, sort_keys=True)}" if found.filter else "no filter"
+    echo(f"{found.public_id}: {rate}, {only}")
 
 
 @webhooks.command("rm")

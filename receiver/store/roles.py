@@ -231,6 +231,13 @@ class Webhooks(Protocol):
         """When the next delivery may start, at most rate a second across replicas (the
         slot is taken)."""
 
+    async def configure(
+        self, public_id: str, *, now: float, changes: Mapping[str, Any]
+    ) -> Webhook | None:
+        """Set a subscription's rate limit and filter: changes has "rate_limit", "filter"
+        or both (None removes one; a key not there is kept). None if no subscription (not
+        deleted) has that id."""
+
     async def start_replay(
         self, webhook_id: int, *, since: float, until: float, all: bool, now: float
     ) -> ReplayJob: ...

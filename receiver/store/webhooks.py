@@ -6,7 +6,7 @@ threshold each session was last on is routing's: receiver.store.fanout."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from receiver.store import webhook_health, webhook_replays
@@ -304,6 +304,28 @@ class SQLWebhooks:
                 (int(overlap_until is not None), overlap_until, secret, now, public_id),
             ).fetchone()
             return webhook(row) if row else None
+
+        return await self.db.statements(update)
+
+    async def configure(
+        self, public_id: str, *, now: float, changes: Mapping[str, Any]
+    ) -> Webhook | None:
+        """Set a subscription's rate limit, filter or both (see Webhooks.configure)."""
+        values: list[Any] = []
+        sets = []
+        for column in ("rate_limit", "filter"):
+            if column in changes:
+                value = changes[column]
+                sets.append(f"{column} = ?")
+                values.append(json.dumps(value) if column == "filter" and value else value)
+
+        def update(q: Query) -> Webhook | None:
+            row = q(
+                f"UPDATE webhooks SET {''.join(s + ', ' for s in sets)}updated_at = ?"
+                f" WHERE public_id = ? AND status <> 'deleted' RETURNING {_COLUMNS}",
+                (*values, now, public_id),
+            ).fetchone()
+            return None if row is None else webhook(row)
 
         return await self.db.statements(update)
 

@@ -91,3 +91,32 @@ def test_list_shows_a_failing_subscription_s_health_since_when_and_why(tmp_path:
     code, out = run(db, "list", "--json")
     shown = json.loads(out)
     assert (shown["health"], shown["failingSince"]) == ("failing", "2027-01-15T08:00:00.000Z")
+
+
+def test_set_changes_or_removes_the_rate_limit_and_filter_checked_as_on_registration(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "r.db"
+    code, out = run(db, "add", "--url", "http://127.0.0.1:9/x", "--rate-limit", "5", "--json")
+    hook = json.loads(out)["id"]
+    code, out = run(db, "set", hook, "--rate-limit", "20", "--filter", '{"userId": "u1"}')
+    assert (code, out) == (0, f'{hook}: at most 20/s, filter {{"userId": "u1"}}\n')
+    code, out = run(db, "set", hook, "--no-filter")
+    assert (code, out) == (0, f"{hook}: at most 20/s, no filter\n")
+    code, out = run(db, "set", hook, "--no-rate-limit")
+    assert (code, out) == (0, f"{hook}: no rate limit, no filter\n")
+    shown = json.loads(run(db, "list", "--json")[1])
+    assert (shown["rateLimit"], shown["filter"]) == (None, None)
+
+    code, out = run(db, "set", hook, "--rate-limit", "2000")
+    assert code == 1 and "rateLimit must be a number of deliveries a second from 1 to 1000" in out
+    code, out = run(db, "set", hook, "--filter", '{"score": {"less": 3}}')
+    assert code == 1 and 'filter.score: unknown operator "less"' in out
+    code, out = run(db, "set", hook, "--filter", '{"a": 1}', "--no-filter")
+    assert code == 2 and "--filter or --no-filter, not both" in out
+    code, out = run(db, "set", hook)
+    assert code == 2 and "nothing to change" in out
+    code, out = run(db, "set", "wh_nope", "--rate-limit", "3")
+    assert code == 1 and "no webhook 'wh_nope'" in out
+    shown = json.loads(run(db, "list", "--json")[1])
+    assert (shown["rateLimit"], shown["filter"]) == (None, None)  # refusals changed nothing

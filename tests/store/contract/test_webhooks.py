@@ -146,3 +146,32 @@ def test_rate_slots_are_taken_one_after_another(store_url: str) -> None:
         return slots
 
     assert run(store_url, go) == [100.0, 100.5, 101.0, 200.0, 200.5]
+
+
+def test_configure_sets_or_removes_the_rate_limit_and_filter_and_keeps_the_rest(
+    store_url: str,
+) -> None:
+    async def go(store: Store) -> tuple[Any, ...]:
+        hook = await store.webhooks.add(
+            public_id="wh_c", url="https://a.example/h", events=["score.drop"], threshold=None,
+            format="service", secret="s1", now=1.0, rate_limit=5.0, filter={"userId": "u1"},
+        )  # fmt: skip
+        assert hook is not None
+        rate = await store.webhooks.configure("wh_c", now=2.0, changes={"rate_limit": 50.0})
+        wanted = {"cohort": {"in": ["beta"]}}
+        both = await store.webhooks.configure(
+            "wh_c", now=3.0, changes={"filter": wanted, "rate_limit": None}
+        )
+        cleared = await store.webhooks.configure("wh_c", now=4.0, changes={"filter": None})
+        kept = await store.webhooks.get("wh_c")
+        unknown = await store.webhooks.configure("wh_x", now=5.0, changes={"rate_limit": 1.0})
+        await store.webhooks.update("wh_c", now=6.0, status="deleted")
+        deleted = await store.webhooks.configure("wh_c", now=7.0, changes={"rate_limit": 1.0})
+        return rate, both, cleared, kept, unknown, deleted
+
+    rate, both, cleared, kept, unknown, deleted = run(store_url, go)
+    assert (rate.rate_limit, rate.filter) == (50.0, {"userId": "u1"})
+    assert (both.rate_limit, both.filter) == (None, {"cohort": {"in": ["beta"]}})
+    assert (cleared.rate_limit, cleared.filter) == (None, None)
+    assert (kept.rate_limit, kept.filter, kept.secret, kept.status) == (None, None, "s1", "active")
+    assert unknown is None and deleted is None
