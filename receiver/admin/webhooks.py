@@ -1,6 +1,6 @@
 """The webhooks page (/admin/webhooks): the subscribers with their health, rate limit,
 filter and last delivery, registering one from its form (as POST /v1/webhooks does, a
-rate limit and filter included), deleting one."""
+rate limit and filter included), changing one's rate limit and filter, deleting one."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from receiver.admin._common import Admin, showable, shown_delivery
 from receiver.admin.auth import Session
-from receiver.api.webhooks import describe, register
+from receiver.api.webhooks import describe, filter_param, rate_param, register
 from receiver.errors import InvalidWebhookError
 from receiver.events import EVENT_TYPES
 from receiver.store.records import Webhook
@@ -105,3 +105,36 @@ async def delete(admin: Admin, request: Request, session: Session) -> Response:
     )
     admin.webhooks.forget()
     return admin.back("/admin/webhooks")
+
+
+async def edit(admin: Admin, request: Request, session: Session) -> Response:
+    """A subscriber's rate limit and filter, changed from its form (checked as on
+    registration: a refusal is shown with its message, nothing changed)."""
+    hook = await admin.store.webhooks.get(request.path_params["id"])
+    if hook is None or hook.status == "deleted":
+        return await admin.missing(request, session, "webhook")
+    error = None
+    rate_text = "" if hook.rate_limit is None else f"{hook.rate_limit:g}"
+    filter_text = json.dumps(hook.filter, sort_keys=True) if hook.filter else ""
+    if request.method == "POST":
+        form = await request.form()
+        rate_text = str(form.get("rateLimit") or "").strip()
+        filter_text = str(form.get("filter") or "").strip()
+        try:
+            changes = {
+                "rate_limit": rate_param(
+                    {"rateLimit": _form_number(rate_text)}, admin.webhooks.max_rate
+                ),
+                "filter": filter_param({"filter": _form_filter(filter_text)}),
+            }
+            await admin.store.webhooks.configure(hook.public_id, now=admin.clock(), changes=changes)
+            admin.webhooks.forget()
+            return admin.back("/admin/webhooks")
+        except InvalidWebhookError as exc:
+            error = exc.message
+    return await admin.view(
+        request,
+        session,
+        "webhook_edit.html",
+        {"hook": describe(hook), "rate": rate_text, "filter": filter_text, "error": error},
+    )

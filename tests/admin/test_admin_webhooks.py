@@ -71,3 +71,38 @@ def test_the_page_refuses_a_rate_over_the_setting_and_a_filter_that_is_no_match(
         tab, url, "", '{"score": {"bogus": 1}}'
     )
     assert tab.page.locator("table tbody tr").filter(has_text=url).count() == 0
+
+
+def test_edit_changes_a_subscriber_s_rate_limit_and_filter_or_says_why_not(
+    tab: Tab, server: Receiver
+) -> None:
+    with HTTPSink() as subscriber:
+        url = f"{subscriber.url}/edited"
+        assert "shown only now" in _subscribe(tab, url, "5")
+        page = tab.page
+        tab.follow(tab.row(url).get_by_role("link", name="Edit"))
+        assert page.get_by_label("Rate limit").input_value() == "5"
+        assert page.get_by_label("Filter").input_value() == ""
+
+        page.get_by_label("Rate limit").fill("5000")
+        tab.follow(page.get_by_role("button", name="Save"))
+        said = page.get_by_role("alert").inner_text()
+        assert "rateLimit must be a number of deliveries a second from 1 to 1000" in said
+        page.get_by_label("Rate limit").fill("")
+        page.get_by_label("Filter").fill(BETA)
+        tab.follow(page.get_by_role("button", name="Save"), "**/admin/webhooks")
+        row = tab.row(url).inner_text()
+        assert "none" in row and '{"cohort": {"in": ["beta"]}}' in row
+
+        # The filter set there decides from the next event on.
+        beta, other = drop(cohort="beta"), drop(cohort="gamma")
+        assert server.send(other).status_code == 202
+        assert server.send(beta).status_code == 202
+        until(lambda: [r for r in subscriber.requests if r.path == "/edited"], "the beta one")
+        assert [r.json["id"] for r in subscriber.requests if r.path == "/edited"] == [beta["id"]]
+        routed = "SELECT routed_at FROM events WHERE id = ?"
+        assert server.query(routed, (other["id"],))[0][0] is not None
+        made = "SELECT count(*) FROM outbox o JOIN webhooks w ON w.id = o.subscription_id"
+        made += " WHERE o.event_id = ? AND w.url = ?"
+        assert server.query(made, (other["id"], url)) == [(0,)]
+        assert tab.dialogs == [] and tab.errors == []

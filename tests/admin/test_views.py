@@ -235,6 +235,10 @@ def test_every_admin_template_renders_against_real_data(
                 threshold=None, format="service", secret="s" * 32, now=BEYOND_DATES,
             )  # fmt: skip
             assert "wh_odd" in await admin.page("/admin/webhooks")
+            failing = next(h for h in hooks if h.url == closed).public_id
+            edit = await admin.page(f"/admin/webhooks/{failing}/edit")
+            assert 'class="state failing">failing</span>: HTTP 503 from the test' in edit, edit
+            assert (await admin.get("/admin/webhooks/wh_nope/edit")).status_code == 404
             # Pages that take an id, their confirmations, and messages.
             alerts = await admin.page("/admin/alerts")
             alert_id = re.search(r'href="/admin/alerts/([^"/]+)/ack"', alerts)
