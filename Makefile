@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 # rewrites every module again (docs/performance.md, "The figures behind code choices").
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: run demo test test-fast lint docs clean bench bench-check audit chaos postgres screenshots chromium promtool sim
+.PHONY: run demo test test-fast lint docs clean bench bench-check audit chaos postgres screenshots chromium promtool sim bench-subscriber
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -115,6 +115,12 @@ bench: $(VENV)/.installed-dev
 bench-check: $(VENV)/.installed-dev
 	command -v wrk >/dev/null || (apt-get update && apt-get install -y wrk webhook)
 	$(BIN)/python -m bench.check
+
+# The other subscribers' delivery latency (p50, p99) before and while one subscriber
+# answers 500 (bench/dead_subscriber.py, about a minute); writes its section of
+# bench/RESULTS.md. Not part of `make test`.
+bench-subscriber: $(VENV)/.installed-dev
+	$(BIN)/python -m bench.dead_subscriber $(BENCH_ARGS)
 
 # Known vulnerabilities in the installed dependencies (pip-audit); says plainly when the
 # vulnerability database cannot be reached instead of passing silently. .ci/run calls it.
