@@ -797,7 +797,9 @@ def _cli_add_list_deliveries_retry_rm(api: Client, http_sink: HTTPSink) -> None:
 
     listed = server.cli("webhooks", "list")
     assert listed.returncode == 0, listed.stderr
-    assert f"{hook_id}  active  {http_sink.url}/cli  score.drop, service format" in listed.stdout
+    assert f"{hook_id}  active  healthy  {http_sink.url}/cli  score.drop, service format" in (
+        listed.stdout
+    )
     shown = server.cli("webhooks", "deliveries", hook_id, "--json")
     assert shown.returncode == 0, shown.stderr
     [delivery] = [json.loads(line) for line in shown.stdout.splitlines()]
@@ -815,6 +817,16 @@ def _cli_add_list_deliveries_retry_rm(api: Client, http_sink: HTTPSink) -> None:
     assert server.send(events.sample("session.stopped", id="evt_wake_cli")).status_code == 202
     until(lambda: len(by_event_id(http_sink, "evt_cli")) == 3, what="the retry sent")
     assert [r.body for r in by_event_id(http_sink, "evt_cli")] == [sent_body(event)] * 3
+
+    # A filter set on a running server's subscription decides from the next event on.
+    changed = server.cli("webhooks", "set", hook_id, "--filter", '{"userId": "u_set"}')
+    assert changed.returncode == 0 and 'filter {"userId": "u_set"}' in changed.stdout
+    for eid, user in (("evt_set_no", "u_other"), ("evt_set_yes", "u_set")):
+        assert server.send(score(eid, userId=user)).status_code == 202
+    until(lambda: by_event_id(http_sink, "evt_set_yes"), what="the matching one sent")
+    made = "SELECT event_id FROM outbox o JOIN webhooks w ON w.id = o.subscription_id"
+    made += " WHERE w.public_id = ? AND o.event_id LIKE 'evt_set_%'"
+    assert server.query(made, (hook_id,)) == [("evt_set_yes",)]
 
     removed = server.cli("webhooks", "rm", hook_id)
     assert removed.returncode == 0 and removed.stdout.strip() == f"deleted {hook_id}"
