@@ -72,6 +72,7 @@ class AdminPages(Admin):
                     Route("/webhooks", page(webhooks.listing), methods=["GET", "POST"]),
                     Route("/webhooks/{id}/delete", page(webhooks.delete), methods=["GET", "POST"]),
                     Route("/webhooks/{id}/edit", page(webhooks.edit), methods=["GET", "POST"]),
+                    Route("/webhooks/{id}/enable", page(webhooks.enable), methods=["GET", "POST"]),
                     Route("/keys", page(keys.listing), methods=["GET", "POST"]),
                     Route("/keys/{name:path}/revoke", page(keys.revoke), methods=["GET", "POST"]),
                     Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),

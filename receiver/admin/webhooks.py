@@ -1,6 +1,7 @@
 """The webhooks page (/admin/webhooks): the subscribers with their health, rate limit,
 filter and last delivery, registering one from its form (as POST /v1/webhooks does, a
-rate limit and filter included), changing one's rate limit and filter, deleting one."""
+rate limit and filter included), changing one's rate limit and filter, enabling a
+disabled one (after a test delivery), deleting one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from starlette.responses import Response
 
 from receiver.admin._common import Admin, showable, shown_delivery
 from receiver.admin.auth import Session
+from receiver.api.webhook_actions import enable_tested
 from receiver.api.webhooks import describe, filter_param, rate_param, register
 from receiver.errors import InvalidWebhookError
 from receiver.events import EVENT_TYPES
@@ -138,3 +140,31 @@ async def edit(admin: Admin, request: Request, session: Session) -> Response:
         "webhook_edit.html",
         {"hook": describe(hook), "rate": rate_text, "filter": filter_text, "error": error},
     )
+
+
+async def enable(admin: Admin, request: Request, session: Session) -> Response:
+    """A disabled subscriber back, if a test delivery to it succeeds now (as POST
+    /v1/webhooks/:id/enable); else what the test answered, nothing changed."""
+    hook = await admin.store.webhooks.get(request.path_params["id"])
+    if hook is None or hook.status == "deleted":
+        return await admin.missing(request, session, "webhook")
+    if request.method != "POST":
+        return await admin.confirm(
+            request,
+            session,
+            f"Enable webhook {hook.public_id}?",
+            "A signed webhook.test delivery is sent to it now; it is enabled only if that"
+            " succeeds.",
+            request.url.path,
+        )
+    if hook.status == "disabled":
+        enabled, attempt = await enable_tested(admin.store, admin.webhooks, hook, admin.clock)
+        if enabled is None:
+            return await admin.message(
+                request,
+                session,
+                f"Webhook {hook.public_id} stays disabled",
+                f"Its test delivery failed: {attempt['error'] or 'no answer'}.",
+            )
+        admin.wake()
+    return admin.back("/admin/webhooks")

@@ -61,6 +61,26 @@ async def test_delivery(channel: WebhookChannel, hook: Webhook, now: float) -> d
     }
 
 
+async def enable_tested(
+    store: Store, channel: WebhookChannel, hook: Webhook, clock: Callable[[], float]
+) -> tuple[Webhook | None, dict[str, Any]]:
+    """A disabled subscription enabled if a test delivery to it succeeds now (its owner
+    told with webhook.recovered): the subscription as it is then (None: the test failed,
+    nothing changed) and the attempt. The API's, the CLI's and the admin page's enable."""
+    attempt = await test_delivery(channel, hook, clock())
+    if not attempt["delivered"]:
+        return None, attempt
+    now = clock()
+    enabled = await store.webhooks.enable(
+        hook.public_id,
+        now=now,
+        make_event=lambda h, change, owner: health_event(h, change, owner, now),
+    )
+    channel.forget()
+    # None: enabled meanwhile by another request (or deleted): shown as it is now.
+    return enabled or await store.webhooks.get(hook.public_id) or hook, attempt
+
+
 class WebhookDisabledError(InvalidWebhookError):
     """A replay of a disabled subscription: it would queue deliveries never sent."""
 
@@ -196,22 +216,13 @@ class WebhookActions:
         hook, headers = await self.find(request)
         if hook.status != "disabled":  # nothing to do: enabling is idempotent
             return JSONResponse({"webhook": self.describe(hook), "attempt": None}, headers=headers)
-        attempt = await test_delivery(self.channel, hook, self.clock())
-        if not attempt["delivered"]:
+        shown, attempt = await enable_tested(self.store, self.channel, hook, self.clock)
+        if shown is None:
             raise WebhookTestFailedError(
                 f"webhook {hook.public_id} stays disabled: its test delivery failed"
                 f" ({attempt['error'] or 'no answer'})",
                 attempt,
                 headers=headers,
             )
-        now = self.clock()
-        enabled = await self.store.webhooks.enable(
-            hook.public_id,
-            now=now,
-            make_event=lambda h, change, owner: health_event(h, change, owner, now),
-        )
-        self.channel.forget()
         self.wake_worker()
-        # None: enabled meanwhile by another request (or deleted): show it as it is now.
-        shown = enabled or await self.store.webhooks.get(hook.public_id) or hook
         return JSONResponse({"webhook": self.describe(shown), "attempt": attempt}, headers=headers)

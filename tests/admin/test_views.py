@@ -239,6 +239,14 @@ def test_every_admin_template_renders_against_real_data(
             edit = await admin.page(f"/admin/webhooks/{failing}/edit")
             assert 'class="state failing">failing</span>: HTTP 503 from the test' in edit, edit
             assert (await admin.get("/admin/webhooks/wh_nope/edit")).status_code == 404
+            # A disabled one is enabled after a test delivery that succeeds (its URL answers).
+            await admin.page(f"/admin/webhooks/{off.public_id}/enable")
+            enabled = await admin.post(f"/admin/webhooks/{off.public_id}/enable", {})
+            assert enabled.status_code == 303
+            assert [h.status for h in await store.webhooks.all() if h.id == off.id] == ["active"]
+            await store.webhooks.update(failing, now=admin.clock(), status="disabled")
+            kept = await admin.post(f"/admin/webhooks/{failing}/enable", {})
+            assert kept.status_code == 409 and "stays disabled" in kept.text, kept.text
             # Pages that take an id, their confirmations, and messages.
             alerts = await admin.page("/admin/alerts")
             alert_id = re.search(r'href="/admin/alerts/([^"/]+)/ack"', alerts)
