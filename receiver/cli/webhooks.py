@@ -1,6 +1,6 @@
-"""`receiver webhooks add|list|set|rm|deliveries|retry`: webhook subscribers from the command line
-(the same as POST/GET/DELETE /v1/webhooks and their deliveries), with their rate limit,
-filter and health."""
+"""`receiver webhooks add|list|set|enable|rm|deliveries|retry`: webhook subscribers from the
+command line (the same as POST/GET/DELETE /v1/webhooks, their deliveries and enable), with
+their rate limit, filter and health."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ from typing import Any
 
 import click
 
+from receiver.api.webhook_actions import enable_tested
 from receiver.api.webhooks import delivery, describe, filter_param, rate_param, register
 from receiver.cli._common import db_option, echo, with_store
 from receiver.errors import InvalidWebhookError
 from receiver.events import EVENT_TYPES, iso_epoch
+from receiver.logs import escape
+from receiver.notify.webhook import WebhookChannel
 from receiver.settings import Settings
 from receiver.store import Store
 from receiver.store.records import Webhook
@@ -198,6 +201,47 @@ def set_(
     rate = f"at most {found.rate_limit:g}/s" if found.rate_limit is not None else "no rate limit"
     only = f"filter {json.dumps(found.filter, sort_keys=True)}" if found.filter else "no filter"
     echo(f"{found.public_id}: {rate}, {only}")
+
+
+@webhooks.command("enable")
+@db_option
+@click.argument("webhook_id")
+def enable(db: str, webhook_id: str) -> None:
+    """Enable a disabled subscription if a test delivery to it succeeds now.
+
+    As POST /v1/webhooks/:id/enable: a signed webhook.test event is sent; its owner is
+    told with webhook.recovered. A running server sends to it within a few seconds.
+    """
+    settings = Settings()
+
+    async def go(store: Store) -> tuple[Webhook | None, Webhook | None, dict[str, Any] | None]:
+        hook = await store.webhooks.get(webhook_id)
+        if hook is None or hook.status != "disabled":
+            return hook, hook, None
+        channel = WebhookChannel(
+            store,
+            timeout=settings.webhook_timeout,
+            allow_private=settings.webhook_allow_private,
+            allow_http=settings.webhook_allow_http,
+        )
+        try:
+            enabled, attempt = await enable_tested(store, channel, hook, time.time)
+        finally:
+            await channel.close()
+        return hook, enabled, attempt
+
+    hook, enabled, attempt = with_store(db, go)
+    if hook is None:
+        raise click.ClickException(f"no webhook {webhook_id!r} (see: receiver webhooks list)")
+    if attempt is None:
+        click.echo(f"{webhook_id} is {hook.status} already")
+        return
+    if enabled is None:
+        raise click.ClickException(
+            f"{webhook_id} stays disabled: its test delivery failed"
+            f" ({escape(attempt['error'] or 'no answer')})"
+        )
+    click.echo(f"enabled {webhook_id}: its test delivery answered {attempt['status']}")
 
 
 @webhooks.command("rm")

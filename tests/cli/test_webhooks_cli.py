@@ -14,6 +14,8 @@ from receiver.cli import cli
 from receiver.notify.health import health_event
 from receiver.store import open_store
 from receiver.store.webhook_health import HealthPolicy
+from tests import dbview
+from tests.servers import HTTPSink
 
 ALLOW = {"RECEIVER_WEBHOOK_ALLOW_PRIVATE": "1", "RECEIVER_WEBHOOK_ALLOW_HTTP": "1"}
 
@@ -120,3 +122,34 @@ def test_set_changes_or_removes_the_rate_limit_and_filter_checked_as_on_registra
     assert code == 1 and "no webhook 'wh_nope'" in out
     shown = json.loads(run(db, "list", "--json")[1])
     assert (shown["rateLimit"], shown["filter"]) == (None, None)  # refusals changed nothing
+
+
+def test_enable_brings_a_disabled_one_back_only_after_a_test_delivery_succeeds(
+    tmp_path: Path, http_sink: HTTPSink
+) -> None:
+    db = tmp_path / "r.db"
+    code, out = run(db, "add", "--url", f"{http_sink.url}/back", "--json")
+    hook = json.loads(out)["id"]
+    assert run(db, "enable", hook) == (0, f"{hook} is active already\n")
+
+    async def disable() -> None:
+        store = open_store(str(db))
+        await store.open()
+        try:
+            await store.webhooks.update(hook, now=1.8e9, status="disabled", reason="410 Gone")
+        finally:
+            await store.close()
+
+    asyncio.run(disable())
+    http_sink.fail_with(500)
+    code, out = run(db, "enable", hook)
+    assert code == 1 and f"{hook} stays disabled: its test delivery failed (HTTP 500" in out
+    assert json.loads(run(db, "list", "--json")[1])["status"] == "disabled"
+    http_sink.ok()
+    assert run(db, "enable", hook) == (0, f"enabled {hook}: its test delivery answered 200\n")
+    shown = json.loads(run(db, "list", "--json")[1])
+    assert (shown["status"], shown["health"]) == ("active", "healthy")
+    tests = [r.json for r in http_sink.requests if r.path == "/back"]
+    assert [t["type"] for t in tests] == ["webhook.test", "webhook.test"]
+    told = dbview.query(str(db), "SELECT type FROM events WHERE type LIKE 'webhook.%'")
+    assert told == [("webhook.recovered",)]  # its owner told, once
