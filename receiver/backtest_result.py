@@ -12,7 +12,8 @@ from typing import Any
 HOUR = 3600
 # What happened to a notification, from its outbox row's final state: sent, or why not.
 SUPPRESSED = (
-    "throttled", "muted", "silenced", "inhibited", "storm", "grouped", "stale", "cancelled"
+    "throttled", "muted", "silenced", "inhibited", "storm", "grouped", "stale", "cancelled",
+    "maintenance",
 )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ both times. docs/alert-lifecycle.md says the same for users.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ class Weekly:
         return minute >= self.start or minute < self.end
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # one per rules file, compared (and cached) as itself
 class Window:
     """One named maintenance window of rules.yaml."""
 
@@ -172,6 +173,7 @@ def holding(windows: Sequence[Window], payload: Mapping[str, Any], now: float) -
     return None
 
 
+@functools.lru_cache(maxsize=256)  # a batch's rows share one now: its end is found once
 def held_reason(window: Window, now: float) -> str:
     """An outbox row's reason: "maintenance: weekly-deploy (until 2026-11-29 02:00 CET)"."""
     span = window.around(now)
