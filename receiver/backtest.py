@@ -69,6 +69,9 @@ class Backtest:
         self.texts = texts
         self.pipeline.texts = texts
         self._boundaries = self._copy_silences(silences)
+        # A maintenance window's end wakes what it held, as a silence's does (advance()).
+        ends = {e for w in ruleset.maintenance for _, e in w.spans(start, end) if e > start}
+        self._boundaries = sorted({*self._boundaries, *ends}, reverse=True)
         self._last_event = start  # the heartbeat's "last arrival" before the first event
         self._firing = False  # the heartbeat fired, and no event has arrived since
         self._openers: dict[str, str] = {}  # alert -> the event that opened its episode
@@ -297,6 +300,10 @@ class Backtest:
                 self._step(row, state)
             if state == "inhibited" and row.reason:  # "inhibited by NAME (EVENT, ...)"
                 result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
+            elif state == "maintenance" and row.reason:
+                result.held_in_maintenance(
+                    row.created_at, row.reason, row.rule, row.alert or row.event_id
+                )
             elif state == "flapping":
                 result.flapping[row.alert or "?"] += 1
             elif kind == flap.KIND and (row.reason or "").startswith(flap.STARTED):
