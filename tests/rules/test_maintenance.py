@@ -34,8 +34,9 @@ maintenance:
     notify: [team-chat]
 """
 ZONES = ("Europe/Berlin", "America/New_York")
-# A range across midnight, one inside the hour the clock skips or shows twice (02:30 is
-# skipped in spring and shown twice in autumn in both zones), and one that ends at 24:00.
+# A range across midnight, one inside the hour the clock skips (02:30 in spring in both
+# zones) or shows twice (02:00-03:00 in autumn in Berlin; New York's twice-shown hour,
+# 01:00-02:00, is inside the Saturday night range), and one that ends at 24:00.
 RANGES = '"Sat 22:00-Sun 02:00", "Sun 02:30-03:15", "Wed 12:00-12:30", "Fri 23:00-24:00"'
 WALL = [(5, 22 * 60, 6, 2 * 60), (6, 150, 6, 195), (2, 720, 2, 750), (4, 23 * 60, 4, 1440)]
 
