@@ -241,6 +241,10 @@ class Ruleset:
             )
         for schedule in self.schedules.values():
             lines.append(f"schedule {describe(schedule)}")
+        for window in self.maintenance:
+            ranges = [r.text for r in window.weekly] + [f"{a}..{b}" for a, b in window.dates]
+            told = f" -> {', '.join(window.notify)}" if window.notify else ""
+            lines.append(f"maintenance {window.name} ({window.tz.key}): {', '.join(ranges)}{told}")
         for policy in self.escalations.values():
             lines.append(f"escalation {policy.describe()}")
         for inhibition in self.inhibit:

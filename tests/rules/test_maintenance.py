@@ -187,3 +187,19 @@ def test_overlapping_windows_and_ranges_are_allowed() -> None:
         problems,
     )  # noqa: E501
     assert problems == ['maintenance "a": the name is used by another window; names must differ']
+
+
+def test_explain_now_says_the_window_and_its_end() -> None:
+    from receiver.dispatch.explain import explain_now
+
+    text = FILE.format(tz="Europe/Berlin", every=RANGES)
+    ruleset = rules.load_text(text, env={})
+    inside = datetime(2026, 11, 28, 22, 30, tzinfo=UTC).timestamp()  # Sat 23:30 CET
+    payload = {"type": "score.drop", "sessionId": "s1", "cohort": "beta"}
+    lines = explain_now(ruleset, payload, inside)
+    assert "maintenance: weekly-deploy (until 2026-11-29 02:00 CET)" in lines
+    assert not any(
+        "maintenance" in line for line in explain_now(ruleset, payload, inside - 2 * 86400)
+    )
+    other = explain_now(ruleset, {**payload, "cohort": "ga"}, inside)
+    assert not any("maintenance" in line for line in other)
