@@ -32,7 +32,7 @@ rules:
     resolve: true  # follows its alert: what is still open when the window ends is woken
 maintenance:
   - name: deploy
-    match: {{sessionId: s1}}
+    match: {{sessionId: {match}}}
     timezone: UTC
     every: ["{every}"]
     notify: [team-chat]
@@ -44,9 +44,9 @@ def every(start: datetime, end: datetime) -> str:
     return f"{start:%a %H:%M}-{end:%a %H:%M}"
 
 
-def rules(sink: HTTPSink, start: datetime, end: datetime) -> str:
+def rules(sink: HTTPSink, start: datetime, end: datetime, match: str = "s1") -> str:
     chat = sink.json_url("/chat")
-    return RULES.format(url=sink.json_url(), chat=chat, every=every(start, end))
+    return RULES.format(url=sink.json_url(), chat=chat, every=every(start, end), match=match)
 
 
 def titles(sink: HTTPSink) -> list[str]:
@@ -160,7 +160,7 @@ def test_two_postgres_replicas_say_each_notice_once(
     tmp_path: Path, http_sink: HTTPSink, pg_url: str
 ) -> None:
     start, end = _next_minutes()
-    text = rules(http_sink, start, end)
+    text = rules(http_sink, start, end, match="[s1, s2]")
     replicas = [
         Receiver(tmp_path / name, rules=text, db=pg_url)
         for name in ("a", "b")
@@ -172,14 +172,16 @@ def test_two_postgres_replicas_say_each_notice_once(
         _wait_until(start)
         eventually(lambda: "Maintenance deploy started" in titles(http_sink), "the start notice")
         for i, replica in enumerate(replicas):  # senders reach either replica
-            replica.send(sample("score.drop", id=f"e{i}", sessionId="s1"))
+            replica.send(sample("score.drop", id=f"e{i}", sessionId=f"s{i + 1}"))
+        held = "SELECT count(*) FROM outbox WHERE state = 'maintenance'"
+        eventually(lambda: replicas[0].query(held) == [(2,)], "both drops held")
         _wait_until(end)
-        eventually(lambda: titles(http_sink).count("drop s1") >= 2, "both drops woken")
+        eventually(lambda: {"drop s1", "drop s2"} <= set(titles(http_sink)), "both drops woken")
         eventually(lambda: "Maintenance deploy ended" in titles(http_sink), "the end notice")
         unsent = "SELECT 1 FROM outbox WHERE state IN ('pending', 'sending') LIMIT 1"
         eventually(lambda: replicas[0].query(unsent) == [], "every row sent")
         assert sorted(titles(http_sink)) == [
-            "Maintenance deploy ended", "Maintenance deploy started", "drop s1", "drop s1",
+            "Maintenance deploy ended", "Maintenance deploy started", "drop s1", "drop s2",
         ]  # fmt: skip
     finally:
         for replica in replicas:
