@@ -23,6 +23,9 @@ KIND = "maintenance"  # their outbox kind
 # How far back an end is still said and woken after a stop: a receiver down over a window's
 # end says so when it is back, within a day; later it only wakes (WAKE_EVERY's look).
 LOOKBACK = 86400.0
+# Claims of stretches that started longer ago are dropped when an end is claimed: the
+# table keeps a few rows a window.
+KEEP = 60 * 86400.0
 
 
 def boundaries(
@@ -44,6 +47,8 @@ def boundaries(
                     log.info("maintenance %s ended", window.name)
                     _notices(tx, ruleset, window, now, "ended", start, end, counts)
                     ended = True
+    if ended:
+        tx.maintenance.forget(now - KEEP)
     return ended, next_boundary(ruleset.maintenance, now)
 
 
