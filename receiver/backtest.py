@@ -69,6 +69,9 @@ class Backtest:
         self.texts = texts
         self.pipeline.texts = texts
         self._boundaries = self._copy_silences(silences)
+        # A maintenance window's end wakes what it held, as a silence's does (advance()).
+        ends = {e for w in ruleset.maintenance for _, e in w.spans(start, end) if e > start}
+        self._boundaries = sorted({*self._boundaries, *ends}, reverse=True)
         self._last_event = start  # the heartbeat's "last arrival" before the first event
         self._firing = False  # the heartbeat fired, and no event has arrived since
         self._openers: dict[str, str] = {}  # alert -> the event that opened its episode
@@ -173,7 +176,10 @@ class Backtest:
             if self._firing:  # an arrival does nothing to a heartbeat that is not firing
                 self._beat(arrived=True)
 
-    def kept(self, event_id: str, payload: Mapping[str, Any], transition: Transition) -> None:
+    def kept(
+        self, event_id: str, payload: Mapping[str, Any], transition: Transition,
+        backtests: Sequence[Backtest] = (),
+    ) -> None:  # fmt: skip
         """The leader, once every rules file has placed the event: an episode's opener is
         kept (route_all) until the alert's next episode opens. Only for an event that opened
         its alert's episode."""
@@ -183,7 +189,14 @@ class Backtest:
         self.result.alerts_opened += 1
         previous = self._openers.get(alert.id)
         self._openers[alert.id] = event_id
-        if previous is not None:
+        # A flapping period settles under the rule's last counted opener (flaps.opened),
+        # judged by its fields (a silence, a maintenance window): kept while one may.
+        if previous is not None and not any(
+            f.opened == previous
+            for b in backtests
+            if b.ruleset.flaps
+            for f in b.tx.flaps.of(alert.id)
+        ):
             self.tx.scratch.forget_event(previous)
         for waited in self._waiting_on.pop(alert.id, ()):
             self.tx.scratch.forget_event(waited)
@@ -297,6 +310,10 @@ class Backtest:
                 self._step(row, state)
             if state == "inhibited" and row.reason:  # "inhibited by NAME (EVENT, ...)"
                 result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
+            elif state == "maintenance" and row.reason:
+                result.held_in_maintenance(
+                    row.created_at, row.reason, row.rule, row.alert or row.event_id
+                )
             elif state == "flapping":
                 result.flapping[row.alert or "?"] += 1
             elif kind == flap.KIND and (row.reason or "").startswith(flap.STARTED):
@@ -400,7 +417,7 @@ def route_all(
     for backtest in backtests:
         backtest.place(event_id, received_at, payload, transition)
     if transition.what == "open":
-        leader.kept(event_id, payload, transition)
+        leader.kept(event_id, payload, transition, backtests)
     elif transition.what == "update" and transition.alert is not None:
         alert = transition.alert
         if any(b.tx.scratch.waits_on(alert, event_id) for b in backtests):

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HOUR = 3600
+MAINTENANCE_SHOWN = 50  # held notifications a backtest lists
 # What happened to a notification, from its outbox row's final state: sent, or why not.
 SUPPRESSED = (
-    "throttled", "muted", "silenced", "inhibited", "storm", "grouped", "stale", "cancelled"
+    "throttled", "muted", "silenced", "inhibited", "storm", "grouped", "stale", "cancelled",
+    "maintenance",
 )  # fmt: skip
 
 
@@ -80,6 +82,17 @@ class Result:
     # (rule, alert, start) that began.
     flapping: Counter[str] = field(default_factory=Counter)
     flap_periods: set[tuple[str, str, float]] = field(default_factory=set)
+    # Maintenance windows: the notifications each held, by window, and the first
+    # MAINTENANCE_SHOWN of them: (when, window, rule, alert or event).
+    maintenance: Counter[str] = field(default_factory=Counter)
+    maintenance_held: list[tuple[float, str, str, str]] = field(default_factory=list)
+
+    def held_in_maintenance(self, at: float, reason: str, rule: str, what: str) -> None:
+        """Count a row a window held (reason "maintenance: NAME (until ...)")."""
+        name = reason.removeprefix("maintenance: ").split(" (", 1)[0]
+        self.maintenance[name] += 1
+        if len(self.maintenance_held) < MAINTENANCE_SHOWN:
+            self.maintenance_held.append((at, name, rule, what))
 
     def tallies(self, rule: str, notifier: str) -> tuple[Tally, Tally]:
         """The rule's and the notifier's tallies (made on first use)."""

@@ -33,12 +33,12 @@ DECISIONS = {
     "pending": "sent", "sending": "sent", "delivered": "sent", "dead": "sent",
     "held": "held", "cancelled": "held", "grouped": "digest", "throttled": "throttled",
     "silenced": "silenced", "muted": "quiet", "inhibited": "inhibited", "storm": "storm",
-    "stale": "stale", "flapping": "flapping",
+    "stale": "stale", "flapping": "flapping", "maintenance": "maintenance",
 }  # fmt: skip
 # Routing states of an escalating rule's first pages when its chain did not start
 # (receiver.dispatch.pipeline.UNPAGED); the states a released held row moves through; the
 # reasons routing gives a held row (Pipeline._state).
-UNPAGED = ("stale", "silenced", "muted", "inhibited", "storm", "flapping")
+UNPAGED = ("stale", "silenced", "muted", "inhibited", "storm", "flapping", "maintenance")
 RELEASED = ("pending", "sending", "delivered", "dead")
 HELD_REASONS = ("hold ", "deferred to ")
 _KEPT: dict[str, Ruleset] = {}  # rules files loaded from the store, by digest (a few)

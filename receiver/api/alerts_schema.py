@@ -183,6 +183,7 @@ SCHEMAS: dict[str, Any] = {
                                 "storm",
                                 "stale",
                                 "flapping",
+                                "maintenance",
                                 "deduplicated",
                             ],
                         },

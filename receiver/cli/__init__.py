@@ -12,6 +12,7 @@ from receiver.cli.alerts import alerts, silence
 from receiver.cli.db import db
 from receiver.cli.history import backtest, report
 from receiver.cli.keys import keys
+from receiver.cli.maintenance import maintenance
 from receiver.cli.oncall import oncall
 from receiver.cli.outbox import deliveries, replay, retry
 from receiver.cli.rules import check, explain, init
@@ -40,6 +41,6 @@ def cli() -> None:
 
 for command in (
     serve, init, sign, send, check, explain, deliveries, retry, replay, alerts, silence, db,
-    keys, webhooks, upstream, simulate, backtest, report, oncall, slack,
+    keys, webhooks, upstream, simulate, backtest, report, oncall, slack, maintenance,
 ):  # fmt: skip
     cli.add_command(command)

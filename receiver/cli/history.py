@@ -312,6 +312,8 @@ def _backtest_text(diff: bt.Comparison, took: float) -> list[str]:
         lines += [f"  {name}: {n:,}" for name, n in sorted(cand.inhibited.items())]
     if cand.flapping or cand.flap_periods:
         lines += ["", _flap_line(cand)]
+    if cand.maintenance:
+        lines += ["", *_maintenance_lines(cand)]
     if cand.template_failures:
         lines.append(f"template failures (fallback sent): {cand.template_failures:,}")
     return lines
@@ -328,6 +330,20 @@ def _flap_line(result: bt.Result) -> str:
         f"flap: {held:,} message{'s' if held != 1 else ''} held, {periods:,} flapping"
         f" period{'s' if periods != 1 else ''}" + (f", top sessions: {top}" if top else "")
     )
+
+
+def _maintenance_lines(result: bt.Result) -> list[str]:
+    """What the maintenance windows would have held: "weekly-deploy would have held 37
+    notifications in the last 28 days", and the first of them."""
+    days = max(1, round((result.end - result.start) / 86400))
+    lines = [
+        f"{name} would have held {n:,} notification{'s' if n != 1 else ''} in the last"
+        f" {days:,} day{'s' if days != 1 else ''}"
+        for name, n in sorted(result.maintenance.items())
+    ]
+    rows = [[utc(at, "%Y-%m-%d %H:%M:%S"), name, rule, what] for at, name, rule, what in
+            result.maintenance_held[:SHOWN]]  # fmt: skip
+    return lines + noise.table(["held at", "window", "rule", "alert"], rows)
 
 
 def _result_json(result: bt.Result) -> dict[str, Any]:
@@ -358,6 +374,13 @@ def _result_json(result: bt.Result) -> dict[str, Any]:
             "held": sum(result.flapping.values()),
             "periods": len(result.flap_periods),
             "top": dict(result.flapping.most_common(5)),
+        },
+        "maintenance": {
+            "held": dict(sorted(result.maintenance.items())),
+            "first": [
+                {"at": utc(at, "%Y-%m-%dT%H:%M:%SZ"), "window": name, "rule": rule, "alert": what}
+                for at, name, rule, what in result.maintenance_held
+            ],
         },
         "escalations": [
             {"policy": policy, "step": step, "pages": dict(who.most_common())}

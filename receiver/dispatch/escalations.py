@@ -49,7 +49,7 @@ _limited = LogLimiter(log)  # a notice that cannot be woken is tried again every
 
 KIND = "escalation"  # the outbox kind of a step's pages
 # States of a notification that waits for what suppressed it to end (wake()).
-SUPPRESSED = ("silenced", "muted", "inhibited")
+SUPPRESSED = ("silenced", "muted", "inhibited", "maintenance")
 RETRY_FAILED = 60  # seconds before a chain that failed is tried again
 # Where wake() goes on from: (suppressed_since, alert) of the notices' and the chains' last.
 Cursors = tuple[Waiting | None, Waiting | None]

@@ -11,6 +11,7 @@ from receiver.dispatch.alerts import alert_id, event_time
 from receiver.dispatch.silences import active_silences, matching
 from receiver.events import date_or_why
 from receiver.rules import Ruleset, format_duration
+from receiver.rules.maintenance import held_reason, holding
 from receiver.rules.options import CLOSES, OPENS
 from receiver.store.flaps import Flap
 from receiver.store.records import Alert, Silence
@@ -51,6 +52,9 @@ def explain_now(
             lambda ts: datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M UTC"),
         )
         lines.append(f"silenced by #{silence.id} until {until} ({silence.reason})")
+    upkeep = holding(ruleset.maintenance, payload, now)
+    if upkeep is not None:  # "maintenance: weekly-deploy (until ...)", as its rows say
+        lines.append(held_reason(upkeep, now))
     opening = payload.get("type") in OPENS
     for name in dict.fromkeys(d.rule for d in ruleset.route(payload)):
         if stale and ruleset.by_name[name].follows_alert:

@@ -20,6 +20,7 @@ from receiver.dispatch.alerts import Transition
 from receiver.dispatch.silences import Active, silencing
 from receiver.rules import Rule, Ruleset
 from receiver.rules.inhibit import Inhibition
+from receiver.rules.maintenance import held_reason, holding
 from receiver.store.base import Tx
 from receiver.store.records import Inhibitor
 
@@ -96,6 +97,9 @@ def suppression(
     silence = silencing(silences, opened)
     if silence is not None:
         return "silenced", "silenced", f"silence #{silence.id}: {silence.reason}"
+    upkeep = holding(ruleset.maintenance, opened, now)
+    if upkeep is not None:
+        return "maintenance", f"in maintenance: {upkeep.name}", held_reason(upkeep, now)
     if rule is not None and rule.active is not None and not rule.active.contains(now):
         window = rule.active.text
         return "muted", "muted", f"muted outside the active window ({window})"

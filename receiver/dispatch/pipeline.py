@@ -22,6 +22,7 @@ from receiver.dispatch.alerts import Transition, alert_id, apply, event_time, op
 from receiver.dispatch.silences import active_silences, silencing
 from receiver.links import Links
 from receiver.rules import Decision, Rule, Ruleset, format_duration
+from receiver.rules.maintenance import held_reason, holding
 from receiver.rules.options import CLOSES, OPENS
 from receiver.rules.rule import ESCALATE_ONLY, Rendered
 from receiver.rules.templates import NO_LINKS
@@ -35,7 +36,7 @@ _RULE = operator.attrgetter("rule")  # a decision's rule, to group decisions by
 UNTITLED = Rendered("", "", None, None, fallback=False)  # a notification whose texts nobody reads
 # The states of an escalating rule's notification that page nobody at once: its chain's
 # first pages are then kept with that state (Pipeline._unpaged).
-UNPAGED = ("stale", "silenced", "muted", "inhibited", "storm", flap.STATE)
+UNPAGED = ("stale", "silenced", "muted", "inhibited", "storm", flap.STATE, "maintenance")
 
 
 class Pipeline:
@@ -233,6 +234,8 @@ class Pipeline:
         if transition.what not in ("open", "update"):
             return
         why = reason.split(" (", 1)[0] if state == "inhibited" and reason else state
+        if state == "maintenance" and reason:  # "was in maintenance: weekly-deploy since ..."
+            why = "in " + reason.split(" (", 1)[0]
         if rule.escalate is not None and state not in ("stale", "grouped", "storm", flap.STATE):
             escalations.start(
                 self.tx, rule, alert, self.now, state=state, why=why, release_at=next_at,
@@ -297,6 +300,9 @@ class Pipeline:
         silence = self._silenced(payload)
         if silence is not None:
             return "silenced", f"silence #{silence.id}: {silence.reason}", None, None
+        upkeep = holding(self.ruleset.maintenance, payload, self.now)
+        if upkeep is not None:
+            return "maintenance", held_reason(upkeep, self.now), None, None
         if self.ruleset.inhibit:
             held = inhibition.inhibiting(self.tx, self.ruleset, payload, alert_id(payload))
             if held is not None:

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from receiver import tracing
-from receiver.dispatch import escalations
+from receiver.dispatch import escalations, maintenance
 from receiver.dispatch.alerts import EpisodeGuess, alert_id, stored_alerts
 from receiver.dispatch.fanout import fan_out
 from receiver.dispatch.pipeline import Pipeline
@@ -74,7 +74,8 @@ TIMERS_GAP = 0.2
 # How often they look for silences that ended (and at once when one is expired or removed).
 WAKE_EVERY = 1.0
 # Outcomes after which the notify worker has something to send.
-_SENDABLE = ("pending", "resolved", "repeat", "heartbeat", "subscriber", "escalation", "woke")
+_SENDABLE: tuple[str, ...] = ("pending", "resolved", "repeat", "heartbeat", "subscriber")
+_SENDABLE += ("escalation", "woke", "maintenance_notice")  # (a window's: dispatch.maintenance)
 
 # An event's body, payload and the rules' decisions, by event id: worked out ahead.
 # A payload of None: that failed, and the transaction tries again, to log the fault.
@@ -269,12 +270,13 @@ class Router:
             pipeline = Pipeline(tx, ruleset, now, links=self.links)
             pipeline.repeats()
             pipeline.flaps()
+            ended, upkeep = maintenance.boundaries(tx, ruleset, now, pipeline.counts)
             escalations.run(
                 tx, ruleset, now, silences=pipeline.silences, counts=pipeline.counts,
                 links=self.links,
             )  # fmt: skip
             silences = {s.id for s, _ in pipeline.silences}
-            if now - self._woke_at >= WAKE_EVERY or not silences >= self._silences:
+            if now - self._woke_at >= WAKE_EVERY or not silences >= self._silences or ended:
                 self._wake_after = escalations.wake(
                     tx, ruleset, now, silences=pipeline.silences, counts=pipeline.counts,
                     links=self.links, after=self._wake_after,
@@ -284,7 +286,7 @@ class Router:
             # Read afresh: with several replicas, events may have reached the others.
             self._last_event = max(self._last(tx), tx.events.last_received() or 0.0)
             pipeline.heartbeat(self._last_event, arrived=False)
-            self._next_step = _soonest(tx.escalations.next_due(), tx.flaps.next_due())
+            self._next_step = _soonest(tx.escalations.next_due(), tx.flaps.next_due(), upkeep)
             return pipeline.counts
 
         counts = await self.store.transact(work)

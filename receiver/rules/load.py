@@ -26,6 +26,7 @@ from receiver.errors import ConfigError
 from receiver.rules import templates
 from receiver.rules.escalations import Policy, check_escalations
 from receiver.rules.inhibit import check_inhibit
+from receiver.rules.maintenance import check_maintenance
 from receiver.rules.match import compile_match, show
 from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, NAME_RE, Notifier, build_notifier
 from receiver.rules.options import LIFECYCLE_KEYS, check_heartbeat, check_options
@@ -33,7 +34,9 @@ from receiver.rules.rule import Rule
 from receiver.rules.ruleset import Ruleset
 from receiver.rules.schedules import PREFIX, check_schedules
 
-TOP_KEYS = ("notifiers", "rules", "heartbeat", "schedules", "escalations", "inhibit")
+TOP_KEYS = (
+    "notifiers", "rules", "heartbeat", "schedules", "escalations", "inhibit", "maintenance",
+)  # fmt: skip
 RULE_KEYS = (
     "name", "match", "notify", "title", "body", "throttle", "continue", *LIFECYCLE_KEYS, "escalate"
 )  # fmt: skip
@@ -92,6 +95,7 @@ class FileSpec(_Strict):
     schedules: Any = None  # checked by schedules.check_schedules, with its own messages
     escalations: Any = None  # checked by escalations.check_escalations
     inhibit: Any = None  # checked by inhibit.check_inhibit
+    maintenance: Any = None  # checked by maintenance.check_maintenance
 
 
 def load_file(
@@ -173,6 +177,7 @@ def load_text(
     for name in names:
         if name not in defined:
             problems.append(_undefined(name, "heartbeat", defined))
+    maintenance = check_maintenance(raw.get("maintenance"), defined, problems)
     if problems:
         raise ConfigError(problems, source=source)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
@@ -186,6 +191,7 @@ def load_text(
         schedules=schedules,
         escalations=policies,
         inhibit=inhibit,
+        maintenance=maintenance,
         text=text,
     )
 

@@ -13,6 +13,7 @@ from receiver.notify.registry import NOTIFY
 from receiver.rules.escalations import Policy
 from receiver.rules.index import TypeIndex
 from receiver.rules.inhibit import Inhibition
+from receiver.rules.maintenance import Window
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import Heartbeat
 from receiver.rules.rule import Decision, Rule
@@ -45,6 +46,7 @@ class Ruleset:
         schedules: Mapping[str, Schedule] | None = None,
         escalations: Mapping[str, Policy] | None = None,
         inhibit: Sequence[Inhibition] = (),
+        maintenance: Sequence[Window] = (),
         text: str = "",
     ) -> None:
         self.notifiers = notifiers
@@ -54,6 +56,7 @@ class Ruleset:
         self.schedules = dict(schedules or {})
         self.escalations = dict(escalations or {})
         self.inhibit = tuple(inhibit)  # inhibition rules, in file order
+        self.maintenance = tuple(maintenance)  # maintenance windows, in file order
         self.flaps = any(rule.flap is not None for rule in rules)  # any rule detects flapping
         self.digest = digest
         self.text = text  # the file as loaded (${VAR} unresolved), kept for explain
@@ -238,6 +241,10 @@ class Ruleset:
             )
         for schedule in self.schedules.values():
             lines.append(f"schedule {describe(schedule)}")
+        for window in self.maintenance:
+            ranges = [r.text for r in window.weekly] + [f"{a}..{b}" for a, b in window.dates]
+            told = f" -> {', '.join(window.notify)}" if window.notify else ""
+            lines.append(f"maintenance {window.name} ({window.tz.key}): {', '.join(ranges)}{told}")
         for policy in self.escalations.values():
             lines.append(f"escalation {policy.describe()}")
         for inhibition in self.inhibit:

@@ -265,6 +265,17 @@ class TxFlaps(Protocol):
         """The alert's records, by rule."""
 
 
+class TxMaintenance(Protocol):
+    """The notices of maintenance windows, each claimed once (tx.maintenance)."""
+
+    def claim(self, name: str, start: float, kind: str, now: float) -> bool:
+        """Claim the (window, stretch start, "start" | "end") notice; whether this call did."""
+
+    def claimed(self, name: str, start: float, kind: str) -> bool: ...
+    def forget(self, before: float) -> int:
+        """Drop claims of stretches that started before before; how many."""
+
+
 class TxThrottle(Protocol):
     """Throttle windows of (rule, key) (tx.throttle)."""
 
@@ -375,6 +386,8 @@ class Tx(Protocol):
     def flaps(self) -> TxFlaps: ...
     @property
     def silences(self) -> TxSilences: ...
+    @property
+    def maintenance(self) -> TxMaintenance: ...
     @property
     def state(self) -> TxState: ...
 

@@ -59,6 +59,7 @@ TABLES: dict[str, tuple[str, ...]] = {
         "key", "target", "channel_id", "ts", "card", "claimed_until", "created_at", "updated_at",
     ),
     "flaps": ("alert", "rule", "changes", "since", "settle_at", "state", "event", "opened"),
+    "maintenance_notices": ("name", "start", "kind", "claimed_at"),
     "groups": ("id", "rule", "key", "opened_at", "closes_at", "count", "members", "state"),
     "silences": (
         "id", "matchers", "reason", "created_at", "starts_at", "ends_at", "expired_at",

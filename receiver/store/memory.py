@@ -22,6 +22,7 @@ from typing import Any
 
 from receiver.events import BaseEvent
 from receiver.sessions import Fact
+from receiver.store.maintenance import MemoryMaintenance
 from receiver.store.memory_escalations import MemoryEscalations, MemoryInhibitors
 from receiver.store.memory_flaps import MemoryFlaps
 from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
@@ -409,6 +410,7 @@ class MemoryTx:
         self.throttle = MemoryThrottle(t)
         self.storms = MemoryStorms(t)
         self.flaps = MemoryFlaps(t)
+        self.maintenance = MemoryMaintenance(t)
         self.silences = MemorySilences(t)
         self.state = MemoryState(t)
         self.scratch = MemoryScratch(t)

@@ -91,6 +91,7 @@ class Tables:
         self.storms: dict[str, tuple[float, int, int]] = {}  # rule -> (start, count, prev)
         self.flaps: dict[str, dict[str, Flap]] = {}  # alert -> rule -> its record
         self.settles: list[tuple[float, str, str]] = []  # (settle_at, alert, rule); may be stale
+        self.maintenance: set[tuple[str, float, str]] = set()  # notices claimed (tx.maintenance)
         self.groups: dict[int, tuple[Group, str, float]] = {}  # id -> (group, state, opened)
         self.open_group: dict[tuple[str, str], int] = {}  # (rule, key) -> newest group id
         self.group_ids = itertools.count(1)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # held: waiting for a hold, an active window (defer) or a digest window to pass.
-# The last eight are suppressed notifications, kept with their reason.
+# The last nine are suppressed notifications, kept with their reason.
 OUTBOX_STATES = (
     "pending",
     "held",
@@ -22,6 +22,7 @@ OUTBOX_STATES = (
     "storm",
     "stale",
     "flapping",
+    "maintenance",
 )
 
 

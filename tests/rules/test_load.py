@@ -34,7 +34,7 @@ def _param(case: str, message: str, env: dict[str, str] | None = None) -> object
         _param(
             "unknown-top-level-key",
             'unknown top-level key "routes"; '
-            "allowed: notifiers, rules, heartbeat, schedules, escalations, inhibit",
+            "allowed: notifiers, rules, heartbeat, schedules, escalations, inhibit, maintenance",
         ),
         _param("rules-not-a-list", "rules: expected a list of rules, got a mapping"),
         _param(
@@ -180,7 +180,7 @@ def test_every_problem_in_a_file_is_reported_at_once() -> None:
         rules.load_file(_file("many-problems"), env={})
     assert caught.value.problems == [
         'unknown top-level key "extra"; '
-        "allowed: notifiers, rules, heartbeat, schedules, escalations, inhibit",
+        "allowed: notifiers, rules, heartbeat, schedules, escalations, inhibit, maintenance",
         'notifier "oncall": environment variable SLACK_TOKEN is not set',
         'rule "deep-drop": match.score: unknown operator "less"; '
         "allowed: lt, lte, gt, gte, eq, between",

@@ -265,7 +265,41 @@ def _rules_file(r: random.Random) -> dict[str, Any]:
         ]
     if r.random() < 0.1:
         doc["heartbeat"] = {"silent_for": _duration(r, 600, 3600), "notify": ["pager"]}
+    _maintenance(r, doc)
     return doc
+
+
+def _maintenance(parent: random.Random, doc: dict[str, Any]) -> None:
+    """Maintenance windows in some files: the same hours every day (a scenario runs for
+    hours, so its stream crosses starts and ends), in one of three zones, for some sessions
+    or all, some with notices; some files add the scenarios' week as one-off dates. Drawn
+    from a generator of its own, seeded from the parent's state without advancing it, so
+    every other draw of a seed stays what it was."""
+    r = random.Random(f"maintenance {parent.getstate()[1][:8]}")
+    if r.random() >= 0.3:
+        return
+    windows = []
+    for i in range(r.randint(1, 2)):
+        start, hours = r.randint(0, 23), r.randint(1, 4)
+        end = (start + hours) % 24
+        days = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+        window: dict[str, Any] = {
+            "name": f"m{i}",
+            "timezone": r.choice(["UTC", "Europe/Berlin", "America/New_York"]),
+            "every": [
+                f"{day} {start:02d}:{r.choice(['00', '30'])}-{days[(n + 1) % 7] if end <= start else day}"  # noqa: E501
+                f" {end:02d}:00"
+                for n, day in enumerate(days)
+            ],
+        }
+        if r.random() < 0.5:
+            window["match"] = {"sessionId": r.sample(list(SESSIONS), 2)}
+        if r.random() < 0.5:
+            window["notify"] = ["pager"]
+        if r.random() < 0.1:
+            window["dates"] = ["2026-12-02..2026-12-02"]
+        windows.append(window)
+    doc["maintenance"] = windows
 
 
 def rules_text(r: random.Random, refused: list[str]) -> str:

@@ -28,7 +28,10 @@ from tests.sim.violation import Violation
 
 SENT = (*SENT_STATES, "dead")
 # A chain started by a suppressed notification notes "<state>: waits": the decision it is.
-WAITS = {"silenced": "silenced", "muted": "quiet", "inhibited": "inhibited"}
+WAITS = {
+    "silenced": "silenced", "muted": "quiet", "inhibited": "inhibited",
+    "maintenance": "maintenance",
+}  # fmt: skip
 
 
 def matched(ruleset: Ruleset, payload: dict[str, Any]) -> Iterator[Rule]:
@@ -152,6 +155,7 @@ def _expected_escalation(run: Run, eid: str, rule: Rule, chains: Any) -> set[str
     chain = chains.get((aid, ep, rule.name))
     unstarted = {"storm", "stale", "throttled", "held", "silenced", "quiet", "inhibited"}
     unstarted.add("flapping")  # flap detection keeps the pages of an alert that flaps
+    unstarted.add("maintenance")  # a maintenance window holds them, as a silence does
     if chain is None:  # nothing started, nothing running: neither sent nor deduplicated
         return unstarted
     started_at, log = chain

@@ -15,6 +15,7 @@ from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.flaps import Flap, SQLTxFlaps
 from receiver.store.inhibitors import SQLTxInhibitors
+from receiver.store.maintenance import SQLTxMaintenance
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.locks import Key, Locks
 from receiver.store.postgres.schema import lock_key
@@ -236,6 +237,7 @@ class PostgresTx:
         self.throttle = SQLTxThrottle(st)
         self.storms = SQLTxStorms(st)
         self.flaps = PostgresTxFlaps(st, self.locks)
+        self.maintenance = SQLTxMaintenance(st)
         self.silences = SQLTxSilences(st)
         self.state = SQLTxState(st)
 

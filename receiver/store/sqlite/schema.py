@@ -15,6 +15,7 @@ from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.flaps import FLAPS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
+from receiver.store.maintenance import MAINTENANCE_SCHEMA
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
 from receiver.store.routing import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
 from receiver.store.threads import THREADS_SCHEMA
@@ -224,6 +225,8 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], Any]] = [
     FILTER_SCHEMA,
     # 30: replays of a subscription's events since a time (POST /v1/webhooks/:id/replay).
     REPLAYS_SCHEMA.format(id="INTEGER PRIMARY KEY", real="REAL"),
+    # 31: the notices of maintenance windows, each claimed once (receiver.store.maintenance).
+    MAINTENANCE_SCHEMA.format(real="REAL"),
 ]
 
 

@@ -18,6 +18,7 @@ from receiver.store.events import SQLTxEvents
 from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.flaps import SQLTxFlaps
 from receiver.store.inhibitors import SQLTxInhibitors
+from receiver.store.maintenance import SQLTxMaintenance
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.records import Alert, StoredEvent
 from receiver.store.routing import (
@@ -142,6 +143,7 @@ class SQLiteTx:
         self.throttle = SQLTxThrottle(st)
         self.storms = SQLTxStorms(st)
         self.flaps = SQLTxFlaps(st)
+        self.maintenance = SQLTxMaintenance(st)
         self.silences = SQLTxSilences(st)
         self.state = SQLTxState(st)
 
