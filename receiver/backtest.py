@@ -23,6 +23,7 @@ the notify worker's failures (a dead notification counts as sent here). It start
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import gc
 import math
@@ -106,8 +107,17 @@ class Backtest:
         self.pipeline.now = now
         if refresh:
             self.pipeline.silences = active_silences(self.tx.silences.active(now))
-            self.pipeline.wake()  # what a silence that ended held (quiet hours: not replayed)
+            self.pipeline.wake()  # what a silence or quiet hours that ended held
         return refresh
+
+    def _muted(self, row: ScratchRow) -> None:
+        """A row muted outside its rule's active window: the window's next opening is a
+        boundary too, where what it muted is woken (as the server's timers do)."""
+        rule = self.ruleset.by_name.get(row.rule)
+        if rule is not None and rule.active is not None:
+            opens = rule.active.next_open(row.updated_at)
+            if opens not in self._boundaries:
+                bisect.insort(self._boundaries, opens, key=lambda t: -t)
 
     # -- events and timers ------------------------------------------------------------------
 
@@ -295,6 +305,8 @@ class Backtest:
                 continue
             if kind == "escalation" and state in ("pending", "silenced", "muted"):
                 self._step(row, state)
+            if state == "muted":
+                self._muted(row)
             if state == "inhibited" and row.reason:  # "inhibited by NAME (EVENT, ...)"
                 result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
             elif state == "flapping":
