@@ -211,6 +211,11 @@ def _look(
             # and the next round starts its gap after it (not at once, unannounced).
             chain.step, chain.round = len(policy.steps), chain.round - 1
         again = chain.step > 0
+    elif chain.step >= len(policy.steps):
+        # A chain that ran out falls due again only when a snooze ended (store.alerts.snooze):
+        # its last step pages again, and the log says why.
+        note = "the snooze ended and the alert is still open: the last step pages again"
+        chain.log.append({"at": now, "event": "snooze ended", "note": note})
     starter = _starter(tx, chain, alert)
     rule = ruleset.by_name.get(chain.rule)
     index = chain.step - 1 if again or chain.step >= len(policy.steps) else chain.step

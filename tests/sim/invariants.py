@@ -232,7 +232,7 @@ def once(run: Run) -> None:
     """A row is sent at most once a lease; a step pages at most once an episode and round.
 
     (Never again after its delivery was recorded; again within a lease only after a
-    failure was recorded; an ack, reack or a silence's end lets a step page again.)"""
+    failure was recorded; an ack, reack, a snooze's or a silence's end lets a step page again.)"""
     by_row: dict[int, list[float]] = defaultdict(list)
     for rid, at in run.seen.sends:
         by_row[rid].append(at)
@@ -249,7 +249,7 @@ def once(run: Run) -> None:
         for entry in log:
             if entry.get("event") != "paged":
                 if entry.get("event") not in ("skipped", "started"):
-                    seen.clear()  # acked, reack, resumed: the step may page again
+                    seen.clear()  # acked, reack, resumed, snooze ended: it may page again
                 continue
             key = (int(entry["step"]), int(entry["round"]))
             if key in seen:
