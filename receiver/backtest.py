@@ -29,7 +29,7 @@ import gc
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from receiver.backtest_result import HOUR, Comparison, Paged, Result, Tally, compare
@@ -82,6 +82,7 @@ class Backtest:
         self._untitled: dict[Any, list[Decision]] = {}  # untitled_decisions()'s, by rule (and key)
         self._tallies: dict[tuple[str, str], tuple[Tally, Tally]] = {}  # result.tallies()
         self._lifecycle = any(rule.follows_alert for rule in ruleset.rules)
+        self._windows = any(rule.active for rule in ruleset.rules)  # _window_opens()
         # No timer falls due before this (timers() found so): until the pipeline adds or
         # changes rows, the events before it need no look at the timers.
         self._quiet_until = -math.inf
@@ -108,15 +109,19 @@ class Backtest:
         if refresh:
             self.pipeline.silences = active_silences(self.tx.silences.active(now))
             self.pipeline.wake()  # what a silence or quiet hours that ended held
+            if self._windows:  # what a silence held, and quiet hours hold now
+                held = self.tx.notices.suppressed(None, 1_000_000)
+                chains = self.tx.escalations.suppressed(None, 1_000_000)
+                self._window_opens({n.rule for n in held} | {c.rule for c in chains}, now)
         return refresh
 
-    def _muted(self, row: ScratchRow) -> None:
-        """A row muted outside its rule's active window: the window's next opening is a
-        boundary too, where what it muted is woken (as the server's timers do)."""
-        rule = self.ruleset.by_name.get(row.rule)
-        if rule is not None and rule.active is not None:
-            opens = rule.active.next_open(row.updated_at)
-            if opens not in self._boundaries:
+    def _window_opens(self, rules: Iterable[str], at: float) -> None:
+        """Quiet hours muted what these rules hold: each one's active window's next opening
+        is a boundary too, where what it muted is woken (as the server's timers do)."""
+        for name in rules:
+            rule = self.ruleset.by_name.get(name)
+            opens = rule.active.next_open(at) if rule and rule.active else at
+            if opens > at and opens not in self._boundaries:
                 bisect.insort(self._boundaries, opens, key=lambda t: -t)
 
     # -- events and timers ------------------------------------------------------------------
@@ -306,7 +311,7 @@ class Backtest:
             if kind == "escalation" and state in ("pending", "silenced", "muted"):
                 self._step(row, state)
             if state == "muted":
-                self._muted(row)
+                self._window_opens((row.rule,), row.updated_at)
             if state == "inhibited" and row.reason:  # "inhibited by NAME (EVENT, ...)"
                 result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
             elif state == "flapping":

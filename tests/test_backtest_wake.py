@@ -66,3 +66,17 @@ def test_quiet_hours_ending_wakes_what_they_muted() -> None:
     replay.route(_event("score.recover", "r2", 30, "u2", "s2"))
     tally = replay.finish().rules["daytime"]
     assert (tally.sent, dict(tally.suppressed)) == (1, {"muted": 2})
+
+
+def test_a_silence_that_ends_in_quiet_hours_wakes_when_the_window_opens() -> None:
+    """Seed 666 of `make sim SEEDS=1000`: the silence ends at 10:30, before the rule's
+    window opens at 11:00, so nothing wakes then; the server's timers notify the alert at
+    11:00, and so does the backtest now."""
+    deferred = QUIET.replace('"11:00-20:00"}', '"11:00-20:00", defer: true}')
+    silences = [Silence(1, {"sessionId": "s1"}, "s1 away", at(0), at(30))]
+    replay = backtest.Backtest(
+        rules.load_text(HEADER + deferred), start=START, end=at(24 * 60), silences=silences
+    )
+    replay.route(_event("score.drop", "d1", 1, "u1"))  # 10:01, silenced
+    tally = replay.finish().rules["daytime"]
+    assert (tally.sent, dict(tally.suppressed)) == (1, {"silenced": 1})

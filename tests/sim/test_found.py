@@ -163,3 +163,19 @@ rules:
     run_scenario(Scenario(800, 1796116380.0, [rules], ops), checker)
     events = [e["event"] for e in json.loads(logs[0][0][0])]
     assert events[-3:] == ["snooze ended", "paged", "done"]
+
+
+def test_seed_711_the_timers_look_when_quiet_hours_end() -> None:
+    # A drop muted before 08:00, an update of its alert long after: the server's timers
+    # (every IDLE_POLL) wake the muted alert at 08:00, before the update comes; the runner
+    # looked only at what the file said falls due, so the update woke it instead and the
+    # backtest (which wakes at 08:00) counted one send more ("backtest is the server").
+    rules = NOTIFIERS + (
+        "rules:\n- name: r1\n  notify: [chat]\n  resolve: true\n  active: {hours: '08:00-14:00'}\n"
+    )
+    drop = {"sessionId": "s3", "userId": "u3", "threshold": 40}
+    ops = [
+        _event(12904.5, 14, "score.drop", "07T06:19:04.500", score=22, **drop),
+        _event(19137.5, 34, "score.drop", "07T07:52:57.500", score=15, **drop),
+    ]
+    assert violation(Scenario(711, 1796611440.0, [rules], ops)) is None
