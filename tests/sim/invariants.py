@@ -171,6 +171,8 @@ def _expected_escalation(run: Run, eid: str, rule: Rule, chains: Any) -> set[str
         ),
         None,
     )  # fmt: skip
+    if eid in {e.get("eventId") for e in log[1:] if e.get("event") == "started"}:
+        return {"sent", "held"}  # it started the waiting chain again (dispatch.escalations)
     if starter != eid:
         return {"deduplicated"}
     note = str(log[0].get("note") or "") if log else ""
@@ -365,7 +367,7 @@ async def wake_at_the_end(run: Run) -> None:
             if alert is None or alert.state != "open" or alert.episode != ep or rule is None:
                 continue
             if what == "chain":  # judged by the event that started it, as its notice is
-                about = (json.loads(about) or [{}])[0].get("eventId")
+                about = filed.starter_at(json.loads(about) or [], now)
             fields = run.seen.bodies.get(about) if about else None
             fields = opener(tx, alert) if fields is None else fields
             held = suppression(tx, ruleset, rule, fields, silences, now, aid)
