@@ -23,12 +23,13 @@ the notify worker's failures (a dead notification counts as sent here). It start
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import gc
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from receiver.backtest_result import HOUR, Comparison, Paged, Result, Tally, compare
@@ -84,6 +85,7 @@ class Backtest:
         self._untitled: dict[Any, list[Decision]] = {}  # untitled_decisions()'s, by rule (and key)
         self._tallies: dict[tuple[str, str], tuple[Tally, Tally]] = {}  # result.tallies()
         self._lifecycle = any(rule.follows_alert for rule in ruleset.rules)
+        self._windows = any(rule.active for rule in ruleset.rules)  # _window_opens()
         # No timer falls due before this (timers() found so): until the pipeline adds or
         # changes rows, the events before it need no look at the timers.
         self._quiet_until = -math.inf
@@ -109,8 +111,21 @@ class Backtest:
         self.pipeline.now = now
         if refresh:
             self.pipeline.silences = active_silences(self.tx.silences.active(now))
-            self.pipeline.wake()  # what a silence that ended held (quiet hours: not replayed)
+            self.pipeline.wake()  # what a silence or quiet hours that ended held
+            if self._windows:  # what a silence held, and quiet hours hold now
+                held = self.tx.notices.suppressed(None, 1_000_000)
+                chains = self.tx.escalations.suppressed(None, 1_000_000)
+                self._window_opens({n.rule for n in held} | {c.rule for c in chains}, now)
         return refresh
+
+    def _window_opens(self, rules: Iterable[str], at: float) -> None:
+        """Quiet hours muted what these rules hold: each one's active window's next opening
+        is a boundary too, where what it muted is woken (as the server's timers do)."""
+        for name in rules:
+            rule = self.ruleset.by_name.get(name)
+            opens = rule.active.next_open(at) if rule and rule.active else at
+            if opens > at and opens not in self._boundaries:
+                bisect.insort(self._boundaries, opens, key=lambda t: -t)
 
     # -- events and timers ------------------------------------------------------------------
 
@@ -308,6 +323,8 @@ class Backtest:
                 continue
             if kind == "escalation" and state in ("pending", "silenced", "muted"):
                 self._step(row, state)
+            if state == "muted":
+                self._window_opens((row.rule,), row.updated_at)
             if state == "inhibited" and row.reason:  # "inhibited by NAME (EVENT, ...)"
                 result.inhibited[row.reason.removeprefix("inhibited by ").split(" ")[0]] += 1
             elif state == "maintenance" and row.reason:

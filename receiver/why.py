@@ -89,16 +89,22 @@ class _Seen:
     chains: Sequence[Chain]
 
     def chain(self, rule: str, *, started: bool) -> Chain | None:
-        """The rule's chain that the event started (or, not started: one that ran before
-        it). Its log names the event that started it; a chain from before it did, by its
-        start being the event's routing."""
+        """The rule's chain that the event started, or started again while it waited (or,
+        not started: one that ran before it). Its log names the events that started it; a
+        chain from before it did, by its start being the event's routing."""
         for c in self.chains:
             if c.rule != rule or (self.routed_at is not None and c.started_at > self.routed_at):
                 continue
-            by = (c.log or [{}])[0].get("eventId")
-            if (by == self.event if by is not None else c.started_at == self.routed_at) is started:
+            by = {e.get("eventId") for e in c.log if e.get("event") == "started"} - {None}
+            if (self.event in by if by else c.started_at == self.routed_at) is started:
                 return c
         return None
+
+    def start_note(self, chain: Chain) -> str:
+        """The note of the chain's start by this event (its first entry's, in a chain from
+        before its log named the events that started it)."""
+        mine = [e for e in chain.log if e.get("eventId") == self.event] or chain.log or [{}]
+        return str(mine[0].get("note") or "")
 
 
 def _rule(
@@ -220,7 +226,7 @@ def _without_rows(ruleset: Ruleset, verdict: RuleOutcome, seen: _Seen) -> dict[s
         policy = rule.escalate.name
         chain = seen.chain(rule.name, started=True)
         if chain is not None:
-            note = str((chain.log or [{}])[0].get("note") or "")
+            note = seen.start_note(chain)
             if note.startswith("held"):
                 return _state("held", at, f"escalation {policy} started, {note}")
             return _state(

@@ -75,30 +75,44 @@ def start(
     assert policy is not None
     suppressed = state in SUPPRESSED
     base = release_at if state == "held" and release_at is not None else now
-    tx.escalations.start(
-        Chain(
-            alert.id,
-            alert.episode,
-            rule.name,
-            policy.to_json(),
-            0,
-            0,
-            None if suppressed else base + policy.steps[0].after,
-            now,
-            now if suppressed else None,
-            (why or state) if suppressed else None,
-            [
-                {
-                    "at": now,
-                    "event": "started",
-                    "note": _started(state, base, suppressed),
-                    **({"eventId": event} if event is not None else {}),
-                }
-            ],
+    first = None if suppressed else base + policy.steps[0].after
+    entry = {
+        "at": now,
+        "event": "started",
+        "note": _started(state, base, suppressed),
+        **({"eventId": event} if event is not None else {}),
+    }
+    if first is None or event is None or not _restart(tx, alert, rule.name, first, entry):
+        tx.escalations.start(
+            Chain(
+                alert.id,
+                alert.episode,
+                rule.name,
+                policy.to_json(),
+                0,
+                0,
+                first,
+                now,
+                now if suppressed else None,
+                (why or state) if suppressed else None,
+                [entry],
+            )  # fmt: skip
         )
-    )
     if not suppressed:
         tx.notices.add(alert.id, alert.episode, rule.name, now, rule.repeat)
+
+
+def _restart(tx: Tx, alert: Alert, rule: str, first: float, entry: dict[str, Any]) -> bool:
+    """Start again, from step one, the rule's chain of the episode that waits for a silence
+    or quiet hours to end, when a later event that is not suppressed starts it: its log
+    names that event, whose pages they are from now on (_starter). Whether one waited."""
+    for chain in tx.escalations.of(alert.id, alert.episode):
+        if chain.rule == rule and chain.next_at is None and chain.suppressed_since is not None:
+            chain.step, chain.next_at = 0, first
+            chain.log.append(entry)
+            tx.escalations.save(chain)
+            return True
+    return False
 
 
 def _started(state: str, base: float, suppressed: bool) -> str:
@@ -211,6 +225,11 @@ def _look(
             # and the next round starts its gap after it (not at once, unannounced).
             chain.step, chain.round = len(policy.steps), chain.round - 1
         again = chain.step > 0
+    elif chain.step >= len(policy.steps):
+        # A chain that ran out falls due again only when a snooze ended (store.alerts.snooze):
+        # its last step pages again, and the log says why.
+        note = "the snooze ended and the alert is still open: the last step pages again"
+        chain.log.append({"at": now, "event": "snooze ended", "note": note})
     starter = _starter(tx, chain, alert)
     rule = ruleset.by_name.get(chain.rule)
     index = chain.step - 1 if again or chain.step >= len(policy.steps) else chain.step
@@ -401,13 +420,15 @@ def _suppressed_event(tx: Tx, notice: Notice, alert: Alert) -> tuple[str, dict[s
 
 
 def _starter(tx: Tx, chain: Chain, alert: Alert) -> tuple[str, dict[str, Any]]:
-    """The event that started the chain (its log's first entry names it) and its payload:
-    the chain's pages are filed under it, so that explaining that event lists them, and
-    rendered and judged by its fields (an update that started the chain can match a
-    silence its alert's opener does not). A chain started before its log named its event
-    is the opener's; an event no longer stored is read as its opener."""
-    first = chain.log[0] if chain.log else {}
-    event = first.get("eventId") if first.get("event") == "started" else None
+    """The event that started the chain (its log's last "started" entry names it: a later
+    event starts a waiting chain again, _restart) and its payload: the chain's pages are
+    filed under it, so that explaining that event lists them, and rendered and judged by
+    its fields (an update that started the chain can match a silence its alert's opener
+    does not). A chain started before its log named its event is the opener's; an event
+    no longer stored is read as its opener."""
+    started = (e for e in reversed(chain.log) if e.get("event") == "started")
+    last = next(started, None)
+    event = None if last is None else last.get("eventId")
     return _event_or_opener(tx, event if isinstance(event, str) else None, alert)
 
 

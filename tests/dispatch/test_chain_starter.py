@@ -87,3 +87,28 @@ def test_a_chain_started_silenced_waits_while_its_starter_is_silenced(routed: Ro
     sent = [r for r in routed.rows("evt_34") if r.kind == "escalation" and r.state == "pending"]
     assert [r.notifier for r in sent] == ["pager"]
     assert "was silenced since" in sent[0].body
+
+
+def test_a_later_event_not_silenced_starts_a_waiting_chain_again_as_its_own(
+    routed: Routed,
+) -> None:
+    # evt_1 starts the chain silenced (its context); evt_2, of the same alert and not
+    # silenced, starts it again: its pages were filed under evt_1 and judged by evt_1's
+    # fields, so step one was skipped again while the silence held evt_1.
+    routed.ruleset = load_text(HEAD + ESCALATES, env={})
+    routed.silence({"meta.context": "search"}, 3600)
+    routed.send(event(routed, "score.drop", "evt_1", userId="u1", meta={"context": "search"}))
+    routed.advance(60)
+    routed.send(event(routed, "score.drop", "evt_2", userId="u1"))
+    routed.advance(1200)
+
+    [chain] = routed.chains("session:s5")
+    assert [(e["event"], e.get("eventId")) for e in chain.log][:3] == [
+        ("started", "evt_1"),
+        ("started", "evt_2"),
+        ("paged", None),
+    ]
+    pages = [r for r in routed.rows() if r.kind == "escalation" and r.state == "pending"]
+    assert {r.event_id for r in pages} == {"evt_2"}
+    [entry] = routed.explain("evt_2")["rules"]
+    assert entry["decision"] == "sent"

@@ -31,24 +31,32 @@ def _new_rows(run: Run, mark: str, sql: str) -> list[tuple[Any, ...]]:
     return rows
 
 
-def pages_filed_under_their_starter(run: Run) -> None:
-    """A chain's pages are filed under the event that started the chain.
+def starter_at(log: list[dict[str, Any]], at: float) -> str | None:
+    """The event that started the chain as it was at `at`: its log's last "started" entry
+    by then (a later event that is not suppressed starts a waiting chain again)."""
+    found = [e for e in log if e.get("event") == "started" and float(e["at"]) <= at]
+    return None if not found else found[-1].get("eventId")
 
-    (Its log's first entry names that event: explain of it lists the pages; a later event
-    of the episode started nothing, and its explanation says deduplicated.)"""
+
+def pages_filed_under_their_starter(run: Run) -> None:
+    """A chain's pages are filed under the event that started the chain (that round).
+
+    (Its log's last "started" entry before the page names that event: explain of it lists
+    the pages; a later event of the episode started nothing, and its explanation says
+    deduplicated, unless it started a waiting chain again.)"""
     rows = _new_rows(
         run,
         "pages",
-        "SELECT o.id, o.event_id, o.alert, o.episode, o.rule, o.reason, e.log FROM outbox o"
-        " JOIN escalations e ON e.alert = o.alert AND e.episode = o.episode AND e.rule = o.rule"
+        "SELECT o.id, o.event_id, o.alert, o.episode, o.rule, o.reason, e.log, o.created_at"
+        " FROM outbox o JOIN escalations e ON e.alert = o.alert AND e.episode = o.episode"
+        " AND e.rule = o.rule"
         " WHERE o.kind = 'escalation' AND o.id > ? AND o.created_at >= e.started_at",
     )
-    for rid, eid, aid, ep, rule, reason, log in rows:
+    for rid, eid, aid, ep, rule, reason, log, created in rows:
         if reason and UNPAGED_NOTE in reason:
             continue  # the first pages an event kept for itself (stale, or before a chain)
-        first = (json.loads(log) or [{}])[0]
-        starter = first.get("eventId")
-        if first.get("event") == "started" and starter is not None and starter != eid:
+        starter = starter_at(json.loads(log) or [], float(created))
+        if starter is not None and starter != eid:
             raise Violation(
                 "pages are filed under their chain's starter",
                 f"row #{rid}: a page of {aid}/{ep} rule {rule} is filed under {eid};"
@@ -116,11 +124,12 @@ def chains_resume_when_free(run: Run) -> None:
         return
     for aid, ep, rule, log in run.query("SELECT alert, episode, rule, log FROM escalations"):
         entries = json.loads(log) or [{}]
-        body = run.seen.bodies.get(str(entries[0].get("eventId")))
-        if body is None:
-            continue
         for entry in entries:
             if entry.get("event") != "resumed":
+                continue
+            starter = starter_at(entries, float(entry["at"]))
+            body = run.seen.bodies.get(str(starter))
+            if body is None:
                 continue
             found = _holding(silences, body, float(entry["at"]))
             if found is not None:
@@ -128,7 +137,7 @@ def chains_resume_when_free(run: Run) -> None:
                     "wake exactly what was held",
                     f"the chain of {aid}/{ep} rule {rule} started again at"
                     f" {float(entry['at']) - run.scenario.start:.1f} while silence"
-                    f" #{found.id} ({found.matchers}) still held {entries[0]['eventId']},"
+                    f" #{found.id} ({found.matchers}) still held {starter},"
                     " which started it",
                     "woken while still held",
                 )

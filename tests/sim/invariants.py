@@ -175,6 +175,8 @@ def _expected_escalation(run: Run, eid: str, rule: Rule, chains: Any) -> set[str
         ),
         None,
     )  # fmt: skip
+    if eid in {e.get("eventId") for e in log[1:] if e.get("event") == "started"}:
+        return {"sent", "held"}  # it started the waiting chain again (dispatch.escalations)
     if starter != eid:
         return {"deduplicated"}
     note = str(log[0].get("note") or "") if log else ""
@@ -236,7 +238,7 @@ def once(run: Run) -> None:
     """A row is sent at most once a lease; a step pages at most once an episode and round.
 
     (Never again after its delivery was recorded; again within a lease only after a
-    failure was recorded; an ack, reack or a silence's end lets a step page again.)"""
+    failure was recorded; an ack, reack, a snooze's or a silence's end lets a step page again.)"""
     by_row: dict[int, list[float]] = defaultdict(list)
     for rid, at in run.seen.sends:
         by_row[rid].append(at)
@@ -253,7 +255,7 @@ def once(run: Run) -> None:
         for entry in log:
             if entry.get("event") != "paged":
                 if entry.get("event") not in ("skipped", "started"):
-                    seen.clear()  # acked, reack, resumed: the step may page again
+                    seen.clear()  # acked, reack, resumed, snooze ended: it may page again
                 continue
             key = (int(entry["step"]), int(entry["round"]))
             if key in seen:
@@ -369,7 +371,7 @@ async def wake_at_the_end(run: Run) -> None:
             if alert is None or alert.state != "open" or alert.episode != ep or rule is None:
                 continue
             if what == "chain":  # judged by the event that started it, as its notice is
-                about = (json.loads(about) or [{}])[0].get("eventId")
+                about = filed.starter_at(json.loads(about) or [], now)
             fields = run.seen.bodies.get(about) if about else None
             fields = opener(tx, alert) if fields is None else fields
             held = suppression(tx, ruleset, rule, fields, silences, now, aid)

@@ -283,8 +283,8 @@ class Run:
     def next_due(self) -> float:
         """The next moment a timer or a send falls due after now, read from the file: a
         held or pending row, a lease that runs out, a repeat, an escalation step, a digest
-        that closes, a silence that ends, a flap that settles (the router's own next step,
-        as escalation steps are), the heartbeat."""
+        that closes, a silence that ends, quiet hours that end, a flap that settles (the
+        router's own next step, as escalation steps are), the heartbeat."""
         now = self.now
         (found,) = self.query(
             "SELECT min(t) FROM ("
@@ -304,6 +304,14 @@ class Run:
         (late,) = self.query("SELECT min(next_at) FROM escalations WHERE next_at <= ?", (now,))[0]
         if late is not None:  # a step due now (a chain woken this turn): the router looks
             due = min(due, now + TIMERS_GAP)  # again TIMERS_GAP later (Router._timers_due_in)
+        for (name,) in self.query(
+            "SELECT rule FROM notices WHERE suppressed_since IS NOT NULL UNION SELECT rule"
+            " FROM escalations WHERE suppressed_since IS NOT NULL AND next_at IS NULL"
+        ):  # what waits may be muted: the router's timers (every IDLE_POLL) see that end
+            rule = self.ruleset.by_name.get(name)
+            if rule is not None and rule.active is not None:
+                opens = rule.active.next_open(now)
+                due = min(due, opens) if opens > now else due
         beat = self.ruleset.heartbeat
         if beat is not None:
             (last,) = self.query("SELECT max(received_at) FROM events")[0]

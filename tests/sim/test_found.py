@@ -4,6 +4,7 @@ The same cases as plain routing tests are in tests/dispatch/."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -125,3 +126,56 @@ def test_an_action_comes_through_its_front_end(via: str) -> None:
     assert [line.split(": ")[0].strip() for line in run.trace if " via " in line] == [
         f"{kind} via {via}" for kind in ("snooze", "ack", "resolve", "ack")
     ]
+
+
+def test_seed_800_a_chain_that_ran_out_pages_again_when_a_snooze_ends() -> None:
+    # The chain pages its one step, is acked, pages again at reack, and is snoozed: at the
+    # snooze's end it pages its last step again (as documented), and its log now says why
+    # (once read two pages of step 1, round 1 with nothing between).
+    rules = (
+        NOTIFIERS
+        + """
+escalations:
+  p0:
+    steps:
+    - notify: [pager]
+      after: 247s
+    reack: 414s
+rules:
+- name: r0
+  escalate: p0
+"""
+    )
+    drop = {"sessionId": "s2", "userId": "u2", "score": 15, "threshold": 40}
+    ops = [
+        _event(734.5, 10, "score.drop", "01T09:25:14.500", **drop),
+        Op(10527.5, "ack", {"alert": "session:s2", "via": "cli"}),
+        Op(16227.5, "snooze", {"alert": "session:s2", "seconds": 600, "via": "engine"}),
+        _event(18418.5, 29, "score.drop", "01T14:24:58.500", **{**drop, "sessionId": "s3"}),
+    ]
+    logs: list[list[tuple[Any, ...]]] = []
+
+    async def checker(run: Run, final: bool, routed: list[str]) -> None:
+        await check(run, final, routed)
+        if final:
+            logs.append(run.query("SELECT log FROM escalations WHERE alert = 'session:s2'"))
+
+    run_scenario(Scenario(800, 1796116380.0, [rules], ops), checker)
+    events = [e["event"] for e in json.loads(logs[0][0][0])]
+    assert events[-3:] == ["snooze ended", "paged", "done"]
+
+
+def test_seed_711_the_timers_look_when_quiet_hours_end() -> None:
+    # A drop muted before 08:00, an update of its alert long after: the server's timers
+    # (every IDLE_POLL) wake the muted alert at 08:00, before the update comes; the runner
+    # looked only at what the file said falls due, so the update woke it instead and the
+    # backtest (which wakes at 08:00) counted one send more ("backtest is the server").
+    rules = NOTIFIERS + (
+        "rules:\n- name: r1\n  notify: [chat]\n  resolve: true\n  active: {hours: '08:00-14:00'}\n"
+    )
+    drop = {"sessionId": "s3", "userId": "u3", "threshold": 40}
+    ops = [
+        _event(12904.5, 14, "score.drop", "07T06:19:04.500", score=22, **drop),
+        _event(19137.5, 34, "score.drop", "07T07:52:57.500", score=15, **drop),
+    ]
+    assert violation(Scenario(711, 1796611440.0, [rules], ops)) is None
