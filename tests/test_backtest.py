@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from receiver import backtest, events, rules
+from receiver import events, rules
+from receiver.backtest import replay as backtest
 from receiver.cli import cli
 from receiver.store import Notification, Store, StoredEvent, open_store
 
@@ -436,7 +437,7 @@ def test_a_page_that_fails_to_route_leaves_no_read_behind(monkeypatch: pytest.Mo
     left running, and its end (or its error) was never looked at."""
     import asyncio
 
-    from receiver import backtest as bt
+    from receiver.backtest import replay as bt
 
     reads: list[asyncio.Task[Any]] = []
 

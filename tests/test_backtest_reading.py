@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from receiver import backtest, events, rules
+from receiver import events, rules
+from receiver.backtest import replay as backtest
 from receiver.store import open_store, replay
 
 START = 1_795_000_000.0

@@ -9,10 +9,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from receiver import report as noise
 from receiver.admin._common import Admin, log
 from receiver.admin.auth import Session
 from receiver.api.alerts import escalation
+from receiver.backtest import report as noise
 from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.store.records import OutboxQuery

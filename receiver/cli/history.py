@@ -14,10 +14,10 @@ from typing import Any
 
 import click
 
-from receiver import backtest as bt
-from receiver import backtest_parallel as parallel
-from receiver import report as noise
 from receiver import rules
+from receiver.backtest import parallel
+from receiver.backtest import replay as bt
+from receiver.backtest import report as noise
 from receiver.cli._common import (
     db_option,
     echo,

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from receiver.backtest_result import HOUR, Comparison, Paged, Result, Tally, compare
+from receiver.backtest.result import HOUR, Comparison, Paged, Result, Tally, compare
 from receiver.dispatch import flap, inhibition
 from receiver.dispatch.alerts import Transition, apply
 from receiver.dispatch.pipeline import UNTITLED, Pipeline
