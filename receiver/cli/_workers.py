@@ -23,7 +23,7 @@ from multiprocessing.connection import wait
 from types import FrameType
 from typing import Any
 
-from receiver.http import WATCHDOG_SLACK, Server
+from receiver.edge.http import WATCHDOG_SLACK, Server
 from receiver.settings import Settings
 
 log = logging.getLogger("receiver.workers")
