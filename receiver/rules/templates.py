@@ -26,8 +26,8 @@ from jinja2 import StrictUndefined, Template, TemplateSyntaxError, UndefinedErro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from receiver.durations import format_duration
+from receiver.matchers import lookup, show
 from receiver.rules import sandbox
-from receiver.rules.match import lookup, show
 from receiver.rules.sandbox import Budget
 
 MAX_OUTPUT = 16 * 1024  # characters of one rendered title, body or key; more is cut

@@ -40,7 +40,7 @@ def add_silence(
         # Imported here: the rules package loads the channels, which load the store, so
         # the store cannot load it at import time (a circle; issue 44 moves the matcher
         # into a module of its own).
-        from receiver.rules.match import compile_match
+        from receiver.matchers import compile_match
 
         conditions, _ = compile_match(matchers)  # checked by parse_matchers already
         alerts = tuple(
