@@ -7,6 +7,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from receiver.matchers import compile_match
 from receiver.store.records import Alert, Silence
 
 T = TypeVar("T")
@@ -37,11 +38,6 @@ def add_silence(
     a flap re-firing inside keeps it), one that matches none after seconds after now."""
     alerts: tuple[str, ...] = ()
     if after is not None:
-        # Imported here: the rules package loads the channels, which load the store, so
-        # the store cannot load it at import time (a circle; issue 44 moves the matcher
-        # into a module of its own).
-        from receiver.matchers import compile_match
-
         conditions, _ = compile_match(matchers)  # checked by parse_matchers already
         alerts = tuple(
             a.id
