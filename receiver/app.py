@@ -32,7 +32,6 @@ from receiver.edge.ops import OpsEndpoints
 from receiver.errors import ConfigError
 from receiver.links import LinkSource
 from receiver.links import source as link_source
-from receiver.logs import redact_url
 from receiver.metrics import Metrics
 from receiver.notify import registry, slack
 from receiver.notify.backoff import Backoff
@@ -41,6 +40,7 @@ from receiver.notify.slack.interactivity import Interactivity
 from receiver.notify.targets import Targets
 from receiver.notify.webhook import WebhookChannel
 from receiver.notify.worker import Worker
+from receiver.redact import redact_url
 from receiver.reloader import RulesHolder
 from receiver.retention import Pruner
 from receiver.settings import Settings

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import BaseEvent
-from receiver.logs import redact_url
+from receiver.redact import redact_url
 from receiver.store.alerts import SQLAlerts
 from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.events import SQLEvents, event_row
