@@ -48,12 +48,12 @@ from receiver.store.outbox import SQLOutbox
 from receiver.store.postgres.locks import Key, LockOrderError
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
+from receiver.store.sessions import SQLSessions
 from receiver.store.silences import StoreSilences
 from receiver.store.statements import POSTGRES, Query
 from receiver.store.stats import SQLStats
 from receiver.store.threads import SQLThreads
 from receiver.store.upstream_state import SQLUpstream
-from receiver.store.views import SQLSessions
 from receiver.store.webhooks import SQLWebhooks
 
 log = logging.getLogger("receiver.store")

@@ -10,24 +10,24 @@ from functools import lru_cache
 from typing import Any
 
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
-from receiver.store.escalations import SQLTxEscalations
-from receiver.store.events import SQLTxEvents
-from receiver.store.fanout import SQLTxWebhooks
-from receiver.store.flaps import Flap, SQLTxFlaps
-from receiver.store.inhibitors import SQLTxInhibitors
-from receiver.store.outbox import SQLTxOutbox
-from receiver.store.postgres.locks import Key, Locks
-from receiver.store.postgres.schema import lock_key
-from receiver.store.records import Alert, Chain, Notice, StoredEvent
-from receiver.store.routing import (
+from receiver.store.digests import (
     SQLTxDigests,
     SQLTxSilences,
     SQLTxState,
     SQLTxStorms,
     SQLTxThrottle,
 )
+from receiver.store.escalations import SQLTxEscalations
+from receiver.store.events import SQLTxEvents
+from receiver.store.flaps import Flap, SQLTxFlaps
+from receiver.store.inhibitors import SQLTxInhibitors
+from receiver.store.outbox import SQLTxOutbox
+from receiver.store.postgres.locks import Key, Locks
+from receiver.store.postgres.schema import lock_key
+from receiver.store.records import Alert, Chain, Notice, StoredEvent
+from receiver.store.sessions import SQLTxSessions
 from receiver.store.statements import POSTGRES
-from receiver.store.views import SQLTxSessions
+from receiver.store.subscribers import SQLTxWebhooks
 
 
 @lru_cache(maxsize=512)

@@ -11,15 +11,15 @@ import sqlite_utils
 
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
+from receiver.store.digests import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
 from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.flaps import FLAPS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
-from receiver.store.routing import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
+from receiver.store.sessions import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.threads import THREADS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
-from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhook_health import HEALTH_SCHEMA
 from receiver.store.webhook_replays import REPLAYS_SCHEMA
 from receiver.store.webhooks import (

@@ -13,22 +13,22 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
-from receiver.store.escalations import SQLTxEscalations
-from receiver.store.events import SQLTxEvents
-from receiver.store.fanout import SQLTxWebhooks
-from receiver.store.flaps import SQLTxFlaps
-from receiver.store.inhibitors import SQLTxInhibitors
-from receiver.store.outbox import SQLTxOutbox
-from receiver.store.records import Alert, StoredEvent
-from receiver.store.routing import (
+from receiver.store.digests import (
     SQLTxDigests,
     SQLTxSilences,
     SQLTxState,
     SQLTxStorms,
     SQLTxThrottle,
 )
+from receiver.store.escalations import SQLTxEscalations
+from receiver.store.events import SQLTxEvents
+from receiver.store.flaps import SQLTxFlaps
+from receiver.store.inhibitors import SQLTxInhibitors
+from receiver.store.outbox import SQLTxOutbox
+from receiver.store.records import Alert, StoredEvent
+from receiver.store.sessions import SQLTxSessions
 from receiver.store.statements import SQLITE
-from receiver.store.views import SQLTxSessions
+from receiver.store.subscribers import SQLTxWebhooks
 
 _savepoints = itertools.count(1)
 
