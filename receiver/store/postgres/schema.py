@@ -11,7 +11,8 @@ from typing import Any
 from receiver.errors import StoreError
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
-from receiver.store.digests import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
+from receiver.store.silences import SILENCE_UNTIL_RESOLVED_SCHEMA
+from receiver.store.storms import STORMS_SCHEMA
 from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
 from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.flaps import FLAPS_SCHEMA

@@ -10,13 +10,7 @@ from functools import lru_cache
 from typing import Any
 
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
-from receiver.store.digests import (
-    SQLTxDigests,
-    SQLTxSilences,
-    SQLTxState,
-    SQLTxStorms,
-    SQLTxThrottle,
-)
+from receiver.store.digests import SQLTxDigests
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.flaps import Flap, SQLTxFlaps
@@ -26,8 +20,12 @@ from receiver.store.postgres.locks import Key, Locks
 from receiver.store.postgres.schema import lock_key
 from receiver.store.records import Alert, Chain, Notice, StoredEvent
 from receiver.store.sessions import SQLTxSessions
+from receiver.store.silences import SQLTxSilences
+from receiver.store.state import SQLTxState
 from receiver.store.statements import POSTGRES
+from receiver.store.storms import SQLTxStorms
 from receiver.store.subscribers import SQLTxWebhooks
+from receiver.store.throttle import SQLTxThrottle
 
 
 @lru_cache(maxsize=512)

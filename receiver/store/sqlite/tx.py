@@ -13,13 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
-from receiver.store.digests import (
-    SQLTxDigests,
-    SQLTxSilences,
-    SQLTxState,
-    SQLTxStorms,
-    SQLTxThrottle,
-)
+from receiver.store.digests import SQLTxDigests
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.flaps import SQLTxFlaps
@@ -27,8 +21,12 @@ from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.records import Alert, StoredEvent
 from receiver.store.sessions import SQLTxSessions
+from receiver.store.silences import SQLTxSilences
+from receiver.store.state import SQLTxState
 from receiver.store.statements import SQLITE
+from receiver.store.storms import SQLTxStorms
 from receiver.store.subscribers import SQLTxWebhooks
+from receiver.store.throttle import SQLTxThrottle
 
 _savepoints = itertools.count(1)
 
