@@ -165,7 +165,9 @@ class PostgresStore:
         except Exception as exc:
             await self._loop.run_in_executor(self._threads, self._pool.close)
             self._threads.shutdown(wait=False)
-            reason = _unavailable(exc).message
+            # A refusal of ours (a schema newer than this program) is not an outage: no
+            # "retry later" for it.
+            reason = str(exc) if isinstance(exc, StoreError) else _unavailable(exc).message
             raise StoreError(f"cannot open the PostgreSQL database: {reason}") from None
         self._wake = asyncio.Event()
         self._pump = asyncio.create_task(self._run(), name="receiver-store")
