@@ -81,7 +81,7 @@ def _ancestors(name: str) -> set[str]:
 
 def _runs(name: str, path: Path, known: set[str]) -> set[str]:
     """The receiver modules that importing `name` runs: what it imports, and the packages an
-    import runs first (`from receiver.rules.match import x` runs receiver/rules/__init__.py,
+    import runs first (`from receiver.rules.load import x` runs receiver/rules/__init__.py,
     which loads the channels, which load the store), short of its own packages, which run
     before it does."""
     found = _imports(name, path, known)

@@ -43,7 +43,7 @@ def report_chart(bars: list[noise.Bar]) -> dict[str, Any]:
 
 
 async def report(admin: Admin, request: Request, session: Session) -> Response:
-    """The noise report (receiver.report), as `receiver report` prints it."""
+    """The noise report (receiver.backtest.report), as `receiver report` prints it."""
     since = request.query_params.get("since") or "7d"
     error = None
     try:
