@@ -38,11 +38,7 @@ from bench.api_ingest import (
     part_ingest,
 )
 from bench.api_reads import Bench, part_list, part_one, part_scores, read_mixes
-from bench.api_servers import (
-    Sink,
-    receiver_server,
-    serve_bare,
-)
+from bench.api_servers import receiver_server, serve_bare
 from bench.api_store import (
     BENCH,
     COHORTS,
@@ -55,6 +51,7 @@ from bench.api_store import (
     cached_store,
     log,
 )
+from bench.servers import Sink
 
 # -- running it -----------------------------------------------------------------------------
 

@@ -21,17 +21,14 @@ from bench.api_load import (
     wrk_result,
 )
 from bench.api_reads import Bench
-from bench.api_servers import (
-    Server,
-    Sink,
-    receiver_server,
-)
+from bench.api_servers import receiver_server
 from bench.api_store import (
     TARGET_INGEST_RATIO,
     TARGET_P99_RATIO,
     log,
     stamp,
 )
+from bench.servers import Server, Sink
 
 MODES = {  # what runs beside ingest: the table's label
     "alone": "nothing",

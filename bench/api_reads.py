@@ -18,10 +18,7 @@ from bench.api_load import (
     reads,
     write_paths,
 )
-from bench.api_servers import (
-    Server,
-    bare_server,
-)
+from bench.api_servers import bare_server
 from bench.api_store import (
     DAY,
     TARGET_LIST_P99_MS,
@@ -32,6 +29,7 @@ from bench.api_store import (
     stamp,
     uptime,
 )
+from bench.servers import Server
 
 # -- the parts ------------------------------------------------------------------------------
 

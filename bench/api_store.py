@@ -105,7 +105,7 @@ def _session_facts(i: int, rng: random.Random, now: float) -> list[Fact]:
 
 def _rows(count: int, now: float, seed: int) -> Iterator[tuple[tuple[Any, ...], list[Any]]]:
     """(sessions row, session_scores rows) of each synthetic session: the row as
-    receiver.store.views._values writes it, Summary's columns then status and started_at."""
+    receiver.store.sessions._values writes it, Summary's columns then status and started_at."""
     rng = random.Random(seed)
     for i in range(count):
         facts = _session_facts(i, rng, now)

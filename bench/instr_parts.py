@@ -29,8 +29,8 @@ from typing import Any
 from bench import streams
 from receiver import signature
 from receiver.dispatch.router import Router
+from receiver.edge.ingest import IngestEndpoint
 from receiver.events import parse
-from receiver.ingest import IngestEndpoint
 from receiver.metrics import Metrics
 from receiver.rules import load_text
 from receiver.rules.load import load_file

@@ -82,14 +82,16 @@ class Server:
     log: Path
     db: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
+    start_within: float = 30.0  # seconds to answer `ready` before the run gives up
+    stop_within: float = 20.0  # seconds after SIGTERM before SIGKILL
 
-    def start(self, pin: bool) -> None:
+    def start(self, pin: bool) -> Server:
         argv = ["taskset", "-c", SERVER_CPU, *self.argv] if pin else self.argv
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 argv, env=self.env, stdout=log, stderr=log, start_new_session=True
             )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + self.start_within
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise SystemExit(
@@ -97,10 +99,10 @@ class Server:
                     + self.log.read_text(errors="replace")[-2000:]
                 )
             if answers(self.port, self.ready):
-                return
+                return self
             time.sleep(0.05)
         self.stop()
-        raise SystemExit(f"{self.name} did not start within 30s; see {self.log}")
+        raise SystemExit(f"{self.name} did not start within {self.start_within:g}s; see {self.log}")
 
     def stop(self) -> None:
         if self.proc is None:
@@ -108,7 +110,7 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(20)
+                self.proc.wait(self.stop_within)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)

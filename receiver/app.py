@@ -25,13 +25,13 @@ from receiver.api.auth import Access
 from receiver.api.sessions import SessionsAPI
 from receiver.api.silences import SilencesAPI
 from receiver.api.webhooks import WebhooksAPI
-from receiver.asgi import EXCEPTION_HANDLERS, ReceiverApp
 from receiver.dispatch.router import Router
+from receiver.edge.asgi import EXCEPTION_HANDLERS, ReceiverApp
+from receiver.edge.ingest import IngestEndpoint
+from receiver.edge.ops import OpsEndpoints
 from receiver.errors import ConfigError
-from receiver.ingest import IngestEndpoint
 from receiver.links import LinkSource
 from receiver.links import source as link_source
-from receiver.logs import redact_url
 from receiver.metrics import Metrics
 from receiver.notify import registry, slack
 from receiver.notify.backoff import Backoff
@@ -40,7 +40,7 @@ from receiver.notify.slack.interactivity import Interactivity
 from receiver.notify.targets import Targets
 from receiver.notify.webhook import WebhookChannel
 from receiver.notify.worker import Worker
-from receiver.ops import OpsEndpoints
+from receiver.redact import redact_url
 from receiver.reloader import RulesHolder
 from receiver.retention import Pruner
 from receiver.settings import Settings

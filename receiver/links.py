@@ -26,11 +26,14 @@ from urllib.parse import quote
 
 from itsdangerous import BadSignature, SignatureExpired, TimestampSigner, URLSafeTimedSerializer
 
-from receiver.rules.templates import NO_LINKS
 from receiver.settings import Settings
 from receiver.store import Store
 from receiver.store.base import Tx
 from receiver.store.records import ACTIONS
+
+# What templates see as `links` without RECEIVER_PUBLIC_URL, or for an event of no alert.
+NO_LINKS: Mapping[str, str] = {"ack": "", "resolve": "", "snooze": "", "alert": ""}
+
 
 STATE = "action-link-key"  # the store's named state holding the signing key
 SALT = "receiver-act"  # apart from the admin cookie's: one key's token is not the other's

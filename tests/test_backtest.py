@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from receiver import backtest, events, rules
+from receiver import events, rules
+from receiver.backtest import period
+from receiver.backtest import replay as backtest
 from receiver.cli import cli
 from receiver.store import Notification, Store, StoredEvent, open_store
 
@@ -75,7 +77,7 @@ def replay(
             if silence is not None:
                 matchers, since, until = silence
                 await store.transact(lambda tx: tx.silences.add(matchers, "test", since, until))
-            results, _ = await backtest.run(store, rulesets, start=START, end=at(minutes))
+            results, _ = await period.run(store, rulesets, start=START, end=at(minutes))
             untouched = await store.transact(lambda tx: len(tx.events.unrouted(10_000)))
             assert untouched == len(stream)  # the real store: nothing routed
             assert await store.outbox.deliveries() == []  # and nothing queued
@@ -285,8 +287,8 @@ def test_rendering_the_texts_changes_no_count(tmp_path: Path) -> None:
         await store.open()
         try:
             await keep(store, stream, clock)
-            plain, _ = await backtest.run(store, [ruleset], start=START, end=at(60))
-            rendered, _ = await backtest.run(store, [ruleset], start=START, end=at(60), texts=True)
+            plain, _ = await period.run(store, [ruleset], start=START, end=at(60))
+            rendered, _ = await period.run(store, [ruleset], start=START, end=at(60), texts=True)
             return [plain[0], rendered[0]]
         finally:
             await store.close()
@@ -436,7 +438,7 @@ def test_a_page_that_fails_to_route_leaves_no_read_behind(monkeypatch: pytest.Mo
     left running, and its end (or its error) was never looked at."""
     import asyncio
 
-    from receiver import backtest as bt
+    from receiver.backtest import period as bt
 
     reads: list[asyncio.Task[Any]] = []
 

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from receiver import backtest, events, rules
+from receiver import events, rules
+from receiver.backtest import replay as backtest
 from receiver.cli.history import _flap_line
 from receiver.store.records import StoredEvent
 from tests.dispatch.routed import Routed

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from receiver import backtest, events, rules
+from receiver import events, rules
+from receiver.backtest import replay as backtest
 from receiver.cli.history import _maintenance_lines, _result_json
 from receiver.store.records import StoredEvent
 from tests.dispatch.routed import Routed

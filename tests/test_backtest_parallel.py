@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from receiver import backtest_parallel as parallel
+from receiver.backtest import parallel
 from receiver.cli import cli
 from receiver.errors import ConfigError
 from receiver.store import open_store
@@ -151,7 +151,7 @@ def _args(day: tuple[str, Path, Path], *options: str) -> list[str]:
 # It says on stderr how many replays it forked.
 _COUNTED = """
 import sys
-from receiver import backtest_parallel as parallel
+from receiver.backtest import parallel
 from receiver.cli import cli
 forked = []
 class Counted(parallel.Forked):
@@ -220,7 +220,7 @@ def test_the_process_beside_ends_with_the_one_that_forked_it(tmp_path: Path) -> 
     # A parent killed outright runs no exit handler: its child must not replay on alone.
     code = (
         "import os, sys, time\n"
-        "from receiver import backtest_parallel as parallel\n"
+        "from receiver.backtest import parallel\n"
         "beside = parallel.Forked(lambda: time.sleep(60))\n"
         "print(beside._process.pid, flush=True)\n"
         "time.sleep(60)\n"

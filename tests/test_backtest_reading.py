@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from receiver import backtest, events, rules
+from receiver import events, rules
+from receiver.backtest import period
+from receiver.backtest import replay as backtest
 from receiver.store import open_store, replay
 
 START = 1_795_000_000.0
@@ -103,7 +105,7 @@ def test_the_fast_paths_report_what_the_general_ones_do(
         await store.open()
         try:
             await keep(store, [dict(p) for p in stream], clock)
-            results, _ = await backtest.run(store, rulesets, start=T0, end=at(24 * 60))
+            results, _ = await period.run(store, rulesets, start=T0, end=at(24 * 60))
             return results
         finally:
             await store.close()

@@ -9,7 +9,8 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from receiver import backtest, events, rules
+from receiver import events, rules
+from receiver.backtest import replay as backtest
 from receiver.store.records import Silence, StoredEvent
 from tests.test_backtest import HEADER, START, T0, at
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from receiver.app import create_app
-from receiver.ops import STORE_DEADLINE
+from receiver.edge.ops import STORE_DEADLINE
 from receiver.rules import parse_duration
 from receiver.settings import Settings
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from receiver import events, signature
-from receiver.ingest import _answer
+from receiver.edge.ingest import _answer
 from tests.harness import SECRET, Receiver, signed
 
 pytestmark = pytest.mark.e2e

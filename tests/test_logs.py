@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from receiver.logs import JSONFormatter, LogLimiter, TextFormatter, escape, redact_url
+from receiver.logs import JSONFormatter, LogLimiter, TextFormatter, escape
+from receiver.redact import redact_url
 
 FORGED = "evt_1\n2026-01-01 00:00:00,000 INFO    receiver: all clear"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from receiver.ops import STORE_DEADLINE
+from receiver.edge.ops import STORE_DEADLINE
 from tests.harness import Receiver, eventually, http_client
 from tests.pg import ThrowawayPgBouncer
 

@@ -9,10 +9,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from receiver import report as noise
 from receiver.admin._common import Admin, log
 from receiver.admin.auth import Session
 from receiver.api.alerts import escalation
+from receiver.backtest import report as noise
 from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.store.records import OutboxQuery
@@ -43,7 +43,7 @@ def report_chart(bars: list[noise.Bar]) -> dict[str, Any]:
 
 
 async def report(admin: Admin, request: Request, session: Session) -> Response:
-    """The noise report (receiver.report), as `receiver report` prints it."""
+    """The noise report (receiver.backtest.report), as `receiver report` prints it."""
     since = request.query_params.get("since") or "7d"
     error = None
     try:

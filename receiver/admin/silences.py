@@ -10,7 +10,7 @@ from receiver.admin._common import Admin, row_id
 from receiver.admin.auth import Session
 from receiver.durations import MAX_SPAN, parse_duration
 from receiver.errors import ReceiverError
-from receiver.rules.match import parse_matchers
+from receiver.matchers import parse_matchers
 
 
 async def listing(admin: Admin, request: Request, session: Session) -> Response:

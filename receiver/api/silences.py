@@ -20,7 +20,7 @@ from receiver.api.auth import Access
 from receiver.durations import MAX_SPAN, format_duration, parse_duration
 from receiver.errors import InvalidParameterError, SilenceNotFoundError
 from receiver.events import iso_epoch
-from receiver.rules.match import parse_matchers
+from receiver.matchers import parse_matchers
 from receiver.store import Store
 from receiver.store.records import Silence
 

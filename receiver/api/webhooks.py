@@ -27,8 +27,8 @@ from receiver.dispatch.fanout import as_match
 from receiver.durations import format_duration, parse_duration
 from receiver.errors import InvalidParameterError, InvalidWebhookError, WebhookNotFoundError
 from receiver.events import EVENT_TYPES, iso_epoch
+from receiver.matchers import compile_match
 from receiver.notify.webhook import UnsafeURLError, WebhookChannel, check_subscriber, new_secret
-from receiver.rules.match import compile_match
 from receiver.store import OutboxRow, Store
 from receiver.store.records import Attempt, Webhook
 

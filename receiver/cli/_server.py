@@ -11,7 +11,7 @@ def server_config(app: Any, settings: Settings) -> Any:
     """The uvicorn settings `receiver serve` runs with (the bench's ceiling uses them too)."""
     import uvicorn
 
-    from receiver.http import guarded_protocol
+    from receiver.edge.http import guarded_protocol
 
     metrics = getattr(getattr(app, "state", None), "metrics", None)
     return uvicorn.Config(

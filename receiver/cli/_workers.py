@@ -23,7 +23,7 @@ from multiprocessing.connection import wait
 from types import FrameType
 from typing import Any
 
-from receiver.http import WATCHDOG_SLACK, Server
+from receiver.edge.http import WATCHDOG_SLACK, Server
 from receiver.settings import Settings
 
 log = logging.getLogger("receiver.workers")
@@ -39,7 +39,7 @@ RESTART_PAUSE = 1.0
 # How often a worker looks whether its parent is still there (a parent killed with
 # SIGKILL cannot stop them): an orphaned worker stops as on SIGTERM.
 ORPHAN_CHECK = 1.0
-# Past a worker's own grace and its watchdog's slack (receiver.http), the parent waits
+# Past a worker's own grace and its watchdog's slack (receiver.edge.http), the parent waits
 # this much more for it to exit before it kills it.
 STOP_SLACK = 1.0
 
@@ -250,7 +250,7 @@ def _orphan_watch(server: Any, parent: int) -> None:
 
 
 class _WorkerServer(Server):
-    """receiver.http.Server telling the parent once it serves (its lifespan started)."""
+    """receiver.edge.http.Server telling the parent once it serves (its lifespan started)."""
 
     started_event: Any = None
 

@@ -17,7 +17,7 @@ from receiver.dispatch import actions
 from receiver.durations import MAX_SPAN, format_duration, parse_duration
 from receiver.events import date_or_why
 from receiver.links import source
-from receiver.rules.match import parse_matchers
+from receiver.matchers import parse_matchers
 from receiver.settings import Settings
 from receiver.store import Store
 from receiver.store.base import Tx

@@ -14,10 +14,11 @@ from typing import Any
 
 import click
 
-from receiver import backtest as bt
-from receiver import backtest_parallel as parallel
-from receiver import report as noise
 from receiver import rules
+from receiver.backtest import parallel
+from receiver.backtest import replay as bt
+from receiver.backtest import report as noise
+from receiver.backtest.period import run as run_period
 from receiver.cli._common import (
     db_option,
     echo,
@@ -161,7 +162,7 @@ def backtest(
                     counting = asyncio.ensure_future(store.history.count_between(start_at, end_at))
                     counting.add_done_callback(progress.total_from)
                 try:
-                    return await bt.run(
+                    return await run_period(
                         store,
                         rulesets,
                         start=start_at,

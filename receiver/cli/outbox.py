@@ -17,7 +17,8 @@ from receiver.cli._common import (
     when,
     with_store,
 )
-from receiver.logs import escape, redact_url
+from receiver.logs import escape
+from receiver.redact import redact_url
 from receiver.store import Store
 from receiver.store.base import OUTBOX_STATES
 from receiver.store.records import Attempt

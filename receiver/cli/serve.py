@@ -246,7 +246,7 @@ def serve(rules_path: Path | None, **flags: Any) -> None:
 
         given = {k: v for k, v in flags.items() if v is not None}
         raise SystemExit(Workers(given, settings, sockets).run())
-    from receiver.http import Server
+    from receiver.edge.http import Server
 
     def stopping(since: float) -> None:
         app.state.shutdown_started = since

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from receiver.rules.match import Condition, compile_match
+from receiver.matchers import Condition, compile_match
 from receiver.sessions import Fact
 from receiver.store.records import Webhook
 

@@ -20,12 +20,11 @@ from receiver import tracing
 from receiver.dispatch import digests, escalations, flap, inhibition, storm, timers
 from receiver.dispatch.alerts import Transition, alert_id, apply, event_time, open_seconds, opener
 from receiver.dispatch.silences import active_silences, silencing
-from receiver.links import Links
+from receiver.links import NO_LINKS, Links
 from receiver.rules import Decision, Rule, Ruleset, format_duration
 from receiver.rules.maintenance import held_reason, holding
 from receiver.rules.options import CLOSES, OPENS
 from receiver.rules.rule import ESCALATE_ONLY, Rendered
-from receiver.rules.templates import NO_LINKS
 from receiver.store.base import Tx
 from receiver.store.records import Alert, Notification, Replay, Silence
 

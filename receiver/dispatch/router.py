@@ -40,12 +40,12 @@ from receiver.links import Links, LinkSource
 from receiver.logs import LogLimiter
 from receiver.metrics import Metrics
 from receiver.rules import Decision, Ruleset
+from receiver.rules.kept import shareable
 from receiver.sessions import Fact
 from receiver.store import RetryTransaction, Store, systemic
 from receiver.store.base import StoredEvent, Tx
 from receiver.store.records import subscriber_delivery
 from receiver.supervisor import IDLE, Health
-from receiver.why import shareable
 
 log = logging.getLogger("receiver.router")
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from receiver.events import to_utc
-from receiver.rules.match import Condition, compile_match
+from receiver.matchers import Condition, compile_match
 from receiver.store.base import Tx
 from receiver.store.records import Alert, Silence
 

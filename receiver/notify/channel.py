@@ -136,9 +136,8 @@ class Parts:
     enrich: Any = None
     webhooks: Any = None  # receiver.notify.webhook.WebhookChannel, or None
     settings: Any = None  # receiver.settings.Settings, or None
-    # The app's action links (receiver.links.LinkSource: a channel cannot import it, as
-    # receiver.links reads the rules, which load the channels), or None without
-    # RECEIVER_PUBLIC_URL.
+    # The app's action links (receiver.links.LinkSource), one for the whole app, or None
+    # without RECEIVER_PUBLIC_URL.
     links: Any = None
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from receiver.durations import format_duration, parse_duration
-from receiver.rules.match import show
+from receiver.matchers import show
 from receiver.rules.notifiers import NAME_RE
 
 POLICY_KEYS = ("steps", "repeat", "reack")

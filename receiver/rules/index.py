@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from itertools import chain
 from typing import Any
 
-from receiver.rules.match import MISSING, AnyOf, Compare, Condition, Equal, Exact, Glob, Regex
+from receiver.matchers import MISSING, AnyOf, Compare, Condition, Equal, Exact, Glob, Regex
 from receiver.rules.rule import Rule
 
 # Fewer rules than this keyed on one field: not worth a lookup, every rule is tried.

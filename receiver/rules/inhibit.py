@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from receiver.rules.match import MISSING, Condition, compile_match, lookup, show
+from receiver.matchers import MISSING, Condition, compile_match, lookup, show
 from receiver.rules.notifiers import NAME_RE
 from receiver.rules.options import OPENS
 

@@ -23,11 +23,11 @@ from pydantic_core import ErrorDetails
 
 from receiver.durations import parse_duration
 from receiver.errors import ConfigError
+from receiver.matchers import compile_match, show
 from receiver.rules import templates
 from receiver.rules.escalations import Policy, check_escalations
 from receiver.rules.inhibit import check_inhibit
 from receiver.rules.maintenance import check_maintenance
-from receiver.rules.match import compile_match, show
 from receiver.rules.notifiers import CONSOLE, CONSOLE_URL, NAME_RE, Notifier, build_notifier
 from receiver.rules.options import LIFECYCLE_KEYS, check_heartbeat, check_options
 from receiver.rules.rule import Rule

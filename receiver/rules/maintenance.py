@@ -19,7 +19,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from receiver.rules.match import Condition, compile_match, show
+from receiver.matchers import Condition, compile_match, show
 
 KEYS = ("name", "match", "timezone", "every", "dates", "notify")
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")

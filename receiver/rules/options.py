@@ -11,7 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from receiver.durations import format_duration, parse_duration
-from receiver.rules.match import show
+from receiver.matchers import show
 
 LIFECYCLE_KEYS = (
     "hold", "resolve", "resolved_title", "resolved_body", "group", "repeat", "active", "storm",

@@ -9,9 +9,9 @@ from typing import Any
 
 from jinja2 import Template
 
+from receiver.matchers import Condition
 from receiver.rules import templates
 from receiver.rules.escalations import Policy
-from receiver.rules.match import Condition
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import ALERT_KEYS, ActiveWindow, FlapSpec, GroupSpec, StormSpec
 from receiver.rules.sandbox import Budget

@@ -36,7 +36,7 @@ from jinja2.runtime import Context
 from jinja2.sandbox import MAX_RANGE, ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace, generate_lorem_ipsum
 
-from receiver.rules.match import show
+from receiver.matchers import show
 
 MAX_LOOP_STEPS = 10_000  # for-loop steps of one rule's templates for one event, nested too
 MAX_RENDER_SECONDS = 0.05  # CPU time of one rule's templates for one event

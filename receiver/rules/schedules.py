@@ -30,7 +30,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from receiver.durations import parse_duration
-from receiver.rules.match import show
+from receiver.matchers import show
 from receiver.rules.notifiers import NAME_RE
 
 PREFIX = "schedule:"  # a target naming a schedule: "schedule:primary"

@@ -26,8 +26,9 @@ from jinja2 import StrictUndefined, Template, TemplateSyntaxError, UndefinedErro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from receiver.durations import format_duration
+from receiver.links import NO_LINKS
+from receiver.matchers import lookup, show
 from receiver.rules import sandbox
-from receiver.rules.match import lookup, show
 from receiver.rules.sandbox import Budget
 
 MAX_OUTPUT = 16 * 1024  # characters of one rendered title, body or key; more is cut
@@ -174,10 +175,6 @@ def uses_enrichment(source: str) -> bool:
         return bool(meta.find_undeclared_variables(ENV.parse(source)) & ENRICHED_NAMES)
     except TemplateSyntaxError:
         return False
-
-
-# What templates see as `links` without RECEIVER_PUBLIC_URL, or for an event of no alert.
-NO_LINKS: Mapping[str, str] = {"ack": "", "resolve": "", "snooze": "", "alert": ""}
 
 
 def context(

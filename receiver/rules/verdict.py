@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from receiver.durations import format_duration
+from receiver.matchers import lookup
 from receiver.rules.escalations import Policy
-from receiver.rules.match import lookup
 from receiver.rules.notifiers import Notifier
 from receiver.rules.options import CLOSES, OPENS
 from receiver.rules.rule import ESCALATE_ONLY, Decision, Rule

@@ -23,8 +23,9 @@ from typing import Any
 from receiver.events import BaseEvent
 from receiver.sessions import Fact
 from receiver.store.maintenance import MemoryMaintenance
-from receiver.store.memory_escalations import MemoryEscalations, MemoryInhibitors
+from receiver.store.memory_escalations import MemoryEscalations
 from receiver.store.memory_flaps import MemoryFlaps
+from receiver.store.memory_inhibitors import MemoryInhibitors
 from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
 from receiver.store.records import (
     SENT_STATES,

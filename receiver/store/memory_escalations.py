@@ -8,7 +8,7 @@ import heapq
 
 from receiver.store.escalations import kept_log
 from receiver.store.memory_tables import Tables
-from receiver.store.records import Chain, Inhibitor, Waiting, waiting_key
+from receiver.store.records import Chain, Waiting, waiting_key
 
 
 class MemoryEscalations:
@@ -81,23 +81,3 @@ class MemoryEscalations:
         self.t.keyed.setdefault(key[:2], set()).add(chain.rule)
         if chain.next_at is not None:
             heapq.heappush(self.t.chain_due, (chain.next_at, key))
-
-
-class MemoryInhibitors:
-    """tx.inhibitors in memory."""
-
-    def __init__(self, t: Tables) -> None:
-        self.t = t
-
-    def add(self, found: Inhibitor) -> None:
-        self.t.inhibitors[(found.rule, found.key, found.alert)] = found
-
-    def remove(self, alert: str) -> int:
-        gone = [k for k in self.t.inhibitors if k[2] == alert]
-        for key in gone:
-            del self.t.inhibitors[key]
-        return len(gone)
-
-    def find(self, rule: str, key: str, limit: int = 8) -> list[Inhibitor]:
-        found = [i for (r, k, _), i in self.t.inhibitors.items() if r == rule and k == key]
-        return sorted(found, key=lambda i: i.since)[:limit]

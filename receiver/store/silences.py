@@ -1,5 +1,6 @@
-"""store.silences: the silences operators make, from the CLI, the admin page and the API,
-through one role, and the one way a silence is added (add_silence), until resolved too."""
+"""Silences: the ones operators make, from the CLI, the admin page and the API, through one
+role (store.silences), the one way a silence is added (add_silence), until resolved too, and
+the routing transaction's role on either SQL store (tx.silences)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,27 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from receiver.matchers import compile_match
 from receiver.store.records import Alert, Silence
+from receiver.store.statements import Statements
+
+_SILENCE_COLUMNS = (
+    "id, matchers, reason, starts_at, ends_at, expired_at, created_at, resolve_after, alerts"
+)
+# Silences that end with their alerts (SQLite's migration 24, PostgreSQL's 21): how long
+# the alerts it matched when it was made (a JSON list) must have been resolved.
+SILENCE_UNTIL_RESOLVED_SCHEMA = """
+    ALTER TABLE silences ADD COLUMN resolve_after {real};
+    ALTER TABLE silences ADD COLUMN alerts TEXT
+"""
+
+
+def _silence(row: Any) -> Silence:
+    alerts = tuple(json.loads(row[8])) if row[8] else ()
+    return Silence(
+        row[0], json.loads(row[1]), row[2], row[3], row[4], row[5], row[6], row[7], alerts
+    )
+
 
 T = TypeVar("T")
 Transact = Callable[[Callable[[Any], T]], Awaitable[T]]
@@ -37,11 +58,6 @@ def add_silence(
     a flap re-firing inside keeps it), one that matches none after seconds after now."""
     alerts: tuple[str, ...] = ()
     if after is not None:
-        # Imported here: the rules package loads the channels, which load the store, so
-        # the store cannot load it at import time (a circle; issue 44 moves the matcher
-        # into a module of its own).
-        from receiver.rules.match import compile_match
-
         conditions, _ = compile_match(matchers)  # checked by parse_matchers already
         alerts = tuple(
             a.id
@@ -78,3 +94,52 @@ class StoreSilences:
 
         done: tuple[bool, Silence | None] = await self._transact(work)
         return done
+
+
+class SQLTxSilences:
+    """tx.silences (base.TxSilences) on either SQL store."""
+
+    def __init__(self, st: Statements) -> None:
+        self.st = st
+
+    def active(self, now: float) -> list[Silence]:
+        rows = self.st.q(
+            f"SELECT {_SILENCE_COLUMNS} FROM silences"
+            " WHERE expired_at IS NULL AND starts_at <= ? AND ends_at > ?",
+            (now, now),
+        )
+        return [_silence(r) for r in rows]
+
+    def add(
+        self, matchers: dict[str, Any], reason: str, now: float, until: float, *,
+        after: float | None = None, alerts: tuple[str, ...] = (),
+    ) -> int:  # fmt: skip
+        row = self.st.q(
+            "INSERT INTO silences (matchers, reason, created_at, starts_at, ends_at,"
+            " resolve_after, alerts) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (json.dumps(matchers), reason, now, now, until, after,
+             None if after is None else json.dumps(list(alerts))),
+        ).fetchone()  # fmt: skip
+        return int(row[0])
+
+    def expire(self, silence_id: int, now: float) -> bool:
+        # Its end moves to now too: retention prunes silences by their end, and one that
+        # was to end in the year 9999 (or later) must go once expired like any other.
+        done = self.st.q(
+            "UPDATE silences SET expired_at = ?, ends_at = ? WHERE id = ? AND expired_at IS NULL"
+            " AND ends_at > ?",
+            (now, now, silence_id, now),
+        )
+        return bool(done.rowcount == 1)
+
+    def get(self, silence_id: int) -> Silence | None:
+        row = self.st.q(
+            f"SELECT {_SILENCE_COLUMNS} FROM silences WHERE id = ?", (silence_id,)
+        ).fetchone()
+        return None if row is None else _silence(row)
+
+    def recent(self, limit: int = 100) -> list[Silence]:
+        rows = self.st.q(
+            f"SELECT {_SILENCE_COLUMNS} FROM silences ORDER BY id DESC LIMIT ?", (limit,)
+        )
+        return [_silence(r) for r in rows]

@@ -1,7 +1,7 @@
 """What both SQL stores say alike about the upstream service (receiver.upstream): the token
 bucket every replica draws its requests from, the hold a 429's Retry-After puts on it, the
 cursor of a backfill in progress (store.upstream). Sessions imported from upstream go into
-the projection: receiver.store.views."""
+the projection: receiver.store.sessions."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Webhook subscribers on either SQL store (store.webhooks): the subscriptions, and their
 deliveries, which are outbox rows (notifier "@subscriber", kind "webhook", subscription_id
 and target the subscription's id, delivery_id the delivery's stable id). The side of its
-threshold each session was last on is routing's: receiver.store.fanout."""
+threshold each session was last on is routing's: receiver.store.subscribers."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_sessions_scores_and_aggregates(server: Receiver) -> None:
     assert [p["score"] for p in history["history"]] == [30, 70]
     assert server.get("/v1/sessions/s3", key).json()["status"] == "stopped"
 
-    # Lists, totals and groups show routed events only (receiver/store/views.py: page):
+    # Lists, totals and groups show routed events only (receiver/store/sessions.py: page):
     # read before routing (sends now 3 ms apart, not 50), s1 and s3 were missing once.
     routed = "SELECT count(*) FROM events WHERE routed_at IS NOT NULL"
     eventually(lambda: server.query(routed) == [(len(sent),)], "every event routed")

@@ -27,6 +27,7 @@ from receiver.notify.webhook import Outcome, UnsafeURLError, WebhookChannel
 from receiver.settings import Settings, webhook_delays
 from receiver.store import OutboxRow
 from receiver.store.records import WEBHOOK_NOTIFIER, Webhook
+from tests.notify.fake_outbox import DueRows
 from tests.servers import EndlessAnswer
 
 # The Standard Webhooks specification's published test vector (also in the svix and
@@ -868,31 +869,11 @@ def test_sends_start_at_most_a_cap_at_once_and_hanging_ones_stop_counting() -> N
     rows = {(WEBHOOK_NOTIFIER, i): [replace(row(), id=i, target=i)] for i in range(1, count + 1)}
     hooks = {i: hook(i) for i in range(1, count + 1)}
 
-    class Due:
-        def under_pressure(self) -> bool:
-            return False
-
-        @property
-        def outbox(self) -> Any:  # the fake store is its own store.outbox
-            return self
-
-        async def next_due(self) -> float | None:
-            return 0.0 if any(rows.values()) else None
-
-        async def claim_due(self, *, lanes: dict[Any, int], **kwargs: Any) -> list[OutboxRow]:
-            claimed = []
-            for key, room in lanes.items():
-                claimed += rows.get(key, [])[:room]
-                rows[key] = rows.get(key, [])[room:]
-            claims.append((asked[0], time.monotonic(), len(claimed)))
-            return claimed
-
-        async def release(self, row_ids: list[int], *, now: float) -> int:
-            return len(row_ids)
+    due = DueRows(rows, lambda n: claims.append((asked[0], time.monotonic(), n)))
 
     class Hanging(WebhookChannel):
         def __init__(self) -> None:
-            super().__init__(Due())  # type: ignore[arg-type]
+            super().__init__(due)  # type: ignore[arg-type]
             self.started: list[float] = []
             self.never = asyncio.Event()
 
@@ -908,7 +889,7 @@ def test_sends_start_at_most_a_cap_at_once_and_hanging_ones_stop_counting() -> N
     async def main() -> tuple[int, list[float]]:
         channel = Hanging()
         worker = Worker(
-            Due(),  # type: ignore[arg-type]
+            due,  # type: ignore[arg-type]
             None,  # type: ignore[arg-type]
             lambda: Ruleset(rules=[], notifiers={}, digest=""),
             metrics=Metrics(),

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
-from typing import Any
 
 from receiver.metrics import Metrics
 from receiver.notify.backoff import Backoff
@@ -16,6 +15,7 @@ from receiver.notify.worker import Worker
 from receiver.rules import Ruleset
 from receiver.store import OutboxRow
 from receiver.store.records import WEBHOOK_NOTIFIER, Webhook
+from tests.notify.fake_outbox import DueRows
 from tests.notify.test_webhook import hook, row
 
 
@@ -26,30 +26,11 @@ def test_a_failing_subscriber_sends_one_probe_at_a_time_the_others_their_lane() 
         for t in hooks
     }
 
-    class Due:
-        def under_pressure(self) -> bool:
-            return False
-
-        @property
-        def outbox(self) -> Any:  # the fake store is its own store.outbox
-            return self
-
-        async def next_due(self) -> float | None:
-            return 0.0 if any(rows.values()) else None
-
-        async def claim_due(self, *, lanes: dict[Any, int], **kwargs: Any) -> list[OutboxRow]:
-            claimed = []
-            for key, room in lanes.items():
-                claimed += rows.get(key, [])[:room]
-                rows[key] = rows.get(key, [])[room:]
-            return claimed
-
-        async def release(self, row_ids: list[int], *, now: float) -> int:
-            return len(row_ids)
+    due = DueRows(rows)
 
     class Hanging(WebhookChannel):
         def __init__(self) -> None:
-            super().__init__(Due())  # type: ignore[arg-type]
+            super().__init__(due)  # type: ignore[arg-type]
             self.never = asyncio.Event()
             self._subs = hooks
 
@@ -63,7 +44,7 @@ def test_a_failing_subscriber_sends_one_probe_at_a_time_the_others_their_lane() 
     async def main() -> dict[int, int]:
         channel = Hanging()
         worker = Worker(
-            Due(),  # type: ignore[arg-type]
+            due,  # type: ignore[arg-type]
             None,  # type: ignore[arg-type]
             lambda: Ruleset(rules=[], notifiers={}, digest=""),
             metrics=Metrics(),

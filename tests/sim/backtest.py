@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from receiver.backtest import Backtest
+from receiver.backtest.replay import Backtest
 from receiver.events import load_stored
 from receiver.store.records import Silence, StoredEvent
 from tests.sim.generate import Op, Scenario, check

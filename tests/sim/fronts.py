@@ -34,8 +34,8 @@ from starlette.applications import Starlette
 from receiver.admin.act import ActPages
 from receiver.api.alerts import AlertsAPI
 from receiver.api.auth import PREFIX, Access, hash_key
-from receiver.asgi import EXCEPTION_HANDLERS
 from receiver.dispatch import actions
+from receiver.edge.asgi import EXCEPTION_HANDLERS
 from receiver.links import LinkSource
 from receiver.metrics import Metrics
 

@@ -8,7 +8,6 @@ import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from receiver.errors import StoreError
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, POSTGRES_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
@@ -16,11 +15,13 @@ from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.flaps import FLAPS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.maintenance import MAINTENANCE_SCHEMA
+from receiver.store.migrations import apply
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
-from receiver.store.routing import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
+from receiver.store.sessions import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
+from receiver.store.silences import SILENCE_UNTIL_RESOLVED_SCHEMA
+from receiver.store.storms import STORMS_SCHEMA
 from receiver.store.threads import THREADS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
-from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhook_health import HEALTH_SCHEMA
 from receiver.store.webhook_replays import REPLAYS_SCHEMA
 from receiver.store.webhooks import (
@@ -235,16 +236,4 @@ def migrate(conn: Any) -> int:
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATE_LOCK,))
         conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
         current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
-        if current > len(MIGRATIONS):
-            raise StoreError(
-                f"database schema version {current} is newer than this program "
-                f"({len(MIGRATIONS)}); upgrade attention-receiver"
-            )
-        for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
-            if callable(script):
-                script(conn)
-            else:
-                for statement in filter(str.strip, script.split(";")):
-                    conn.execute(statement)
-            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
-    return len(MIGRATIONS)
+        return apply(conn, MIGRATIONS, current, "INSERT INTO schema_version (version) VALUES (%s)")

@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import BaseEvent
-from receiver.logs import redact_url
+from receiver.redact import redact_url
 from receiver.store.alerts import SQLAlerts
 from receiver.store.base import Accepted, OnAccepted, Tx
 from receiver.store.events import SQLEvents, event_row
@@ -48,12 +48,12 @@ from receiver.store.outbox import SQLOutbox
 from receiver.store.postgres.locks import Key, LockOrderError
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
+from receiver.store.sessions import SQLSessions
 from receiver.store.silences import StoreSilences
 from receiver.store.statements import POSTGRES, Query
 from receiver.store.stats import SQLStats
 from receiver.store.threads import SQLThreads
 from receiver.store.upstream_state import SQLUpstream
-from receiver.store.views import SQLSessions
 from receiver.store.webhooks import SQLWebhooks
 
 log = logging.getLogger("receiver.store")
@@ -165,7 +165,9 @@ class PostgresStore:
         except Exception as exc:
             await self._loop.run_in_executor(self._threads, self._pool.close)
             self._threads.shutdown(wait=False)
-            reason = _unavailable(exc).message
+            # A refusal of ours (a schema newer than this program) is not an outage: no
+            # "retry later" for it.
+            reason = str(exc) if isinstance(exc, StoreError) else _unavailable(exc).message
             raise StoreError(f"cannot open the PostgreSQL database: {reason}") from None
         self._wake = asyncio.Event()
         self._pump = asyncio.create_task(self._run(), name="receiver-store")

@@ -10,9 +10,9 @@ from functools import lru_cache
 from typing import Any
 
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
+from receiver.store.digests import SQLTxDigests
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
-from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.flaps import Flap, SQLTxFlaps
 from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.maintenance import SQLTxMaintenance
@@ -20,15 +20,13 @@ from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.locks import Key, Locks
 from receiver.store.postgres.schema import lock_key
 from receiver.store.records import Alert, Chain, Notice, StoredEvent
-from receiver.store.routing import (
-    SQLTxDigests,
-    SQLTxSilences,
-    SQLTxState,
-    SQLTxStorms,
-    SQLTxThrottle,
-)
+from receiver.store.sessions import SQLTxSessions
+from receiver.store.silences import SQLTxSilences
+from receiver.store.state import SQLTxState
 from receiver.store.statements import POSTGRES
-from receiver.store.views import SQLTxSessions
+from receiver.store.storms import SQLTxStorms
+from receiver.store.subscribers import SQLTxWebhooks
+from receiver.store.throttle import SQLTxThrottle
 
 
 @lru_cache(maxsize=512)

@@ -16,11 +16,13 @@ from receiver.store.events import ADMIN_SCHEMA, RULESETS_SCHEMA, TRACE_SCHEMA
 from receiver.store.flaps import FLAPS_SCHEMA
 from receiver.store.inhibitors import INHIBITORS_SCHEMA
 from receiver.store.maintenance import MAINTENANCE_SCHEMA
+from receiver.store.migrations import apply
 from receiver.store.outbox import OUTBOX_CHANNEL_SCHEMA, OUTBOX_ORDER_SCHEMA
-from receiver.store.routing import SILENCE_UNTIL_RESOLVED_SCHEMA, STORMS_SCHEMA
+from receiver.store.sessions import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
+from receiver.store.silences import SILENCE_UNTIL_RESOLVED_SCHEMA
+from receiver.store.storms import STORMS_SCHEMA
 from receiver.store.threads import THREADS_SCHEMA
 from receiver.store.upstream_state import UPSTREAM_SCHEMA
-from receiver.store.views import AGGREGATES_SCHEMA, VIEWS_SCHEMA, backfill
 from receiver.store.webhook_health import HEALTH_SCHEMA
 from receiver.store.webhook_replays import REPLAYS_SCHEMA
 from receiver.store.webhooks import (
@@ -250,21 +252,11 @@ def migrate(conn: sqlite3.Connection) -> int:
         if "schema_version" not in sqlite_utils.Database(conn).table_names():
             conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
         row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-        current = row[0] or 0
-        if current > len(MIGRATIONS):
-            raise RuntimeError(
-                f"database schema version {current} is newer than this program "
-                f"({len(MIGRATIONS)}); upgrade attention-receiver"
-            )
-        for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
-            if callable(script):
-                script(conn)
-            else:
-                for statement in filter(str.strip, script.split(";")):
-                    conn.execute(statement)
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", [version])
+        version = apply(
+            conn, MIGRATIONS, row[0] or 0, "INSERT INTO schema_version (version) VALUES (?)"
+        )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    return len(MIGRATIONS)
+    return version

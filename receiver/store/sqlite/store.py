@@ -29,6 +29,7 @@ from receiver.store.events import SQLEvents, event_row
 from receiver.store.history import SQLHistory
 from receiver.store.keys import SQLKeys
 from receiver.store.outbox import SQLOutbox
+from receiver.store.sessions import SQLSessions
 from receiver.store.silences import StoreSilences
 from receiver.store.sqlite import events
 from receiver.store.sqlite.schema import migrate
@@ -37,7 +38,6 @@ from receiver.store.statements import SQLITE, Query
 from receiver.store.stats import SQLStats
 from receiver.store.threads import SQLThreads
 from receiver.store.upstream_state import SQLUpstream
-from receiver.store.views import SQLSessions
 from receiver.store.webhooks import SQLWebhooks
 
 log = logging.getLogger("receiver.store")

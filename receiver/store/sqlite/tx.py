@@ -13,23 +13,21 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
+from receiver.store.digests import SQLTxDigests
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
-from receiver.store.fanout import SQLTxWebhooks
 from receiver.store.flaps import SQLTxFlaps
 from receiver.store.inhibitors import SQLTxInhibitors
 from receiver.store.maintenance import SQLTxMaintenance
 from receiver.store.outbox import SQLTxOutbox
 from receiver.store.records import Alert, StoredEvent
-from receiver.store.routing import (
-    SQLTxDigests,
-    SQLTxSilences,
-    SQLTxState,
-    SQLTxStorms,
-    SQLTxThrottle,
-)
+from receiver.store.sessions import SQLTxSessions
+from receiver.store.silences import SQLTxSilences
+from receiver.store.state import SQLTxState
 from receiver.store.statements import SQLITE
-from receiver.store.views import SQLTxSessions
+from receiver.store.storms import SQLTxStorms
+from receiver.store.subscribers import SQLTxWebhooks
+from receiver.store.throttle import SQLTxThrottle
 
 _savepoints = itertools.count(1)
 

@@ -148,7 +148,7 @@ class IngestEndpoint:
             raise PayloadTooLargeError(
                 f"body of {length} bytes exceeds the limit of {self.max_body} bytes"
             )
-        # A body trickled too slowly is cut off by the protocol (receiver.http), which answers
+        # A body trickled too slowly is cut off by the protocol (receiver.edge.http), which answers
         # 408 body_timeout and closes the connection: the read below then ends as a disconnect.
         body = await self._read_body(receive)
         if signatures > 1:

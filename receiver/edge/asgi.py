@@ -13,8 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ExceptionHandler, Receive, Scope, Send
 
+from receiver.edge.ingest import IngestEndpoint
 from receiver.errors import RequestError
-from receiver.ingest import IngestEndpoint
 
 # The name the app logged these lines under before they moved here; log filters rely on it.
 log = logging.getLogger("receiver")

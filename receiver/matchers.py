@@ -294,7 +294,7 @@ def _plain_holds(field: str, matcher: Matcher) -> Callable[[Mapping[str, Any]], 
     """Condition.holds() for a field without dots, made once for its matcher: an exact
     string, or a list of them (most rules' conditions), is a set lookup in place; any other
     matcher's ok() is called without the method's lookups. The same verdicts as the method
-    (tests/rules/test_match.py holds every form to test()'s); what it saves is in
+    (tests/test_matchers.py holds every form to test()'s); what it saves is in
     docs/performance.md's levers table."""
     items = matcher.items if isinstance(matcher, AnyOf) else (matcher,)
     if all(type(item) is Exact for item in items):

@@ -1,5 +1,5 @@
 """What a backtest found: each rules file's tallies (Result: by rule, by notifier, the alert
-episodes notified about) and two files' results side by side (compare). receiver.backtest
+episodes notified about) and two files' results side by side (compare). receiver.backtest.replay
 replays the period and fills them; `receiver backtest` prints them."""
 
 from __future__ import annotations

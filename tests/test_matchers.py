@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from receiver import rules
-from receiver.rules.match import compile_match, lookup
+from receiver.matchers import compile_match, lookup
 from tests.samples import sample
 
 EVENT = sample(
