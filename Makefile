@@ -90,6 +90,7 @@ sim: $(VENV)/.installed-dev $(if $(PG),postgres)
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check receiver tests bench chaos
 	$(BIN)/mypy
+	$(BIN)/python .ci/subjects.py
 
 # The documentation site (mkdocs.yml, docs/) into site/. --strict: a broken link or anchor, a
 # page left out of the navigation, or docs/settings.yaml disagreeing with receiver/settings.py
