@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from receiver import logs, rules
-from receiver.cli import cli, serve
+from receiver.cli import cli
+from receiver.cli.serve import serve
 from receiver.settings import Settings, env_prepare_threshold
 from tests.servers import free_port
 
