@@ -34,9 +34,10 @@ run: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/python -m receiver.simulator.demo $(if $(DEMO_PORT),--port $(DEMO_PORT)) $(DEMO_ARGS)
 
-# Three workers, a test file each at a time (module fixtures such as the browser tests'
-# one server stay in one worker): most tests wait on servers, not on the CPU.
-PYTEST_ARGS ?= -n 3 --dist loadfile
+# Three workers, each taking the next test when it is free: most tests wait on servers, not
+# on the CPU. A file whose tests share a module fixture (the browser tests' one server) is
+# one group that stays in one worker (tests/conftest.py marks it for loadgroup).
+PYTEST_ARGS ?= -n 3 --dist loadgroup
 
 test: $(VENV)/.installed-dev postgres chromium promtool
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

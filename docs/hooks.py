@@ -65,12 +65,20 @@ def _commands_reading() -> dict[str, list[str]]:
                 name = " ".join(path)
                 if name not in found.setdefault(param.envvar, []):
                     found[param.envvar].append(name)
-        if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
-                walk(sub, [*path, name])
+        for name, sub in _subcommands(command):
+            walk(sub, [*path, name])
 
     walk(cli, ["receiver"])
     return found
+
+
+def _subcommands(command: click.Command) -> list[tuple[str, click.Command]]:
+    """A group's commands, each loaded (`receiver` imports a command's module when asked)."""
+    if not isinstance(command, click.Group):
+        return []
+    ctx = click.Context(command)
+    found = ((name, command.get_command(ctx, name)) for name in command.list_commands(ctx))
+    return [(name, sub) for name, sub in found if sub is not None]
 
 
 def _option_default(variable: str) -> Any:
@@ -82,8 +90,7 @@ def _option_default(variable: str) -> Any:
         for param in command.params:
             if param.envvar == variable and param.default not in (None, _UNSET):
                 return param.default
-        if isinstance(command, click.Group):
-            stack.extend(command.commands.values())
+        stack.extend(sub for _, sub in _subcommands(command))
     return None
 
 

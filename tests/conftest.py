@@ -43,6 +43,19 @@ def smtp_sink() -> Iterator[SMTPSink]:
         sink.stop()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup` (the Makefile's), a file whose tests share a module-scoped
+    fixture (one server, one browser for the file) runs in one worker, so the fixture starts
+    once; every other test goes to whichever worker is free, so a file of long tests
+    (tests/test_faults.py) spreads over the workers instead of ending the run alone."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        if any(d.scope == "module" for chain in defs for d in chain):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """The harness refuses to start a server for a test not marked e2e (harness.current_test);
     set before the test's fixtures, module-scoped ones included."""

@@ -264,3 +264,25 @@ def test_bench_and_chaos_use_no_private_name_of_another_module() -> None:
             and node.value.id in imported
         ]
     assert found == []
+
+
+NAMED_TESTS = 0.70  # Starlette's share is 71%
+
+
+def test_most_modules_have_a_test_file_named_after_them() -> None:
+    """receiver/notify/worker.py is tested in a tests/**/test_worker.py (a private module's
+    leading underscore dropped: cli/_workers.py in test_workers.py), so its tests are found
+    by its name; a test of a concept that spans modules keeps the concept's name."""
+    tests = {path.name for path in RECEIVER.parent.joinpath("tests").rglob("test_*.py")}
+    modules = [
+        path for path in RECEIVER.rglob("*.py") if path.name not in ("__init__.py", "__main__.py")
+    ]
+    unnamed = sorted(
+        str(path.relative_to(RECEIVER.parent))
+        for path in modules
+        if f"test_{path.name.lstrip('_')}" not in tests
+    )
+    share = 1 - len(unnamed) / len(modules)
+    assert share >= NAMED_TESTS, f"{share:.0%} of modules have a test_<module>.py; " + (
+        "without one: " + ", ".join(unnamed)
+    )

@@ -7,7 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receiver.sessions import Aggregate, Fact, Summary, fold_all
+from receiver.sessions import Aggregate, Fact, Summary, fold_all, merge_remote
+from tests.upstream.test_client import REMOTE
 
 KINDS = ("score.drop", "score.recover", "session.stopped", "intervention.fired",
          "intervention.resolved")  # fmt: skip
@@ -91,3 +92,29 @@ def test_nearest_rank_percentiles() -> None:
     assert Aggregate("k", {7.0: 1}).as_dict(p95=True) == {
         "key": "k", "avg": 7.0, "p50": 7, "sessions": 1, "p95": 7,
     }  # fmt: skip
+
+
+def test_merging_a_remote_session_twice_is_merging_it_once() -> None:
+    once, twice = Summary(id="s1"), Summary(id="s1")
+    merge_remote(once, REMOTE)
+    merge_remote(twice, REMOTE)
+    merge_remote(twice, REMOTE)
+    assert once == twice
+    assert once.as_dict()["status"] == "dropped" and once.signals == 12
+
+
+def test_an_older_remote_record_does_not_undo_a_newer_event() -> None:
+    summary = Summary(id="s1")
+    summary.fold(
+        Fact("e1", "score.recover", "s1", "2026-01-01T00:20:00.000000Z", score=80.0, context="/x")
+    )
+    merge_remote(summary, REMOTE)
+    assert (summary.score, summary.status, summary.context) == (80.0, "active", "/x")
+    assert summary.interventions == 2  # counts take the larger
+
+
+def test_a_remote_stop_is_for_good() -> None:
+    summary = Summary(id="s1")
+    merge_remote(summary, {**REMOTE, "status": "stopped"})
+    merge_remote(summary, {**REMOTE, "status": "active", "updatedAt": "2026-01-02T00:00:00Z"})
+    assert summary.status == "stopped"

@@ -37,7 +37,8 @@ def test_a_subject_over_72_after_the_base_fails_naming_the_commit(tmp_path: Path
     commit(tmp_path, "short\n\n" + "a body line may be as long as it needs " * 5)
     done = check(tmp_path, "--base", base)
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"{long}: subject is 73 characters (at most 72): {'b' * 73}"]
+    said = f"{long}: subject is 73 characters (at most 72): {'b' * 73}"
+    assert done.stderr.splitlines() == [said]
     assert done.stdout.strip() == f"subjects: 3 commits since {base}, 1 over 72"
 
 

@@ -8,15 +8,18 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from receiver import events, rules
+from receiver import events
 from receiver.errors import ConfigError, ReceiverError
 from receiver.logs import escape
 from receiver.settings import DEFAULT_RULES, env_prepare_threshold
 from receiver.store import Store, open_store
+
+if TYPE_CHECKING:
+    from receiver import rules
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:4000/v1/events"
@@ -111,6 +114,8 @@ def load_rules(path: Path | None, *, no_env: bool = False) -> rules.Ruleset:
     unset (or, with no_env, any) is left unresolved instead of being an error; the
     notifier keeps its url count. env_notes() says which were left.
     """
+    from receiver import rules  # the rules load every channel: only commands that read them
+
     if path is None and not DEFAULT_RULES.exists():
         return rules.load_builtin()
     try:

@@ -33,9 +33,10 @@ def maintenance(
     name: str | None, at_text: str | None, count: int, as_json: bool,
     rules_path: Path | None, no_env: bool,
 ) -> None:  # fmt: skip
-    """The next maintenance windows of the rules (or of window NAME) from now or --at TIME:
-    each one's name, and its start and end in its own timezone and in UTC. A window in
-    force at TIME is listed first.
+    """List the next maintenance windows of the rules (or of window NAME).
+
+    From now or --at TIME: each one's name, and its start and end in its own timezone and
+    in UTC. A window in force at TIME is listed first.
 
     Example:
 

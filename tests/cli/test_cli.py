@@ -1,19 +1,25 @@
 """The `receiver` command through click's CliRunner; send/deliveries against a real server."""
 
+import importlib
 import json
+import pkgutil
 import re
 import socket
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import click
 import httpx
 import pytest
 from click.testing import CliRunner
 
+import receiver.cli
 from receiver import events, signature
-from receiver.cli import cli
+from receiver.cli import COMMANDS, cli
 from receiver.settings import DEV_SECRET
 from tests.harness import SECRET, Receiver, eventually
 from tests.servers import HTTPSink
@@ -359,3 +365,36 @@ def test_readme_says_how_the_rules_page_shows_var_urls() -> None:
     docs = " ".join(" ".join(p.read_text().split()) for p in pages)
     assert "a URL holding a `${VAR}` reference is shown as written instead" in docs
     assert "Admin page views count against" not in docs
+
+
+def test_receiver_help_lists_each_command_with_the_first_line_of_its_own_help() -> None:
+    """`receiver --help` lists the commands from receiver.cli.COMMANDS without importing
+    them: each line there must be what the command itself says, and every command a
+    module under receiver/cli/ defines at the top (not inside a group) must be listed."""
+    commands: list[click.Command] = []
+    for module in pkgutil.iter_modules(receiver.cli.__path__, "receiver.cli."):
+        found = vars(importlib.import_module(module.name)).values()
+        commands += [value for value in found if isinstance(value, click.Command)]
+    nested = {id(sub) for group in commands if isinstance(group, click.Group)
+              for sub in group.commands.values()}  # fmt: skip
+    defined = {c.name: c for c in commands if id(c) not in nested}
+    assert sorted(defined) == sorted(COMMANDS)
+    for name, (_, help) in COMMANDS.items():
+        said = defined[name].get_short_help_str(1000)
+        assert click.Command(name, help=help).get_short_help_str(1000) == said, name
+    assert invoke("--help")[1].count("\n  ") >= len(COMMANDS)
+
+
+def test_receiver_help_imports_no_command_module() -> None:
+    """`receiver --help` (and a command's start) loads only what the command needs: here
+    neither the store, the rules, the channels nor pydantic."""
+    code = (
+        "import sys; from receiver.cli import cli; cli(['--help'], standalone_mode=False);"
+        " print(' '.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = set(done.stdout.split())
+    assert {name for name in loaded if name.startswith("receiver")} == {"receiver", "receiver.cli"}
+    assert not loaded & {"pydantic", "apprise", "httpx", "sqlite3", "psycopg"}

@@ -18,9 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from receiver import logs, rules
-from receiver.cli import cli, serve
-from receiver.metrics import Metrics
-from receiver.reloader import RulesHolder
+from receiver.cli import cli
+from receiver.cli.serve import serve
 from receiver.settings import Settings, env_prepare_threshold
 from tests.servers import free_port
 
@@ -264,23 +263,6 @@ def test_debug_keeps_every_third_party_library_at_warning() -> None:
         logger = logging.getLogger(name)
         assert not logger.isEnabledFor(logging.INFO), name
         assert logger.isEnabledFor(logging.WARNING), name
-
-
-def test_a_reload_that_succeeds_after_a_refused_one_says_it_recovered(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    path = tmp_path / "rules.yaml"
-    good = "rules:\n  - name: all\n    notify: console\n"
-    path.write_text(good)
-    holder, metrics = RulesHolder(path, rules.load_file(path)), Metrics()
-    path.write_text("rules: [")
-    with caplog.at_level(logging.INFO, logger="receiver"):
-        assert holder.reload(metrics) is False
-        path.write_text(good)  # back to the very rules in force
-        assert holder.reload(metrics) is True
-    assert "rules reload refused" in caplog.text
-    assert f"rules reload recovered: {path} is valid again, 1 rule in force" in caplog.text
-    assert holder.status()["last_reload"] == "ok"
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ from tests.store.contract import (
     test_replicas,
     test_routing,
     test_stats,
-    test_transactions,
+    test_tx,
 )
 
 pytestmark = pytest.mark.e2e
@@ -121,7 +121,7 @@ ROLES = [
     test_replicas,
     test_routing,
     test_stats,
-    test_transactions,
+    test_tx,
 ]
 CONTRACT = [
     test

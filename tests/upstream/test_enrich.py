@@ -1,135 +1,24 @@
-"""Pure parts of the upstream client: merging a remote session, the client's handling of
-answers (httpx.MockTransport), the enricher's cache, templates that ask for enrichment,
-the fake's population."""
+"""The enricher (receiver.upstream.enrich) over a client answered by httpx.MockTransport: its
+cache and shared fetch, its rest after a timeout, the texts rendered again with the
+enrichment; and the rules' side: which templates ask for enrichment."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 
-from receiver.errors import UpstreamError
 from receiver.links import Links
 from receiver.rules import templates
 from receiver.rules.load import load_text
 from receiver.rules.rule import Rule
-from receiver.sessions import Fact, Summary, merge_remote
-from receiver.simulator.population import Population
-from receiver.simulator.serve import parse_keys
 from receiver.store import OutboxRow
-from receiver.upstream.client import LocalBudget, UpstreamClient
 from receiver.upstream.enrich import Enricher
-
-REMOTE = {
-    "id": "s1",
-    "userId": "u1",
-    "score": 35,
-    "status": "dropped",
-    "context": "/checkout",
-    "signals": 12,
-    "interventions": 2,
-    "startedAt": "2026-01-01T00:00:00.000Z",
-    "updatedAt": "2026-01-01T00:10:00.000Z",
-}
-
-
-def test_merging_a_remote_session_twice_is_merging_it_once() -> None:
-    once, twice = Summary(id="s1"), Summary(id="s1")
-    merge_remote(once, REMOTE)
-    merge_remote(twice, REMOTE)
-    merge_remote(twice, REMOTE)
-    assert once == twice
-    assert once.as_dict()["status"] == "dropped" and once.signals == 12
-
-
-def test_an_older_remote_record_does_not_undo_a_newer_event() -> None:
-    summary = Summary(id="s1")
-    summary.fold(
-        Fact("e1", "score.recover", "s1", "2026-01-01T00:20:00.000000Z", score=80.0, context="/x")
-    )
-    merge_remote(summary, REMOTE)
-    assert (summary.score, summary.status, summary.context) == (80.0, "active", "/x")
-    assert summary.interventions == 2  # counts take the larger
-
-
-def test_a_remote_stop_is_for_good() -> None:
-    summary = Summary(id="s1")
-    merge_remote(summary, {**REMOTE, "status": "stopped"})
-    merge_remote(summary, {**REMOTE, "status": "active", "updatedAt": "2026-01-02T00:00:00Z"})
-    assert summary.status == "stopped"
-
-
-def _client(handler: Any, **kwargs: Any) -> UpstreamClient:
-    return UpstreamClient(
-        "http://upstream.test/v1",
-        "ar_secret_key",
-        budget=LocalBudget("enterprise"),
-        transport=httpx.MockTransport(handler),
-        **kwargs,
-    )
-
-
-def test_the_client_sends_the_bearer_key_and_retries_after_a_429() -> None:
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        if len(seen) == 1:
-            body = {"error": {"code": "rate_limited", "message": "slow down"}}
-            return httpx.Response(429, json=body, headers={"Retry-After": "0"})
-        return httpx.Response(200, json={"id": "s/1", "status": "active"})
-
-    async def go() -> dict[str, Any]:
-        async with _client(handler) as client:
-            return await client.session("s/1")
-
-    assert asyncio.run(go()) == {"id": "s/1", "status": "active"}
-    assert len(seen) == 2
-    assert seen[0].headers["authorization"] == "Bearer ar_secret_key"
-    assert seen[1].url.raw_path == b"/v1/sessions/s%2F1"
-
-
-@pytest.mark.parametrize(
-    ("answer", "message"),
-    [
-        pytest.param(
-            httpx.Response(404, json={"error": {"code": "session_not_found", "message": "no"}}),
-            "HTTP 404: session_not_found: no",
-            id="error-body",
-        ),
-        pytest.param(httpx.Response(502, text="bad gateway"), "HTTP 502", id="not-json"),
-        pytest.param(httpx.Response(200, text="<html>"), "without JSON", id="2xx-not-json"),
-    ],
-)
-def test_the_client_names_what_went_wrong_and_never_the_key(
-    answer: httpx.Response, message: str
-) -> None:
-    async def go() -> str:
-        async with _client(lambda request: answer) as client:
-            with pytest.raises(UpstreamError) as caught:
-                await client.session("s1")
-            return str(caught.value)
-
-    text = asyncio.run(go())
-    assert message in text and "ar_secret_key" not in text
-
-
-def test_the_client_gives_up_after_five_429s() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(429, headers={"Retry-After": "0"})
-
-    async def go() -> tuple[str | None, int]:
-        async with _client(handler) as client:
-            with pytest.raises(UpstreamError) as caught:
-                await client.sessions(limit=1)
-            return caught.value.code, client.requests
-
-    assert asyncio.run(go()) == ("rate_limited", 5)
+from tests.upstream.test_client import REMOTE, mock_client
 
 
 def test_the_enricher_caches_a_session_and_shares_one_fetch_between_waiters() -> None:
@@ -144,7 +33,7 @@ def test_the_enricher_caches_a_session_and_shares_one_fetch_between_waiters() ->
         return httpx.Response(200, json=REMOTE)
 
     async def go() -> list[Any]:
-        async with _client(handler) as client:
+        async with mock_client(handler) as client:
             enricher = Enricher(client, timeout=5)
             found = await asyncio.gather(*(enricher.enrichment("s1") for _ in range(5)))
             found.append(await enricher.enrichment("s1"))
@@ -167,7 +56,7 @@ def test_the_enricher_rests_after_the_upstream_times_out() -> None:
         return httpx.Response(200, json=REMOTE)
 
     async def go() -> list[tuple[Any, str | None]]:
-        async with _client(handler) as client:
+        async with mock_client(handler) as client:
             enricher = Enricher(client, timeout=0.05)
             return [await enricher.enrichment("s1"), await enricher.enrichment("s2")]
 
@@ -189,7 +78,7 @@ def test_a_fetch_that_fails_after_its_waiters_gave_up_is_not_left_unread() -> No
     async def go() -> tuple[Any, str | None]:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(lambda _, context: unread.append(context["message"]))
-        async with _client(handler) as client:
+        async with mock_client(handler) as client:
             enricher = Enricher(client, timeout=0.02)
             found = await enricher.enrichment("s1")
             deadline = time.monotonic() + 30
@@ -227,31 +116,6 @@ def test_templates_see_session_and_history_empty_without_enrichment() -> None:
     assert (ctx["session"], ctx["history"], ctx["enriched"]) == ({}, [], False)
     enriched = templates.context({}, "r", {"session": {"context": "/x"}, "history": [1]})
     assert enriched["session"] == {"context": "/x"} and enriched["enriched"] is True
-
-
-def test_the_population_is_repeatable_and_its_live_sessions_make_events() -> None:
-    now = datetime(2026, 5, 1, tzinfo=UTC)
-    one = Population.generate(seed=3, sessions=20, live=5, threshold=40, now=now)
-    two = Population.generate(seed=3, sessions=20, live=5, threshold=40, now=now)
-    assert [s.as_dict() for s in one.newest_first()] == [s.as_dict() for s in two.newest_first()]
-    finished = [s for s in one.sessions.values() if s.id not in one.live]
-    assert len(finished) == 15 and all(s.status == "stopped" for s in finished)
-    assert all(len(s.history) >= 5 for s in finished)
-    kinds: set[str] = set()
-    for n in range(1, 400):
-        for event in one.tick(datetime.fromtimestamp(now.timestamp() + n, UTC)):
-            kinds.add(event["type"])
-            assert event["sessionId"] in one.sessions
-    assert {"score.drop", "score.recover"} <= kinds
-    assert len(one.live) == 5  # a stopped session is replaced
-
-
-def test_keys_take_a_plan_after_a_colon() -> None:
-    assert parse_keys(("a b:pro", "c:enterprise"), "free") == {
-        "a": "free",
-        "b": "pro",
-        "c": "enterprise",
-    }
 
 
 class _Events:
@@ -303,7 +167,7 @@ def test_texts_are_rendered_again_with_the_enrichment_keeping_a_replay_mark() ->
     ruleset = load_text(RULES_TEXT)
 
     async def go() -> list[Any]:
-        async with _client(handler) as client:
+        async with mock_client(handler) as client:
             enricher = Enricher(client, timeout=5)
             store: Any = _Store(payload)
             return [
@@ -335,7 +199,7 @@ def test_texts_rendered_again_keep_the_action_links() -> None:
     )
 
     async def go() -> Any:
-        async with _client(lambda request: httpx.Response(200, json=REMOTE)) as client:
+        async with mock_client(lambda request: httpx.Response(200, json=REMOTE)) as client:
             enricher = Enricher(client, timeout=5, links=_Links())  # type: ignore[arg-type]
             return await enricher.texts(_row("u1 on ?"), ruleset, _Store(payload))  # type: ignore[arg-type]
 
