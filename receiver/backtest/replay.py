@@ -423,8 +423,8 @@ def route_all(
     transition = apply(leader.tx, payload, event_id, received_at)
     if transition.what == "open":
         # Only an episode's opening event is read back (tx.events.body: repeats, resolved
-        # messages and escalations quote the opener), and an update a silence held (below):
-        # so only those are kept.
+        # messages and escalations quote the opener), and an update a silence held or that
+        # started a waiting chain again (below): so only those are kept.
         text = body if isinstance(body, str) else body.decode()
         leader.tx.scratch.put(StoredEvent(event_id, str(payload.get("type")), text, received_at))
         leader.tx.events.mark_routed([event_id], received_at)

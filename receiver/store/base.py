@@ -329,7 +329,8 @@ class Scratch(Protocol):
 
     def waits_on(self, alert: Alert, event_id: str) -> bool:
         """Whether a notice of the alert's episode waits with event's notification
-        (tx.notices.suppress): its body is read when that notice wakes."""
+        (tx.notices.suppress): its body is read when that notice wakes; or the event has
+        just started a waiting chain of the episode again: its pages are read from it."""
 
     def changes(self) -> list[tuple[Any, str]]:
         """The outbox rows written or changed since the last call, in order, each with the

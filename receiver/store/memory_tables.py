@@ -227,9 +227,16 @@ class MemoryScratch:
             self.tables.events.pop(event_id, None)
 
     def waits_on(self, alert: Alert, event_id: str) -> bool:
-        """Whether a notice of the alert's episode waits with event's notification."""
-        rules = self.tables.notices.get((alert.id, alert.episode), {})
-        return any(n.suppressed_event == event_id for n in rules.values())
+        """Whether a notice of the alert's episode waits with event's notification, or the
+        event has just started one of its waiting chains again (its pages are read from it)."""
+        t, episode = self.tables, (alert.id, alert.episode)
+        if any(n.suppressed_event == event_id for n in t.notices.get(episode, {}).values()):
+            return True
+        for rule in t.keyed.get(episode, ()):
+            chain = t.chains.get((*episode, rule))
+            if chain is not None and chain.log and chain.log[-1].get("eventId") == event_id:
+                return True
+        return False
 
     def changes(self) -> list[tuple[Row, str]]:
         """The rows written or changed since the last call, in order, each with the state it

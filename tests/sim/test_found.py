@@ -179,3 +179,28 @@ def test_seed_711_the_timers_look_when_quiet_hours_end() -> None:
         _event(19137.5, 34, "score.drop", "07T07:52:57.500", score=15, **drop),
     ]
     assert violation(Scenario(711, 1796611440.0, [rules], ops)) is None
+
+
+def test_seed_196_a_backtest_keeps_the_event_that_started_a_chain_again() -> None:
+    # evt_10 starts r0's chain silenced (its context); evt_27, not silenced, starts it again
+    # and is paged. The backtest kept only openers and updates a silence held, so it read
+    # evt_27 as its opener evt_10 and skipped the page as silenced.
+    rules = NOTIFIERS + "escalations:\n  p1:\n    steps:\n    - notify: [pager]\n"
+    rules += "rules:\n- name: r0\n  escalate: p1\n"
+    fired = {"sessionId": "s5", "interventionId": "iv2"}
+    ops = [
+        Op(5762.5, "silence", {"match": {"meta.context": "home"}, "for": 3600}),
+        _event(
+            6118.5, 10, "intervention.fired", "02T07:33:58.500", meta={"context": "home"}, **fired
+        ),
+        _event(
+            7115.0,
+            27,
+            "intervention.fired",
+            "02T07:40:35.000",
+            userId="u2",
+            meta={"context": "checkout"},
+            **fired,
+        ),  # fmt: skip
+    ]
+    assert violation(Scenario(196, 1796190720.0, [rules], ops)) is None
