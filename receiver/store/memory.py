@@ -24,7 +24,7 @@ from receiver.events import BaseEvent
 from receiver.sessions import Fact
 from receiver.store.memory_escalations import MemoryEscalations, MemoryInhibitors
 from receiver.store.memory_flaps import MemoryFlaps
-from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
+from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, NoActions, Row, Tables
 from receiver.store.records import (
     SENT_STATES,
     Alert,
@@ -102,7 +102,7 @@ class MemorySessions:
         pass
 
 
-class MemoryOutbox:
+class MemoryOutbox(NoActions):
     """tx.outbox in memory: rows journaled as they are written or change."""
 
     def __init__(self, t: Tables) -> None:
@@ -161,7 +161,7 @@ class MemoryOutbox:
         return rule in self.t.sent.get((alert, episode), ())
 
 
-class MemoryAlerts:
+class MemoryAlerts(NoActions):
     """tx.alerts in memory: every alert is in memory already, so nothing is read ahead."""
 
     def __init__(self, t: Tables) -> None:
