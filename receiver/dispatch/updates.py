@@ -24,15 +24,16 @@ def queue(
 ) -> int:
     """Queue the episode's update rows for action (ack | snooze) done by `by`; how many."""
     said = {"ack": "acknowledged", "snooze": "snoozed"}[action]
+    # The title alone: each channel says the episode's state itself (ntfy's status line,
+    # the Slack message), and a Slack reply is this line.
     title = f"{alert.id} {said} by {by}"
-    body = f"{said.capitalize()} by {by} at {_clock(now)} UTC"
     if until is not None:
-        body += f", until {_clock(until)} UTC"
+        title += f" until {_clock(until)} UTC"
     found = tx.outbox.updatable(alert.id, alert.episode, registry.updating())
     for rule, notifier, target, channel in found:
         tx.outbox.add(
             alert.opened_event or "-",
-            Notification(rule, notifier, target, title, body, channel=channel),
+            Notification(rule, notifier, target, title, "", channel=channel),
             state="pending",
             now=now,
             kind=KIND,
