@@ -22,7 +22,7 @@ from receiver.dispatch.pipeline import UNPAGED
 from receiver.dispatch.silences import active_silences
 from receiver.rules import Rule, Ruleset
 from receiver.store.records import SENT_STATES
-from tests.sim import filed, sends, storms
+from tests.sim import filed, sends, storms, updates
 from tests.sim.run import LEASE, Run
 from tests.sim.violation import Violation
 
@@ -410,6 +410,7 @@ CHECKS = (
     wake_exactly_what_was_held,
     *filed.CHECKS,
     storms.storm_windows_told_once,
+    updates.updates_once,
 )
 
 
