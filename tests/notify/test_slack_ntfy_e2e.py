@@ -44,12 +44,15 @@ rules:
 
 
 @pytest.fixture
-def both(tmp_path: Path) -> Iterator[tuple[Receiver, SlackAPI, NtfyStandIn]]:
+def both(
+    tmp_path: Path, receiver_db: str | None
+) -> Iterator[tuple[Receiver, SlackAPI, NtfyStandIn]]:
+    """The server (on SQLite and PostgreSQL) with both stand-ins."""
     slack = SlackAPI(token=TOKEN).start()
     try:
         with NtfyStandIn() as ntfy:
             phone = ntfy.url("oncall", scheme="ntfy")
-            server = Receiver(tmp_path, rules=RULES.format(phone=phone))
+            server = Receiver(tmp_path, rules=RULES.format(phone=phone), db=receiver_db)
             server.env.update(
                 RECEIVER_SLACK_BOT_TOKEN=TOKEN,
                 RECEIVER_SLACK_SIGNING_SECRET=SIGNING,
@@ -70,9 +73,11 @@ def sent(ntfy: NtfyStandIn, session: str) -> list[dict[str, Any]]:
     return [p.json for p in ntfy.published if p.json.get("sequence_id") == key]
 
 
-def message_of(slack: SlackAPI, session: str) -> Message:
-    [found] = [m for m in slack.messages() if f"drop {session}" in slack.render(m)]
-    return found
+def message_of(slack: SlackAPI, session: str) -> Message | None:
+    """The session's Slack message, once posted (one at most)."""
+    found = [m for m in slack.messages() if f"drop {session}" in slack.render(m)]
+    assert len(found) <= 1, found
+    return found[0] if found else None
 
 
 def labels(published: dict[str, Any]) -> list[str]:
