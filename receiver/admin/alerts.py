@@ -136,6 +136,5 @@ async def act(admin: Admin, request: Request, session: Session) -> Response:
     if outcome.result == "already":
         return await admin.message(request, session, "Nothing to do", outcome.message)
     log.info("admin %s: %s %s", session.key_name, action, alert_id)
-    if action == "resolve":
-        admin.wake()  # the resolved messages
+    admin.wake()  # a resolve's messages, an ack's or snooze's updates
     return admin.back("/admin/alerts")

@@ -220,8 +220,8 @@ class AlertsAPI:
             )
             if outcome.result == "missing":
                 raise AlertNotFoundError(f"no alert has the id {alert.id[:100]!r}", headers=headers)
-            if name == "resolve":
-                self.wake_worker()  # the resolved messages
+            if outcome.result == "done":
+                self.wake_worker()  # the resolved messages, an ack's or snooze's updates
             body = {
                 "alert": outcome.alert,
                 "action": outcome.action,

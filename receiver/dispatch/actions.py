@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from receiver.dispatch import updates
 from receiver.dispatch.alerts import opener
 from receiver.dispatch.pipeline import Pipeline
 from receiver.durations import format_duration
@@ -71,16 +72,16 @@ async def perform(
     elif alert.state != "open":
         outcome = _noted(alert_id, action, "already", _already_resolved(alert_id), alert.episode)
     elif action == "ack":
-        outcome = await _ack(store, alert_id, by, now)
+        # One transaction: the ack, its record and the messages it updates (updates.queue).
+        return await store.transact(lambda tx: _ack(tx, alert_id, source, by, now))
     elif action == "resolve":
         if ruleset is None:
             raise ValueError("resolving needs the rules that render its messages")
         rs, made = ruleset, await links.get() if links is not None else None
         outcome = await store.transact(lambda tx: _resolve(tx, rs, alert_id, source, by, now, made))
     elif action == "snooze":
-        outcome = await _snooze(
-            store, alert_id, alert.episode, now, SNOOZE_LINK if seconds is None else seconds
-        )
+        wait = SNOOZE_LINK if seconds is None else seconds
+        return await store.transact(lambda tx: _snooze(tx, alert_id, source, by, now, wait))
     else:
         raise ValueError(f'unknown action "{action}"; use ack, resolve or snooze')
     if outcome.episode is not None and outcome.result != "missing":
@@ -107,35 +108,64 @@ def _already_resolved(alert_id: str) -> str:
     return f"{alert_id} is resolved already"
 
 
-async def _ack(store: Store, alert_id: str, by: str, now: float) -> Outcome:
+def _ack(tx: Tx, alert_id: str, source: str, by: str, now: float) -> Outcome:
     # The store decides which of acks at once (two links, a link and the API, on two
-    # replicas) made it: read first and two would both see none and both say done.
-    ack = await store.alerts.ack(alert_id, by=by, now=now)
-    if ack is None:  # resolved meanwhile
+    # replicas) made it: read first and two would both see none and both say done. Only
+    # the one that made it queues the updates, so each message is updated once.
+    alert = tx.alerts.get(alert_id)  # locked (PostgreSQL) before its ack, as routing does
+    ack = tx.alerts.ack(alert_id, by=by, now=now)
+    if alert is None or ack is None:  # resolved meanwhile
         return Outcome(alert_id, "ack", "already", _already_resolved(alert_id))
     if ack.made:
-        return Outcome(alert_id, "ack", "done", f"{alert_id} acknowledged", ack.episode)
-    when = iso_epoch(ack.acked_at)[:19].replace("T", " ")
-    return Outcome(
-        alert_id,
-        "ack",
-        "already",
-        f"{alert_id} was acknowledged already, by {ack.acked_by} at {when} UTC",
-        ack.episode,
-    )
+        updates.queue(tx, alert, "ack", by=by, now=now)
+        outcome = Outcome(alert_id, "ack", "done", f"{alert_id} acknowledged", ack.episode)
+    else:
+        when = iso_epoch(ack.acked_at)[:19].replace("T", " ")
+        outcome = Outcome(
+            alert_id,
+            "ack",
+            "already",
+            f"{alert_id} was acknowledged already, by {ack.acked_by} at {when} UTC",
+            ack.episode,
+        )
+    return _recorded(tx, outcome, source, by, now)
 
 
-async def _snooze(store: Store, alert_id: str, episode: int, now: float, seconds: float) -> Outcome:
-    ack = (await store.alerts.acks([alert_id])).get((alert_id, episode))
-    if ack is not None:
-        message = f"{alert_id} was acknowledged already, by {ack.acked_by}"
-        return Outcome(alert_id, "snooze", "already", message, ack.episode)
+def _snooze(tx: Tx, alert_id: str, source: str, by: str, now: float, seconds: float) -> Outcome:
+    alert = tx.alerts.get(alert_id)
+    if alert is None or alert.state != "open":
+        return Outcome(alert_id, "snooze", "already", _already_resolved(alert_id))
+    acked = tx.escalations.acked(alert_id, alert.episode)
+    if acked is not None:
+        message = f"{alert_id} was acknowledged already, by {acked[0]}"
+        outcome = Outcome(alert_id, "snooze", "already", message, alert.episode)
+        return _recorded(tx, outcome, source, by, now)
     until = now + seconds
-    snoozed = await store.alerts.snooze(alert_id, until=until)
+    snoozed = tx.alerts.snooze(alert_id, until=until)
     if snoozed is None:
         return Outcome(alert_id, "snooze", "already", _already_resolved(alert_id))
+    updates.queue(tx, alert, "snooze", by=by, now=now, until=until)
     message = f"{alert_id} snoozed for {format_duration(seconds)}"
-    return Outcome(alert_id, "snooze", "done", message, snoozed, until)
+    outcome = Outcome(alert_id, "snooze", "done", message, snoozed, until)
+    return _recorded(tx, outcome, source, by, now)
+
+
+def _recorded(tx: Tx, outcome: Outcome, source: str, by: str, now: float) -> Outcome:
+    """outcome, kept in the alert's record in the action's transaction."""
+    assert outcome.episode is not None
+    tx.alerts.record(
+        Action(
+            outcome.alert,
+            outcome.episode,
+            outcome.action,
+            source,
+            by,
+            now,
+            outcome.result,
+            outcome.until,
+        )  # fmt: skip
+    )
+    return outcome
 
 
 def _resolve(

@@ -157,6 +157,8 @@ class Kind:
     shown: a URL of its as the admin page and traces may show it (no secret).
     knows: schemes it takes besides its own when no channel claims them (apprise's).
     takes: what `receiver check` says it takes, when not its schemes.
+    updates: whether it keeps one message per alert episode that a later row changes in
+    place (the Slack app's, ntfy's): an ack or a snooze queues it an "update" row.
     """
 
     name: str
@@ -166,6 +168,7 @@ class Kind:
     shown: Callable[[str], str] = shown_url
     knows: Callable[[str], bool] | None = None
     takes: str | None = None
+    updates: bool = False
 
     def about(self) -> str:
         """What it takes, for a problem naming the channels."""

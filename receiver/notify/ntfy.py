@@ -356,4 +356,4 @@ def _build(parts: Parts) -> NtfyChannel:
 
 # Shown (the admin page, traces) as redaction.shown_url has it: the topic, the user part
 # and the token replaced; the priority kept.
-KIND = Kind(NAME, SCHEMES, _build, check=check)
+KIND = Kind(NAME, SCHEMES, _build, check=check, updates=True)

@@ -36,6 +36,11 @@ def names() -> list[str]:
     return [kind.name for kind in KINDS]
 
 
+def updating() -> frozenset[str]:
+    """The channels that update an episode's message in place (Kind.updates)."""
+    return frozenset(kind.name for kind in KINDS if kind.updates)
+
+
 def scheme(url: str) -> str | None:
     """url's scheme, lower case, or None when it has none."""
     head, sep, _ = url.strip().partition("://")

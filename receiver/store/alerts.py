@@ -141,6 +141,15 @@ class SQLTxAlerts:
         )
         return [Alert(*row) for row in rows]
 
+    def ack(self, alert_id: str, *, by: str, now: float) -> Ack | None:
+        return ack(self.st.q, alert_id, by, now)
+
+    def snooze(self, alert_id: str, *, until: float) -> int | None:
+        return snooze(self.st.q, alert_id, until)
+
+    def record(self, action: Action) -> None:
+        record(self.st.q, action)
+
 
 class SQLTxNotices:
     """tx.notices (base.TxNotices) on either SQL store."""
@@ -240,44 +249,7 @@ class SQLAlerts:
         """Acknowledge an open alert: its repeats stop, and it shows who acked it and when,
         until it resolves. None if no alert of that id is open; else the episode's ack,
         made by this call or not (Ack.made)."""
-
-        def ack(q: Query) -> Ack | None:
-            row = q(
-                "SELECT episode FROM alerts WHERE id = ? AND state = 'open'", (alert_id,)
-            ).fetchone()
-            if row is None:
-                return None
-            episode = int(row[0])
-            # The one decision between acks at once: the insert that finds no row makes
-            # the ack; the others wait for it (PostgreSQL: its unique index; SQLite: the
-            # one writer) and insert nothing.
-            made = (
-                q(
-                    "INSERT INTO acks (alert, episode, acked_by, acked_at) VALUES (?, ?, ?, ?)"
-                    " ON CONFLICT (alert, episode) DO NOTHING",
-                    (alert_id, episode, by, now),
-                ).rowcount
-                == 1
-            )
-            if made:
-                q(
-                    "UPDATE notices SET next_repeat_at = NULL WHERE alert = ? AND episode = ?",
-                    (alert_id, episode),
-                )
-                # Its escalation looks at once, sees the ack and stops (or waits for reack).
-                q(
-                    "UPDATE escalations SET next_at = ?"
-                    f" WHERE alert = ? AND episode = ?{_NOT_WAITING}",
-                    (now, alert_id, episode),
-                )
-            found = q(
-                "SELECT alert, episode, acked_by, acked_at FROM acks"
-                " WHERE alert = ? AND episode = ?",
-                (alert_id, episode),
-            ).fetchone()
-            return Ack(found[0], int(found[1]), found[2], found[3], made=made)
-
-        return await self.db.statements(ack)
+        return await self.db.statements(lambda q: ack(q, alert_id, by, now))
 
     async def acks(self, alert_ids: Iterable[str]) -> dict[tuple[str, int], Ack]:
         ids = list(alert_ids)
@@ -342,27 +314,7 @@ class SQLAlerts:
         """Put an open alert's repeats off until `until`; then the timers notify again
         about it if it is still open (receiver.dispatch.timers). The episode snoozed, or
         None if no alert of that id is open."""
-
-        def snooze(q: Query) -> int | None:
-            row = q(
-                "SELECT episode FROM alerts WHERE id = ? AND state = 'open'", (alert_id,)
-            ).fetchone()
-            if row is None:
-                return None
-            q(
-                "UPDATE notices SET next_repeat_at = ? WHERE alert = ? AND episode = ?",
-                (until, alert_id, int(row[0])),
-            )
-            # Its escalation goes on from where it is when the snooze ends (a step due
-            # later than that stays when it was).
-            q(
-                "UPDATE escalations SET next_at = CASE WHEN next_at > ? THEN next_at ELSE ? END"
-                f" WHERE alert = ? AND episode = ?{_NOT_WAITING}",
-                (until, until, alert_id, int(row[0])),
-            )
-            return int(row[0])
-
-        return await self.db.statements(snooze)
+        return await self.db.statements(lambda q: snooze(q, alert_id, until))
 
     async def chains(self, alert_id: str) -> list[Chain]:
         """The alert's escalations, every episode's, newest episode first."""
@@ -388,21 +340,7 @@ class SQLAlerts:
 
     async def record(self, action: Action) -> None:
         """Keep an action in the alert's record."""
-        await self.db.statements(
-            lambda q: q(
-                f"INSERT INTO alert_actions ({_ACTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    action.alert,
-                    action.episode,
-                    action.action,
-                    action.source,
-                    action.actor,
-                    action.at,
-                    action.outcome,
-                    action.until,
-                ),
-            )
-        )
+        await self.db.statements(lambda q: record(q, action))
 
     async def actions(self, alert_ids: Iterable[str], *, limit: int = 100) -> list[Action]:
         """The newest actions on these alerts (at most limit), oldest first."""
@@ -420,3 +358,77 @@ class SQLAlerts:
             return [Action(*row) for row in reversed(list(rows))]
 
         return await self.db.read(select)
+
+
+# What an operator does to an alert, as statements: store.alerts runs each in a transaction
+# of its own, tx.alerts in the action's transaction (with the messages it queues).
+
+
+def ack(q: Query, alert_id: str, by: str, now: float) -> Ack | None:
+    """store.alerts.ack's statements (base.Alerts.ack)."""
+    row = q("SELECT episode FROM alerts WHERE id = ? AND state = 'open'", (alert_id,)).fetchone()
+    if row is None:
+        return None
+    episode = int(row[0])
+    # The one decision between acks at once: the insert that finds no row makes the ack;
+    # the others wait for it (PostgreSQL: its unique index; SQLite: the one writer) and
+    # insert nothing.
+    made = (
+        q(
+            "INSERT INTO acks (alert, episode, acked_by, acked_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (alert, episode) DO NOTHING",
+            (alert_id, episode, by, now),
+        ).rowcount
+        == 1
+    )
+    if made:
+        q(
+            "UPDATE notices SET next_repeat_at = NULL WHERE alert = ? AND episode = ?",
+            (alert_id, episode),
+        )
+        # Its escalation looks at once, sees the ack and stops (or waits for reack).
+        q(
+            f"UPDATE escalations SET next_at = ? WHERE alert = ? AND episode = ?{_NOT_WAITING}",
+            (now, alert_id, episode),
+        )
+    found = q(
+        "SELECT alert, episode, acked_by, acked_at FROM acks WHERE alert = ? AND episode = ?",
+        (alert_id, episode),
+    ).fetchone()
+    return Ack(found[0], int(found[1]), found[2], found[3], made=made)
+
+
+def snooze(q: Query, alert_id: str, until: float) -> int | None:
+    """store.alerts.snooze's statements (base.Alerts.snooze)."""
+    row = q("SELECT episode FROM alerts WHERE id = ? AND state = 'open'", (alert_id,)).fetchone()
+    if row is None:
+        return None
+    q(
+        "UPDATE notices SET next_repeat_at = ? WHERE alert = ? AND episode = ?",
+        (until, alert_id, int(row[0])),
+    )
+    # Its escalation goes on from where it is when the snooze ends (a step due later than
+    # that stays when it was).
+    q(
+        "UPDATE escalations SET next_at = CASE WHEN next_at > ? THEN next_at ELSE ? END"
+        f" WHERE alert = ? AND episode = ?{_NOT_WAITING}",
+        (until, until, alert_id, int(row[0])),
+    )
+    return int(row[0])
+
+
+def record(q: Query, action: Action) -> None:
+    """store.alerts.record's statement."""
+    q(
+        f"INSERT INTO alert_actions ({_ACTION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            action.alert,
+            action.episode,
+            action.action,
+            action.source,
+            action.actor,
+            action.at,
+            action.outcome,
+            action.until,
+        ),
+    )

@@ -4,7 +4,7 @@ transaction, whose roles are here (tx.events, tx.alerts, tx.silences, ...)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
@@ -12,6 +12,8 @@ from receiver.sessions import Fact
 from receiver.store.flaps import Flap
 from receiver.store.records import (
     OUTBOX_STATES,
+    Ack,
+    Action,
     Alert,
     Chain,
     Group,
@@ -132,6 +134,12 @@ class TxOutbox(Protocol):
     def sent(self, alert: str, episode: int, rule: str) -> bool:
         """Whether rule's notification about this episode went out (or is on its way)."""
 
+    def updatable(
+        self, alert: str, episode: int, channels: Collection[str]
+    ) -> list[tuple[str, str, int, str]]:
+        """Each (rule, notifier, target, channel) of these channels the episode's messages
+        went to (or are on their way to), one per (notifier, target)."""
+
 
 class TxAlerts(Protocol):
     """Alerts (tx.alerts); an alert read here is locked until the transaction ends."""
@@ -153,6 +161,14 @@ class TxAlerts(Protocol):
         """Drop what read_ahead() kept, written or not (after rolling its writes back)."""
 
     def list_open(self, limit: int = 1000) -> list[Alert]: ...
+    def ack(self, alert_id: str, *, by: str, now: float) -> Ack | None:
+        """Alerts.ack in this transaction: with the messages the action queues."""
+
+    def snooze(self, alert_id: str, *, until: float) -> int | None:
+        """Alerts.snooze in this transaction."""
+
+    def record(self, action: Action) -> None:
+        """Alerts.record in this transaction."""
 
 
 class TxNotices(Protocol):

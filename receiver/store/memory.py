@@ -26,7 +26,7 @@ from receiver.store.maintenance import MemoryMaintenance
 from receiver.store.memory_escalations import MemoryEscalations
 from receiver.store.memory_flaps import MemoryFlaps
 from receiver.store.memory_inhibitors import MemoryInhibitors
-from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, Row, Tables
+from receiver.store.memory_tables import OPEN_STATES, MemoryScratch, NoActions, Row, Tables
 from receiver.store.records import (
     SENT_STATES,
     Alert,
@@ -104,7 +104,7 @@ class MemorySessions:
         pass
 
 
-class MemoryOutbox:
+class MemoryOutbox(NoActions):
     """tx.outbox in memory: rows journaled as they are written or change."""
 
     def __init__(self, t: Tables) -> None:
@@ -163,7 +163,7 @@ class MemoryOutbox:
         return rule in self.t.sent.get((alert, episode), ())
 
 
-class MemoryAlerts:
+class MemoryAlerts(NoActions):
     """tx.alerts in memory: every alert is in memory already, so nothing is read ahead."""
 
     def __init__(self, t: Tables) -> None:

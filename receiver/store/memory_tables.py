@@ -9,12 +9,15 @@ import heapq
 import itertools
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from receiver.store.flaps import Flap
 from receiver.store.records import (
     SENT_STATES,
+    Ack,
+    Action,
     Alert,
     Chain,
     Group,
@@ -283,3 +286,22 @@ class MemoryScratch:
     def rows(self) -> list[OutboxRow]:
         """The rows kept, newest first (lean: only those that can still change)."""
         return [row.record() for row in sorted(self.tables.rows.values(), key=lambda r: -r.id)]
+
+
+class NoActions:
+    """What tx.alerts and tx.outbox do for the action engine, which the memory store has
+    not: the backtest acts on no alert."""
+
+    def ack(self, alert_id: str, *, by: str, now: float) -> Ack | None:
+        raise NotImplementedError("the memory store has no action engine")
+
+    def snooze(self, alert_id: str, *, until: float) -> int | None:
+        raise NotImplementedError("the memory store has no action engine")
+
+    def record(self, action: Action) -> None:
+        raise NotImplementedError("the memory store has no action engine")
+
+    def updatable(
+        self, alert: str, episode: int, channels: Collection[str]
+    ) -> list[tuple[str, str, int, str]]:
+        raise NotImplementedError("the memory store has no action engine")

@@ -4,7 +4,7 @@ and what the notify workers, the operator commands and the admin page do with it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from receiver.store import attempts as attempt_log
@@ -140,6 +140,23 @@ class SQLTxOutbox:
             (alert, episode, rule),
         ).fetchone()
         return row is not None
+
+    def updatable(
+        self, alert: str, episode: int, channels: Collection[str]
+    ) -> list[tuple[str, str, int, str]]:
+        """Each (rule, notifier, target, channel) of these channels that a message about the
+        episode went to (or is on its way to), once each: what an ack updates in place."""
+        if not channels:
+            return []
+        marks = ", ".join("?" * len(channels))
+        rows = self.st.q(
+            "SELECT MIN(rule), notifier, target, channel FROM outbox WHERE alert = ?"
+            " AND episode = ? AND kind IN ('event', 'repeat', 'escalation')"
+            f" AND state IN {SENT_STATES} AND channel IN ({marks})"
+            " GROUP BY notifier, target, channel ORDER BY notifier, target",
+            (alert, episode, *sorted(channels)),
+        )
+        return [(str(r[0]), str(r[1]), int(r[2]), str(r[3])) for r in rows]
 
 
 class SQLOutbox:

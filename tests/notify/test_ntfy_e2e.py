@@ -122,12 +122,22 @@ def test_pressing_ack_and_snooze_as_the_phone_does(tmp_path: Path, ntfy: NtfySta
         [s1] = [s for s in ntfy.phone() if s.message["title"] == "drop s1"]
         [s2] = [s for s in ntfy.phone() if s.message["title"] == "drop s2"]
 
+        first = s1.message  # the page pressed (s1 shows each later message of its sequence)
         acked = ntfy.press(s1, "Ack")
         assert acked.status_code == 200, acked.text
         assert alert(server, "session:s1")["acked"]["by"] == "link"
         snoozed = ntfy.press(s2, "Snooze 1h")
         assert snoozed.status_code == 200, snoozed.text
-        assert [s.key for s in ntfy.phone()] == []  # each 2xx dismissed its notification
+        # Each 2xx dismissed its notification; then each action's update replaces it (the
+        # same sequence id) for every phone on the topic: it says what was done, and the
+        # ack's has no Ack button left.
+        shown = eventually(lambda: ntfy.phone()[1:] and ntfy.phone(), "the two updates")
+        said = {s.key: s.message for s in shown}
+        assert said[s1.key]["title"] == "session:s1 acknowledged by link"
+        assert [a["label"] for a in said[s1.key]["actions"]] == ["Open"]
+        assert "Acknowledged by link at" in said[s1.key]["message"]
+        assert said[s2.key]["title"].startswith("session:s2 snoozed by link until ")
+        assert "Snoozed until" in said[s2.key]["message"]
         actions = server.query("SELECT alert, action, source, outcome FROM alert_actions")
         assert sorted(actions) == [
             ("session:s1", "ack", "link", "done"),
@@ -136,9 +146,9 @@ def test_pressing_ack_and_snooze_as_the_phone_does(tmp_path: Path, ntfy: NtfySta
 
         # Pressed again (a second phone, or a retry): nothing applied, not a 2xx, so the
         # app keeps the notification and shows the error.
-        again = ntfy.press(s1.message, "Ack")
+        again = ntfy.press(first, "Ack")
         assert again.status_code == 409 and "action_not_applied" in again.text
-        assert ntfy.press(s1.message, "Snooze 1h").status_code == 409  # acked already
+        assert ntfy.press(first, "Snooze 1h").status_code == 409  # acked already
     finally:
         server.stop()
 

@@ -134,3 +134,9 @@ def test_a_channel_registered_alone_is_checked_routed_sent_counted_and_listed(
             assert 'receiver_outbox_pending{channel="tiny"} 0.0' in scraped
 
     asyncio.run(main())
+
+
+def test_only_the_slack_app_and_ntfy_update_a_message_in_place() -> None:
+    # An ack or a snooze queues update rows to these alone (receiver.dispatch.updates):
+    # apprise's services and subscribers cannot change a message once sent.
+    assert registry.updating() == {"slack-app", "ntfy"}

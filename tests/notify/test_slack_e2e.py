@@ -126,7 +126,7 @@ def test_a_click_on_ack_acks_stops_the_chain_and_shows_who(
         eventually(lambda: "Acknowledged by <@U123> at" in slack.render(message), "who acked")
         assert buttons(message) == ["resolve", "open"]
         eventually(lambda: message.replies, "the ack's reply in the thread")
-        assert message.replies[0].text == "<@U123> acknowledged it"
+        assert message.replies[0].text == "*session:s1 acknowledged by <@U123> (ada)*"
         acted = server.query("SELECT action, source, actor, outcome FROM alert_actions")
         assert acted == [("ack", "slack", "<@U123> (ada)", "done")]
         # The chain stops (the timers see the ack): step 2 can no longer fire.
@@ -166,7 +166,7 @@ def test_snooze_then_resolve_from_slack_say_until_when_and_by_whom(
         [(action, until)] = server.query("SELECT action, until FROM alert_actions")
         assert action == "snooze" and until is not None
         eventually(lambda: message.replies, "the snooze's reply")
-        assert message.replies[0].text.startswith("<@U123> snoozed it until ")
+        assert message.replies[0].text.startswith("*session:s1 snoozed by <@U123> (ada) until ")
         assert buttons(message) == ["ack", "resolve", "snooze", "open"]
 
         assert click(server, message, "resolve") == 200

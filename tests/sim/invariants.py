@@ -22,7 +22,7 @@ from receiver.dispatch.pipeline import UNPAGED
 from receiver.dispatch.silences import active_silences
 from receiver.rules import Rule, Ruleset
 from receiver.store.records import SENT_STATES
-from tests.sim import filed, sends, storms, subscribers
+from tests.sim import filed, sends, storms, subscribers, updates
 from tests.sim.run import LEASE, Run
 from tests.sim.violation import Violation
 
@@ -417,6 +417,7 @@ CHECKS = (
     *filed.CHECKS,
     storms.storm_windows_told_once,
     *subscribers.CHECKS,
+    updates.updates_once,
 )
 
 

@@ -63,4 +63,4 @@ def messenger(settings: Settings) -> Messenger:
     return Messenger(settings.slack_bot_token, settings.slack_api_url, settings.notify_timeout)
 
 
-KIND = Kind(NAME, frozenset({SCHEME}), build, check=check)
+KIND = Kind(NAME, frozenset({SCHEME}), build, check=check, updates=True)

@@ -13,7 +13,9 @@ the answer is sent (Starlette's background task of the request: uvicorn lets it 
 shutdown; its failure is caught, logged and counted as "failed"). The click's button
 carries the episode's signed action token (receiver.links), and the action goes through
 the one action engine (receiver.dispatch.actions), recorded with source `slack` and the
-Slack user as who ("<@U123> (ada)"); then the message is updated to say so. A delivery
+Slack user as who ("<@U123> (ada)"); the action queues the update of every message of the
+episode (receiver.dispatch.updates), this one included, which the worker sends; a click
+that changed nothing gets its note on the clicked message at once. A delivery
 Slack retries (X-Slack-Retry-Num) acts once: each click is noted in the store first.
 """
 
@@ -203,16 +205,14 @@ class Interactivity:
         )
         self.wake_worker()
         log.info("slack: %s %s by %s: %s", claim.action, claim.alert, user, outcome.result)
-        note = None if outcome.result == "done" else f"{blocks.mention(user)}: {outcome.message}"
+        if outcome.result == "done":
+            # The action queued its messages' updates (an ack's or a snooze's "update"
+            # rows, a resolve's resolved messages): the worker updates this one with the
+            # others, once, whichever replica or retry got the click.
+            return outcome.result
+        note = f"{blocks.mention(user)}: {outcome.message}"
         episode = await episode_now(self.store, claim.alert, claim.episode or outcome.episode)
         await self._note(channel_id, ts, episode, note)
-        if outcome.result == "done" and claim.action != "resolve":
-            # For the record, as a notification's reply would be (a resolve has its
-            # resolved message for that).
-            said = {"ack": "acknowledged it", "snooze": "snoozed it"}[claim.action]
-            if outcome.until is not None:
-                said += f" until {blocks.clock_time(outcome.until)}"
-            await self.messenger.post(channel_id, f"{blocks.mention(user)} {said}", [], ts)
         return "stale" if outcome.result == "missing" else outcome.result
 
     async def _first(self, click_id: str) -> bool:
