@@ -252,10 +252,13 @@ def once(run: Run) -> None:
             raise Violation("once", f"row #{rid} sent again after its delivery was recorded")
     for (aid, ep, rule), (_, log) in _chains(run).items():
         seen: set[tuple[int, int]] = set()
-        for entry in log:
+        for n, entry in enumerate(log):
             if entry.get("event") != "paged":
-                if entry.get("event") not in ("skipped", "started"):
-                    seen.clear()  # acked, reack, resumed, snooze ended: it may page again
+                # acked, reack, resumed, snooze ended, or started again by a later event
+                # (from step one, as resumed): the step may page again
+                what = entry.get("event")
+                if what not in ("skipped", "started") or (what == "started" and n > 0):
+                    seen.clear()
                 continue
             key = (int(entry["step"]), int(entry["round"]))
             if key in seen:

@@ -204,3 +204,29 @@ def test_seed_196_a_backtest_keeps_the_event_that_started_a_chain_again() -> Non
         ),  # fmt: skip
     ]
     assert violation(Scenario(196, 1796190720.0, [rules], ops)) is None
+
+
+def test_seed_734_a_chain_started_again_by_a_later_event_pages_from_step_one() -> None:
+    # The chain pages steps 1 and 2 for evt_4; a silence on its context skips step 3; evt_16,
+    # not silenced, starts the chain again from step one (as a chain woken from a silence
+    # does): step 1 pages again, which "once" allows after a restart as after "resumed".
+    rules = NOTIFIERS + (
+        "escalations:\n  p1:\n    steps:\n    - notify: [chat]\n"
+        "    - notify: [chat]\n      after: 130s\n    - notify: [pager]\n      after: 562s\n"
+        "rules:\n- name: r2\n  escalate: p1\n"
+    )
+    drop = {"sessionId": "s3", "userId": "u3", "threshold": 40}
+    ops = [
+        _event(
+            3620.0,
+            4,
+            "score.drop",
+            "03T16:33:20.000",
+            score=22,
+            meta={"context": "checkout"},
+            **drop,
+        ),
+        Op(4091.0, "silence", {"match": {"meta.context": "checkout"}, "for": 600}),
+        _event(4391.0, 16, "score.drop", "03T16:46:11.000", score=35, **drop),
+    ]
+    assert violation(Scenario(734, 1796312580.0, [rules], ops)) is None
