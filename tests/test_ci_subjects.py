@@ -3,6 +3,7 @@ blank line before the body; the base and older commits are not checked."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ def _git(repo: Path, *args: str) -> str:
     who = {"NAME": "t", "EMAIL": "t@example.com"}
     env = {f"GIT_{role}_{k}": v for role in ("AUTHOR", "COMMITTER") for k, v in who.items()}
     env["HOME"] = str(repo)  # no user's git config
+    env["PATH"] = os.environ["PATH"]
     done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
