@@ -11,8 +11,9 @@ flow, stops the receiver for a while (a sender outage: the fake's deliveries fai
 retried on the service's schedule, sped up), starts it again, and prints as it happens what
 arrived, what was routed where and what was delivered. Two scenes end it: an escalation
 with an ack link followed (escalation_scene), and a Slack app message updated in place by
-a click on Ack, against a Slack Web API stand-in (slack_scene). It ends with a summary
-table and stops everything it started, on Ctrl-C too.
+a click on Ack, against a Slack Web API stand-in (slack_scene), and a session whose score
+hovers around its threshold, with and without flap detection (flap_scene). It ends with a
+summary table and stops everything it started, on Ctrl-C too.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from receiver.simulator import escalation_scene, slack_scene
+from receiver.simulator import escalation_scene, flap_scene, slack_scene
 from receiver.simulator.sink import Sink
 from receiver.store import Store, open_store
 from receiver.store.records import EventQuery, OutboxQuery
@@ -81,6 +82,7 @@ rules:
   - name: recovered
     match:
       type: score.recover
+      sessionId: "sess_*"  # the live sessions: the flapping scene counts its own messages
     notify: slack
     title: "{{{{ userId }}}} is back: {{{{ score }}}} on {{{{ session.context|default('?') }}}}"
     body: "{{{{ sessionId }}}} after {{{{ history|length }}}} score points"
@@ -184,6 +186,7 @@ class Demo:
         self.escalations: dict[str, str] = {}  # the last scene's alerts and what befell them
         self.slack = slack_scene.stand_in()  # the Slack Web API, for the Slack app scene
         self.slack_done: dict[str, str] = {}
+        self.flaps: dict[str, str] = {}  # the flapping scene's two sessions and their messages
 
     def say(self, what: str, text: str, style: str = "") -> None:
         stamp = f"{time.monotonic() - self.t0:5.1f}s"
@@ -227,7 +230,7 @@ class Demo:
         self.say("sink", f"Slack and email stand-in on http://{HOST}:{self.sink.port}")
         scene = escalation_scene.RULES.format(step=escalation_scene.STEP)
         rules = RULES.format(host=HOST, port=self.sink.port).replace("rules:\n", scene, 1)
-        (self.dir / "rules.yaml").write_text(slack_scene.rules(rules))
+        (self.dir / "rules.yaml").write_text(flap_scene.rules(slack_scene.rules(rules)))
         fake = self.children.start(
             "upstream",
             [
@@ -280,8 +283,10 @@ class Demo:
             self.seen.sink += 1
             self.seen.delivered[channel] += 1
             title, body = str(message.get("title", "")), str(message.get("message", ""))
-            # Every demo rule names session.context; "on ?" is its default, unenriched.
-            if "on ?" not in title + body:
+            # Every demo rule names session.context; "on ?" is its default, unenriched. The
+            # scenes' demo_ sessions are unknown upstream: their resolved, flapping and
+            # paging messages name no context, and are not counted as enriched either.
+            if "on ?" not in title + body and "demo_" not in title + body:
                 self.seen.enriched += 1
             body = re.sub(r"/act/\S+", "/act/***", " ".join(body.split()))  # tokens: capabilities
             short = body if len(body) <= 70 else body[:67] + "..."
@@ -340,6 +345,10 @@ class Demo:
                 self.slack_done = await slack_scene.play(self)
             except (TimeoutError, httpx.HTTPError) as exc:
                 self.slack_done = {"slack scene": f"failed: {exc}"}
+            try:
+                self.flaps = await flap_scene.play(self, store)
+            except (TimeoutError, httpx.HTTPError) as exc:
+                self.flaps = {"flapping scene": f"failed: {exc}"}
             await self.watch(store)
             self.say("stop", "no more traffic; a few seconds to finish sends", "bold")
             self.stats = httpx.get(f"http://{HOST}:{self.fake_port}/_fake/stats", timeout=5).json()
@@ -385,6 +394,7 @@ class Demo:
         ]
         rows += [("escalation", alert, outcome) for alert, outcome in self.escalations.items()]
         rows += [("slack app", alert, outcome) for alert, outcome in self.slack_done.items()]
+        rows += [("flapping", session, outcome) for session, outcome in self.flaps.items()]
         for stage, what, count in rows:
             table.add_row(stage, what, str(count))
         return table

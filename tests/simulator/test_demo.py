@@ -1,5 +1,6 @@
 """`make demo` shortened: the whole chain runs, prints what arrived, was routed and was
-delivered, ends with the summary, and leaves no process behind (on SIGINT too)."""
+delivered, plays its scenes (escalation, Slack app, flapping), ends with the summary, and
+leaves no process behind (on SIGINT too)."""
 
 from __future__ import annotations
 
@@ -79,6 +80,12 @@ def test_a_short_demo_runs_the_whole_chain(tmp_path: Path) -> None:
     assert "[ Ack ] [ Resolve ] [ Snooze 1h ]" in out[posted:updated]
     assert "Acknowledged by <@U0ADA>" in out[updated:]
     assert re.search(r"1 message, \d+ edits, acked", summary)
+    # The flapping scene: the same hovering score with and without flap detection.
+    assert "without flap: 9 messages, one per change" in out
+    assert "with flap: 5 messages: 3 before it flapped, 1 flapping, 1 settled" in out
+    shown = out[out.index("with flap: 5 messages") :]
+    assert re.search(r"│ \[flap-scene\] flapping: session:demo_flap_\w+", shown)
+    assert re.search(r"│ \[settled open\] demo_flap_\w+ dropped to 45", shown)
     # The receiver verified every delivery with the secret registration gave it.
     log = (tmp_path / "receiver.log").read_text()
     assert "invalid_signature" not in log
