@@ -29,8 +29,8 @@ run: $(VENV)/.installed
 # registered there with enrichment, a Slack/email stand-in, a Slack app message updated in
 # place by an ack (a Slack Web API stand-in), a hovering score with and without `flap`;
 # a summary at the end. Stops by itself and leaves nothing running. DEMO_ARGS="--seconds 20"
-# for a shorter run; DEMO_PORT=4000 (or DEMO_ARGS="--port 4000") puts the receiver on that port, to open its
-# admin page and API while it runs.
+# for a shorter run; DEMO_PORT=4000 (or DEMO_ARGS="--port 4000") puts the receiver on that
+# port, to open its admin page and API while it runs.
 demo: $(VENV)/.installed
 	$(BIN)/python -m receiver.simulator.demo $(if $(DEMO_PORT),--port $(DEMO_PORT)) $(DEMO_ARGS)
 
