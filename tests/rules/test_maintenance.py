@@ -248,3 +248,22 @@ def test_explain_now_says_the_window_and_its_end() -> None:
     )
     other = explain_now(ruleset, {**payload, "cohort": "ga"}, inside)
     assert not any("maintenance" in line for line in other)
+
+
+def test_listing_and_reason_show_seconds_only_when_a_range_has_them() -> None:
+    from receiver.rules.maintenance import describe, held_reason
+
+    window = _window("Europe/Berlin", "seconds")
+    at = datetime(2026, 11, 28, 20, 59, tzinfo=UTC).timestamp()  # Sat 21:59 CET
+    short, whole = window.upcoming(at, 2)
+    assert describe(window, *short) == {
+        "name": "weekly-deploy",
+        "start": "Sat 2026-11-28 21:59:30 CET",
+        "end": "Sat 2026-11-28 21:59:45 CET",
+        "start_utc": "2026-11-28T20:59:30Z",
+        "end_utc": "2026-11-28T20:59:45Z",
+    }
+    assert describe(window, *whole)["start"] == "Sat 2026-11-28 22:00 CET"
+    assert held_reason(window, short[0] + 5) == (
+        "maintenance: weekly-deploy (until 2026-11-28 21:59:45 CET)"
+    )
