@@ -137,8 +137,8 @@ class Window:
             for r in self.weekly:
                 for second in (r.start, r.end):
                     if second // DAY % 7 == day.weekday():
-                        at = second % DAY
-                        local.append((day, time(at // 3600, at // 60 % 60, at % 60)))
+                        into = second % DAY
+                        local.append((day, time(into // 3600, into // 60 % 60, into % 60)))
             local.append((day, time(0)))
             day += timedelta(days=1)
         for day, at in local:
