@@ -23,9 +23,10 @@ from receiver.matchers import Condition, compile_match, show
 
 KEYS = ("name", "match", "timezone", "every", "dates", "notify")
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-WEEK = 7 * 1440  # minutes
+DAY = 86400  # seconds
+WEEK = 7 * DAY
 _RANGE = re.compile(
-    r"(?P<d1>[A-Za-z]{3})\s+(?P<t1>\d\d:\d\d)\s*-\s*(?:(?P<d2>[A-Za-z]{3})\s+)?(?P<t2>\d\d:\d\d)"
+    r"(?P<d1>[A-Za-z]{3})\s+(?P<t1>\d\d:\d\d(?::\d\d)?)\s*-\s*(?:(?P<d2>[A-Za-z]{3})\s+)?(?P<t2>\d\d:\d\d(?::\d\d)?)"
 )
 _DATES = re.compile(r"(\d{4}-\d\d-\d\d)(?:\.\.(\d{4}-\d\d-\d\d))?")
 # How far the listing looks for a window that comes again (one-off dates further on too).
@@ -34,17 +35,17 @@ HORIZON = timedelta(days=400)
 
 @dataclass(frozen=True)
 class Weekly:
-    """A weekly range in minutes of the local week (Mon 00:00 is 0); end < start wraps
+    """A weekly range in seconds of the local week (Mon 00:00 is 0); end < start wraps
     past Sunday midnight."""
 
     start: int
     end: int
     text: str
 
-    def holds(self, minute: float) -> bool:
+    def holds(self, second: int) -> bool:
         if self.start < self.end:
-            return self.start <= minute < self.end
-        return minute >= self.start or minute < self.end
+            return self.start <= second < self.end
+        return second >= self.start or second < self.end
 
 
 @dataclass(frozen=True, eq=False)  # one per rules file, compared (and cached) as itself
@@ -67,8 +68,8 @@ class Window:
         day = local.date()
         if any(first <= day <= last for first, last in self.dates):
             return True
-        minute = local.weekday() * 1440 + local.hour * 60 + local.minute + local.second / 60
-        return any(r.holds(minute) for r in self.weekly)
+        second = local.weekday() * DAY + local.hour * 3600 + local.minute * 60 + local.second
+        return any(r.holds(second) for r in self.weekly)
 
     def spans(self, since: float, until: float) -> list[tuple[float, float]]:
         """The window's stretches [start, end) that overlap [since, until), whole: one
@@ -134,9 +135,10 @@ class Window:
         day = first
         while day <= last:
             for r in self.weekly:
-                for minute in (r.start, r.end):
-                    if minute // 1440 % 7 == day.weekday():
-                        local.append((day, time(minute % 1440 // 60, minute % 60)))
+                for second in (r.start, r.end):
+                    if second // DAY % 7 == day.weekday():
+                        into = second % DAY
+                        local.append((day, time(into // 3600, into // 60 % 60, into % 60)))
             local.append((day, time(0)))
             day += timedelta(days=1)
         for day, at in local:
@@ -180,7 +182,7 @@ def held_reason(window: Window, now: float) -> str:
     if span is None:
         return f"maintenance: {window.name}"
     end = datetime.fromtimestamp(span[1], window.tz)
-    return f"maintenance: {window.name} (until {end.strftime('%Y-%m-%d %H:%M %Z')})"
+    return f"maintenance: {window.name} (until {end.strftime(f'%Y-%m-%d {_clock(end)} %Z')})"
 
 
 def next_boundary(windows: Iterable[Window], now: float) -> float | None:
@@ -285,11 +287,14 @@ def _range(found: re.Match[str], text: str, label: str, problems: list[str]) -> 
             f"{label}: every: {show(text)}: unknown day {show(wrong[0])}; days: {', '.join(DAYS)}"
         )
         return
-    t1, t2 = _minute(found["t1"], end=False), _minute(found["t2"], end=True)
+    t1, t2 = _second(found["t1"], end=False), _second(found["t2"], end=True)
     if t1 is None or t2 is None:
-        problems.append(f"{label}: every: {show(text)}: times are HH:MM from 00:00 to 24:00")
+        problems.append(
+            f"{label}: every: {show(text)}: times are HH:MM from 00:00 to 24:00"
+            " (seconds optional: HH:MM:SS)"
+        )
         return
-    start, end = DAYS.index(d1) * 1440 + t1, DAYS.index(d2) * 1440 + t2
+    start, end = DAYS.index(d1) * DAY + t1, DAYS.index(d2) * DAY + t2
     if d1 == d2 and end == start:
         problems.append(f"{label}: every: {show(text)} is empty: it ends where it starts")
         return
@@ -303,11 +308,14 @@ def _range(found: re.Match[str], text: str, label: str, problems: list[str]) -> 
     yield Weekly(start % WEEK, end % WEEK, text)
 
 
-def _minute(text: str, *, end: bool) -> int | None:
-    hours, minutes = int(text[:2]), int(text[3:])
-    if minutes > 59 or hours > 24 or (hours == 24 and (minutes or not end)):
+def _second(text: str, *, end: bool) -> int | None:
+    """Seconds into the day of "HH:MM" or "HH:MM:SS"; 24:00 only as an end."""
+    hours, minutes, seconds = int(text[:2]), int(text[3:5]), int(text[6:] or 0)
+    if minutes > 59 or seconds > 59 or hours > 24:
         return None
-    return hours * 60 + minutes
+    if hours == 24 and (minutes or seconds or not end):
+        return None
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def _dates(raw: Any, label: str, problems: list[str]) -> Iterator[tuple[date, date]]:
@@ -356,8 +364,14 @@ def describe(window: Window, start: float, end: float) -> dict[str, str]:
     """One stretch for `receiver maintenance`: local and UTC start and end."""
 
     def both(at: float) -> tuple[str, str]:
-        local = datetime.fromtimestamp(at, window.tz).strftime("%a %Y-%m-%d %H:%M %Z")
+        moment = datetime.fromtimestamp(at, window.tz)
+        local = moment.strftime(f"%a %Y-%m-%d {_clock(moment)} %Z")
         return local, datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     (ls, us), (le, ue) = both(start), both(end)
     return {"name": window.name, "start": ls, "end": le, "start_utc": us, "end_utc": ue}
+
+
+def _clock(moment: datetime) -> str:
+    """The time format for moment: seconds only when a range has them (few do)."""
+    return "%H:%M:%S" if moment.second else "%H:%M"

@@ -38,24 +38,33 @@ ZONES = ("Europe/Berlin", "America/New_York")
 # zones) or shows twice (02:00-03:00 in autumn in Berlin; New York's twice-shown hour,
 # 01:00-02:00, is inside the Saturday night range), and one that ends at 24:00.
 RANGES = '"Sat 22:00-Sun 02:00", "Sun 02:30-03:15", "Wed 12:00-12:30", "Fri 23:00-24:00"'
-WALL = [(5, 22 * 60, 6, 2 * 60), (6, 150, 6, 195), (2, 720, 2, 750), (4, 23 * 60, 4, 1440)]
+H, M = 3600, 60
+WALL = [(5, 22 * H, 6, 2 * H), (6, 150 * M, 6, 195 * M), (2, 720 * M, 2, 750 * M)]
+WALL += [(4, 23 * H, 4, 24 * H)]
+# Ranges with seconds: short, one just before the Saturday night range, one an hour after
+# the DST hour, one crossing midnight into Monday by seconds.
+SECONDS = '"Sat 21:59:30-21:59:45", "Sun 03:40:20-03:41:05", "Sun 23:59:50-Mon 00:00:40"'
+WALL_S = [(5, 22 * H - 30, 5, 22 * H - 15), (6, 3 * H + 40 * M + 20, 6, 3 * H + 41 * M + 5)]
+WALL_S += [(6, 24 * H - 10, 0, 40)]
+EVERY = {"minutes": (RANGES, WALL), "seconds": (f"{RANGES}, {SECONDS}", WALL + WALL_S)}
 
 
-def _window(tz: str) -> Window:
-    return rules.load_text(FILE.format(tz=tz, every=RANGES), env={}).maintenance[0]
+def _window(tz: str, kind: str = "minutes") -> Window:
+    every = EVERY[kind][0]
+    return rules.load_text(FILE.format(tz=tz, every=every), env={}).maintenance[0]
 
 
-def _wall_inside(t: float, tz: str) -> bool:
-    """The test's own reading of the wall clock: weekday and minute against WALL."""
+def _wall_inside(t: float, tz: str, kind: str = "minutes") -> bool:
+    """The test's own reading of the wall clock: weekday and second against WALL."""
     local = datetime.fromtimestamp(t, ZoneInfo(tz))
     if (local.month, local.day) in ((12, 24), (12, 25), (12, 26)) and local.year == 2026:
         return True
-    minute = local.hour * 60 + local.minute + local.second / 60
-    for d1, m1, d2, m2 in WALL:
+    second = local.hour * H + local.minute * M + local.second
+    for d1, m1, d2, m2 in EVERY[kind][1]:
         day = local.weekday()
-        if d1 == d2 and day == d1 and m1 <= minute < m2:
+        if d1 == d2 and day == d1 and m1 <= second < m2:
             return True
-        if d1 != d2 and ((day == d1 and minute >= m1) or (day == d2 and minute < m2)):
+        if d1 != d2 and ((day == d1 and second >= m1) or (day == d2 and second < m2)):
             return True
     return False
 
@@ -68,29 +77,59 @@ _DAYS = [
 instants = st.builds(
     lambda base, off: base + off, st.sampled_from(_DAYS), st.integers(0, 3 * 86400)
 )
+# Instants within two minutes of a range's local start or end, so the seconds ranges are hit.
+_EDGES = [(d, s) for d1, s1, d2, s2 in WALL + WALL_S for d, s in ((d1, s1), (d2, s2))]
 
 
-@settings(max_examples=300, deadline=None)
-@given(t=instants, tz=st.sampled_from(ZONES))
-def test_an_instant_is_inside_a_listed_stretch_iff_its_wall_clock_is(t: float, tz: str) -> None:
-    window = _window(tz)
-    expected = _wall_inside(t, tz)
+def _near_edge(tz: str, base: float, edge: int, off: int) -> float:
+    """An instant about off seconds from a range edge's local time in the week from base
+    (a DST change in between moves it by an hour: still an instant worth checking)."""
+    weekday, second = _EDGES[edge]
+    local = datetime.fromtimestamp(base, ZoneInfo(tz)).replace(hour=0, minute=0, second=0)
+    shift = (weekday - local.weekday()) % 7
+    return local.timestamp() + shift * 86400 + second + off
+
+
+def _instant(draw: st.DrawFn, tz: str) -> float:
+    if draw(st.booleans()):
+        return float(draw(instants))
+    edge = draw(st.integers(0, len(_EDGES) - 1))
+    return _near_edge(tz, draw(st.sampled_from(_DAYS)), edge, draw(st.integers(-120, 120)))
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[float, str, str]:
+    tz = draw(st.sampled_from(ZONES))
+    return _instant(draw, tz), tz, draw(st.sampled_from(sorted(EVERY)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=cases())
+def test_an_instant_is_inside_a_listed_stretch_iff_its_wall_clock_is(
+    case: tuple[float, str, str],
+) -> None:
+    t, tz, kind = case
+    window = _window(tz, kind)
+    expected = _wall_inside(t, tz, kind)
     assert window.contains(t) == expected
     in_span = any(s <= t < e for s, e in window.spans(t - 86400, t + 86400))
     assert in_span == expected
     assert (window.around(t) is not None) == expected
 
 
-@settings(max_examples=100, deadline=None)
-@given(t=instants, tz=st.sampled_from(ZONES))
-def test_stretches_are_ordered_and_each_boundary_changes_the_wall_clock(t: float, tz: str) -> None:
-    window = _window(tz)
+@settings(max_examples=150, deadline=None)
+@given(case=cases())
+def test_stretches_are_ordered_and_each_boundary_changes_the_wall_clock(
+    case: tuple[float, str, str],
+) -> None:
+    t, tz, kind = case
+    window = _window(tz, kind)
     spans = window.upcoming(t, 5)
     assert len(spans) == 5 and spans == sorted(spans)
     for (s, e), nxt in zip(spans, [*spans[1:], None], strict=True):
         assert s < e and e > t
-        assert _wall_inside(s, tz) and not _wall_inside(s - 1, tz) and not _wall_inside(e, tz)
-        assert _wall_inside(e - 1, tz)
+        assert _wall_inside(s, tz, kind) and not _wall_inside(s - 1, tz, kind)
+        assert not _wall_inside(e, tz, kind) and _wall_inside(e - 1, tz, kind)
         if nxt is not None:
             assert e < nxt[0]
     assert next_boundary([window], t) == min(p for sp in spans for p in sp if p > t)
@@ -144,6 +183,12 @@ BAD = [
     ('every: ["Wed 10:00-10:00"]', '"Wed 10:00-10:00" is empty'),
     ('every: ["Fun 10:00-11:00"]', 'unknown day "fun"'),
     ('every: ["Mon 25:00-Tue 01:00"]', "times are HH:MM from 00:00 to 24:00"),
+    ('every: ["Mon 10:00:60-11:00"]', "times are HH:MM from 00:00 to 24:00 (seconds optional"),
+    ('every: ["Mon 10:00-Tue 24:00:01"]', "times are HH:MM from 00:00 to 24:00"),
+    ('every: ["Mon 24:00:00-Tue 01:00"]', "times are HH:MM from 00:00 to 24:00"),
+    ('every: ["Mon 10:00:5-11:00"]', 'is not a range such as "Sat 22:00-Sun 02:00"'),
+    ('every: ["Wed 12:00:30-12:00:10"]', '"Wed 12:00:30-12:00:10" is reversed'),
+    ('every: ["Wed 12:00:00-12:00"]', '"Wed 12:00:00-12:00" is empty'),
     ('every: ["soon"]', 'is not a range such as "Sat 22:00-Sun 02:00"'),
     ('dates: ["2026-12-26..2026-12-24"]', '"2026-12-26..2026-12-24" is reversed'),
     ('dates: ["2026-13-01"]', "is not a day or days"),
@@ -203,3 +248,22 @@ def test_explain_now_says_the_window_and_its_end() -> None:
     )
     other = explain_now(ruleset, {**payload, "cohort": "ga"}, inside)
     assert not any("maintenance" in line for line in other)
+
+
+def test_listing_and_reason_show_seconds_only_when_a_range_has_them() -> None:
+    from receiver.rules.maintenance import describe, held_reason
+
+    window = _window("Europe/Berlin", "seconds")
+    at = datetime(2026, 11, 28, 20, 59, tzinfo=UTC).timestamp()  # Sat 21:59 CET
+    short, whole = window.upcoming(at, 2)
+    assert describe(window, *short) == {
+        "name": "weekly-deploy",
+        "start": "Sat 2026-11-28 21:59:30 CET",
+        "end": "Sat 2026-11-28 21:59:45 CET",
+        "start_utc": "2026-11-28T20:59:30Z",
+        "end_utc": "2026-11-28T20:59:45Z",
+    }
+    assert describe(window, *whole)["start"] == "Sat 2026-11-28 22:00 CET"
+    assert held_reason(window, short[0] + 5) == (
+        "maintenance: weekly-deploy (until 2026-11-28 21:59:45 CET)"
+    )
