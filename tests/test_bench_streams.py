@@ -15,7 +15,7 @@ import pytest
 from bench import load, stream_part, streams
 from receiver import events, rules, signature
 from receiver.simulator.walk import timestamp
-from tests.simulator.test_simulate import START, FakeReceiver, _run
+from tests.simulator.test_sender import START, FakeReceiver, _run
 from tests.simulator.test_simulate import Options as SimOptions
 
 
