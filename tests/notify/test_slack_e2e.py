@@ -79,15 +79,21 @@ def test_one_message_per_episode_updated_in_place_and_resolved(
         assert buttons(message) == ["ack", "resolve", "snooze", "open"]
         assert message.channel == "C0123ABCD"  # #alerts, as Slack answered
         # Step 2 of the chain: the same message, updated, and a reply in its thread.
-        eventually(lambda: message.replies, "step 2's reply in the thread")
-        assert len(slack.messages()) == 1 and message.edits >= 1
+        eventually(lambda: message.replies and message.edits >= 1, "step 2's edit and reply")
+        assert len(slack.messages()) == 1
         assert "drop s1" in message.replies[0].text
         assert slack.called("chat.postMessage")[-1].args["thread_ts"] == message.ts
 
         server.send(sample("score.recover", id="e2", sessionId="s1", score=70))
-        eventually(lambda: "Resolved" in slack.render(message), "the resolved message")
+        # The edit and the thread's reply are two calls: wait for both.
+        eventually(
+            lambda: (
+                "Resolved" in slack.render(message)
+                and "resolved" in message.replies[-1].text.lower()
+            ),
+            "the resolved message and its reply",
+        )
         assert buttons(message) == [] and len(slack.messages()) == 1
-        assert "resolved" in message.replies[-1].text.lower()
         # Every call carried the bot token; none the signing secret.
         assert {c.token for c in slack.calls} == {TOKEN}
         assert SIGNING not in server.logs() and TOKEN not in server.logs()
