@@ -42,9 +42,12 @@ def comparable(s: Scenario) -> Scenario:
 
 
 def _live(run: Run) -> dict[str, tuple[int, Counter[str]]]:
+    """The live run's rows by rule; a maintenance window's start and end notices left out:
+    the backtest previews what a window holds, not its notices (docs/alert-lifecycle.md)."""
     tallies: dict[str, tuple[int, Counter[str]]] = {}
     for rule, state, n in run.query(
-        "SELECT rule, state, count(*) FROM outbox WHERE kind <> 'webhook' GROUP BY rule, state"
+        "SELECT rule, state, count(*) FROM outbox WHERE kind NOT IN ('webhook', 'maintenance')"
+        " GROUP BY rule, state"
     ):
         sent, other = tallies.setdefault(rule, (0, Counter()))
         if state == "delivered":

@@ -39,6 +39,7 @@ from receiver.dispatch.alerts import Transition
 from receiver.dispatch.router import TIMERS_GAP, WAKE_EVERY, Router
 from receiver.metrics import Metrics
 from receiver.rules import Ruleset
+from receiver.rules.maintenance import next_boundary
 from receiver.store import SQLiteStore, open_store
 from receiver.store.records import Attempt, OutboxRow
 from tests.sim import sends
@@ -284,7 +285,8 @@ class Run:
         """The next moment a timer or a send falls due after now, read from the file: a
         held or pending row, a lease that runs out, a repeat, an escalation step, a digest
         that closes, a silence that ends, quiet hours that end, a flap that settles (the
-        router's own next step, as escalation steps are), the heartbeat."""
+        router's own next step, as escalation steps are), a maintenance window's boundary,
+        the heartbeat."""
         now = self.now
         (found,) = self.query(
             "SELECT min(t) FROM ("
@@ -312,6 +314,11 @@ class Run:
             if rule is not None and rule.active is not None:
                 opens = rule.active.next_open(now)
                 due = min(due, opens) if opens > now else due
+        # A maintenance window's start or end: the router's timers wake then (its notices,
+        # and what it held woken), as dispatch.maintenance.boundaries says.
+        boundary = next_boundary(self.ruleset.maintenance, now)
+        if boundary is not None:
+            due = min(due, boundary)
         beat = self.ruleset.heartbeat
         if beat is not None:
             (last,) = self.query("SELECT max(received_at) FROM events")[0]

@@ -5,6 +5,7 @@ The same cases as plain routing tests are in tests/dispatch/."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -230,3 +231,66 @@ def test_seed_734_a_chain_started_again_by_a_later_event_pages_from_step_one() -
         _event(4391.0, 16, "score.drop", "03T16:46:11.000", score=35, **drop),
     ]
     assert violation(Scenario(734, 1796312580.0, [rules], ops)) is None
+
+
+def _start(stamp: str, at: float) -> float:
+    """The scenario's start for an event stamped stamp that arrives at at."""
+    return datetime.fromisoformat(stamp).timestamp() - at
+
+
+def test_seed_331_a_windows_notices_are_not_what_the_backtest_previews() -> None:
+    # A window with notify: the live run sends its start and end notices; the backtest
+    # previews what a window holds, not its notices: "backtest is the server" counted them.
+    rules = (
+        "notifiers:\n  chat: json://127.0.0.1:9/chat\n  pager: ntfys://127.0.0.1:9/pager\n"
+        "rules:\n- name: r2\n  notify: [chat]\n"
+        "maintenance:\n- name: m0\n  timezone: UTC\n  every: ['Tue 23:00-Wed 00:00']\n"
+        "  match: {sessionId: [s1, s4]}\n  notify: [pager]\n"
+    )
+    ops = [
+        _event(
+            4836.5,
+            22,
+            "score.drop",
+            "01T20:40:36.500",
+            sessionId="s5",
+            userId="u2",
+            score=5,
+            threshold=40,
+        ),  # fmt: skip
+        Op(10796.5, "silence", {"match": {"sessionId": "s5"}, "for": 3600, "after": 60.0}),
+        Op(18117.0, "tick", {}),
+    ]
+    assert (
+        violation(Scenario(331, _start("2026-12-01T20:40:36.500Z", 4836.5), [rules], ops)) is None
+    )
+
+
+def test_seed_761_the_timers_look_when_a_maintenance_window_ends() -> None:
+    # Step 3 of the chain falls in a window and is held; the window ends at 22:00 UTC, long
+    # before the next operation: the runner looked only then (restarting the chain late),
+    # while the server's timers wake at the window's end, as the backtest does.
+    rules = (
+        "notifiers:\n  chat: json://127.0.0.1:9/chat\n  mail: json://127.0.0.1:9/mail\n"
+        "  pager: ntfys://127.0.0.1:9/pager\n"
+        "escalations:\n  p1:\n    steps:\n    - notify: [mail]\n"
+        "    - notify: [chat]\n      after: 433s\n    - notify: [pager]\n      after: 229s\n"
+        "rules:\n- name: r0\n  escalate: p1\n"
+        "maintenance:\n- name: m0\n  timezone: America/New_York\n"
+        "  every: ['Thu 16:00-Thu 17:00']\n  notify: [pager]\n"
+    )
+    ops = [
+        _event(
+            5896.5,
+            10,
+            "intervention.fired",
+            "03T20:50:16.500",
+            sessionId="s5",
+            userId="u2",
+            interventionId="iv2",
+        ),  # fmt: skip
+        Op(13436.5, "tick", {}),
+    ]
+    assert (
+        violation(Scenario(761, _start("2026-12-03T20:50:16.500Z", 5896.5), [rules], ops)) is None
+    )
