@@ -7,6 +7,7 @@ where silences are (Pipeline._state, inhibition.suppression)."""
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -18,6 +19,8 @@ from receiver.store.records import Notification
 
 log = logging.getLogger("receiver.lifecycle")
 
+Span = tuple[float, float]
+
 RULE = "(maintenance)"  # the rule and alert of a notice's rows
 KIND = "maintenance"  # their outbox kind
 # How far back an end is still said and woken after a stop: a receiver down over a window's
@@ -28,6 +31,26 @@ LOOKBACK = 86400.0
 KEEP = 60 * 86400.0
 
 
+# Each window's stretches near the clock when last worked out, and until when they hold
+# (its next boundary, or a day on when none lies within 8 days): the timers look every
+# turn, and working the stretches out reads 8 days of local times.
+_near: weakref.WeakKeyDictionary[Window, tuple[float, float, float | None, list[Span]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _stretches(window: Window, now: float) -> tuple[list[Span], float | None]:
+    """window.spans(now - LOOKBACK, now + 1) and the window's next boundary after now,
+    worked out again only once the clock passed the boundary found last time: until then
+    no stretch starts or ends, and the ones that end LOOKBACK before now drop out."""
+    cached = _near.get(window)
+    if cached is None or not cached[0] <= now < cached[1]:
+        found = next_boundary((window,), now)
+        holds = now + 86400.0 if found is None else found
+        cached = _near[window] = (now, holds, found, window.spans(now - LOOKBACK, now + 1))
+    return [s for s in cached[3] if s[1] > now - LOOKBACK], cached[2]
+
+
 def boundaries(
     tx: Tx, ruleset: Ruleset, now: float, counts: Counter[str]
 ) -> tuple[bool, float | None]:
@@ -36,8 +59,11 @@ def boundaries(
     was claimed (what the window held is to be woken now), and the next boundary (the
     timers wake then)."""
     ended = False
+    upcoming: list[float] = []
     for window in ruleset.maintenance:
-        spans = window.spans(now - LOOKBACK, now + 1)
+        spans, following = _stretches(window, now)
+        if following is not None:
+            upcoming.append(following)
         for start, end in spans:
             if start <= now < end and tx.maintenance.claim(window.name, start, "start", now):
                 log.info("maintenance %s started", window.name)
@@ -49,7 +75,7 @@ def boundaries(
                     ended = True
     if ended:
         tx.maintenance.forget(now - KEEP)
-    return ended, next_boundary(ruleset.maintenance, now)
+    return ended, min(upcoming, default=None)
 
 
 def _notices(

@@ -103,6 +103,7 @@ class Run:
         self.seen = Seen()
         self.rulesets = [check(text) for text in scenario.rules]
         self.ruleset = self.rulesets[0]
+        self._boundary: tuple[Ruleset, float, float | None] | None = None  # _next_boundary()
         self._remember(self.ruleset)
         self.store: SQLiteStore | None = None
         self.router: Router | None = None
@@ -316,7 +317,7 @@ class Run:
                 due = min(due, opens) if opens > now else due
         # A maintenance window's start or end: the router's timers wake then (its notices,
         # and what it held woken), as dispatch.maintenance.boundaries says.
-        boundary = next_boundary(self.ruleset.maintenance, now)
+        boundary = self._next_boundary(now)
         if boundary is not None:
             due = min(due, boundary)
         beat = self.ruleset.heartbeat
@@ -326,6 +327,16 @@ class Run:
             if at > now:
                 due = min(due, at)
         return due
+
+    def _next_boundary(self, now: float) -> float | None:
+        """next_boundary() of the rules in force, worked out again only once the clock
+        passed the last one found or the rules changed (it reads 8 days of each window)."""
+        cached = self._boundary
+        if cached is None or cached[0] is not self.ruleset or not (now < (cached[2] or 0.0)):
+            found = next_boundary(self.ruleset.maintenance, now)
+            cached = self._boundary = (self.ruleset, now, found)
+        found = cached[2]
+        return found if found is None or found > now else None
 
     async def advance(self, until: float) -> None:
         """Move the clock to until, the timers running at each moment one falls due on the
