@@ -39,22 +39,13 @@ from typing import Any, TypeVar
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import BaseEvent
 from receiver.redact import redact_url
-from receiver.store.alerts import SQLAlerts
 from receiver.store.base import Accepted, OnAccepted, Tx
-from receiver.store.events import SQLEvents, event_row
-from receiver.store.history import SQLHistory
-from receiver.store.keys import SQLKeys
-from receiver.store.outbox import SQLOutbox
+from receiver.store.events import event_row
 from receiver.store.postgres.locks import Key, LockOrderError
 from receiver.store.postgres.schema import migrate
 from receiver.store.postgres.tx import PostgresTx, query, try_lock
-from receiver.store.sessions import SQLSessions
-from receiver.store.silences import StoreSilences
+from receiver.store.sql import SQLStore
 from receiver.store.statements import POSTGRES, Query
-from receiver.store.stats import SQLStats
-from receiver.store.threads import SQLThreads
-from receiver.store.upstream_state import SQLUpstream
-from receiver.store.webhooks import SQLWebhooks
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
@@ -81,7 +72,7 @@ def _unavailable(exc: BaseException) -> StorageUnavailableError:
     return StorageUnavailableError(f"storage unavailable: {first}; retry later")
 
 
-class PostgresStore:
+class PostgresStore(SQLStore):
     """The Store on PostgreSQL. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -97,32 +88,21 @@ class PostgresStore:
         self.url = url
         self.pool_size = pool_size
         self.connect_timeout = connect_timeout
-        self.on_accepted = on_accepted
-        self.on_cycle: Callable[[float], None] | None = None  # SQLite's (Store.on_cycle)
-        self.clock = clock
-        self.dialect = POSTGRES
-        self.sessions = SQLSessions(self)
-        self.keys = SQLKeys(self)
-        self.upstream = SQLUpstream(self)
-        self.threads = SQLThreads(self)
-        self.history = SQLHistory(self)
-        self.events = SQLEvents(
-            self,
+        super().__init__(
+            POSTGRES,
+            on_accepted=on_accepted,
+            clock=clock,
+            transact=self.transact,
             accept=self._accept,
             quarantine=self._quarantine,
             replay=self._replay,
             prune=self._prune,
+            size=self._size,
         )
-        self.alerts = SQLAlerts(self)
-        self.silences = StoreSilences(self.transact)
-        self.stats = SQLStats(self, size=self._size)
-        self.outbox = SQLOutbox(self)
-        self.webhooks = SQLWebhooks(self)
         self.prepare_threshold = prepare_threshold
         # Why the last statement failed, while none has succeeded since (/readyz). With a
         # server at the other end, reads fail the same way writes do, so both count.
         self.last_write_error: str | None = None
-        self.schema_version = 0  # once open: the schema it was migrated to
         self._pool: Any = None
         self._threads: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -14,19 +14,12 @@ from receiver.store.digests import SQLTxDigests
 from receiver.store.escalations import SQLTxEscalations
 from receiver.store.events import SQLTxEvents
 from receiver.store.flaps import Flap, SQLTxFlaps
-from receiver.store.inhibitors import SQLTxInhibitors
-from receiver.store.maintenance import SQLTxMaintenance
-from receiver.store.outbox import SQLTxOutbox
 from receiver.store.postgres.locks import Key, Locks
 from receiver.store.postgres.schema import lock_key
 from receiver.store.records import Alert, Chain, Notice, StoredEvent
-from receiver.store.sessions import SQLTxSessions
-from receiver.store.silences import SQLTxSilences
-from receiver.store.state import SQLTxState
+from receiver.store.sql import SQLTx
 from receiver.store.statements import POSTGRES
-from receiver.store.storms import SQLTxStorms
 from receiver.store.subscribers import SQLTxWebhooks
-from receiver.store.throttle import SQLTxThrottle
 
 
 @lru_cache(maxsize=512)
@@ -212,7 +205,7 @@ class PostgresTxFlaps(SQLTxFlaps):
         return super().due(now, limit)  # read again under the locks
 
 
-class PostgresTx:
+class PostgresTx(SQLTx):
     """A Tx on one PostgreSQL connection in a transaction: its roles share it, and its
     locks (first: keys to take before anything else, from an earlier run that needed
     them out of order; patient: wait for any key, receiver.store.postgres.locks)."""
@@ -223,21 +216,17 @@ class PostgresTx:
         ahead = ReadAhead()
         self.locks = Locks(st, patient=patient)
         self.locks.take(first)
-        self.events = PostgresTxEvents(st)
-        self.webhooks = PostgresTxWebhooks(st, self.locks)
-        self.sessions = SQLTxSessions(st)
-        self.outbox = SQLTxOutbox(st, ahead)
-        self.alerts = PostgresTxAlerts(st, ahead, self.locks)
-        self.notices = PostgresTxNotices(st, ahead, self.locks)
-        self.escalations = PostgresTxEscalations(st, self.locks)
-        self.inhibitors = SQLTxInhibitors(st)
-        self.digests = PostgresTxDigests(st, self.locks)
-        self.throttle = SQLTxThrottle(st)
-        self.storms = SQLTxStorms(st)
-        self.flaps = PostgresTxFlaps(st, self.locks)
-        self.maintenance = SQLTxMaintenance(st)
-        self.silences = SQLTxSilences(st)
-        self.state = SQLTxState(st)
+        super().__init__(
+            st,
+            ahead,
+            events=PostgresTxEvents(st),
+            webhooks=PostgresTxWebhooks(st, self.locks),
+            alerts=PostgresTxAlerts(st, ahead, self.locks),
+            notices=PostgresTxNotices(st, ahead, self.locks),
+            escalations=PostgresTxEscalations(st, self.locks),
+            digests=PostgresTxDigests(st, self.locks),
+            flaps=PostgresTxFlaps(st, self.locks),
+        )
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:

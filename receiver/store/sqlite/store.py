@@ -23,22 +23,13 @@ from typing import Any, TypeVar
 
 from receiver.errors import StorageUnavailableError, StoreError
 from receiver.events import BaseEvent
-from receiver.store.alerts import SQLAlerts
 from receiver.store.base import Accepted, OnAccepted
-from receiver.store.events import SQLEvents, event_row
-from receiver.store.history import SQLHistory
-from receiver.store.keys import SQLKeys
-from receiver.store.outbox import SQLOutbox
-from receiver.store.sessions import SQLSessions
-from receiver.store.silences import StoreSilences
+from receiver.store.events import event_row
+from receiver.store.sql import SQLStore
 from receiver.store.sqlite import events
 from receiver.store.sqlite.schema import migrate
 from receiver.store.sqlite.tx import SQLiteTx
 from receiver.store.statements import SQLITE, Query
-from receiver.store.stats import SQLStats
-from receiver.store.threads import SQLThreads
-from receiver.store.upstream_state import SQLUpstream
-from receiver.store.webhooks import SQLWebhooks
 
 log = logging.getLogger("receiver.store")
 T = TypeVar("T")
@@ -91,7 +82,7 @@ def _undo(conn: sqlite3.Connection, savepoint: str, exc: Exception) -> None:
     conn.execute(f"RELEASE {savepoint}")
 
 
-class SQLiteStore:
+class SQLiteStore(SQLStore):
     """The Store on one SQLite file. Open it inside the event loop that will use it."""
 
     def __init__(
@@ -106,29 +97,17 @@ class SQLiteStore:
         self.path = Path(path)
         self.synchronous = synchronous.upper()
         self.busy_timeout = busy_timeout
-        self.on_accepted = on_accepted
-        # Told how long each cycle's statements held the event loop (Store.on_cycle).
-        self.on_cycle: Callable[[float], None] | None = None
-        self.clock = clock
-        self.dialect = SQLITE
-        self.sessions = SQLSessions(self)
-        self.keys = SQLKeys(self)
-        self.upstream = SQLUpstream(self)
-        self.threads = SQLThreads(self)
-        self.history = SQLHistory(self)
-        self.events = SQLEvents(
-            self,
+        super().__init__(
+            SQLITE,
+            on_accepted=on_accepted,
+            clock=clock,
+            transact=self.transact,
             accept=self._accept,
             quarantine=self._quarantine,
             replay=self._replay,
             prune=self._prune,
+            size=self._size,
         )
-        self.alerts = SQLAlerts(self)
-        self.silences = StoreSilences(self.transact)
-        self.stats = SQLStats(self, size=self._size)
-        self.outbox = SQLOutbox(self)
-        self.webhooks = SQLWebhooks(self)
-        self.schema_version = 0  # once open: the schema it was migrated to
         self._conn: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # The one thread that waits on the disk (COMMIT's fsync) or on another process's lock.

@@ -12,22 +12,11 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, SQLTxNotices, alert_row
-from receiver.store.digests import SQLTxDigests
-from receiver.store.escalations import SQLTxEscalations
+from receiver.store.alerts import SELECT_ALERTS, ReadAhead, SQLTxAlerts, alert_row
 from receiver.store.events import SQLTxEvents
-from receiver.store.flaps import SQLTxFlaps
-from receiver.store.inhibitors import SQLTxInhibitors
-from receiver.store.maintenance import SQLTxMaintenance
-from receiver.store.outbox import SQLTxOutbox
 from receiver.store.records import Alert, StoredEvent
-from receiver.store.sessions import SQLTxSessions
-from receiver.store.silences import SQLTxSilences
-from receiver.store.state import SQLTxState
+from receiver.store.sql import SQLTx
 from receiver.store.statements import SQLITE
-from receiver.store.storms import SQLTxStorms
-from receiver.store.subscribers import SQLTxWebhooks
-from receiver.store.throttle import SQLTxThrottle
 
 _savepoints = itertools.count(1)
 
@@ -122,28 +111,14 @@ class SQLiteTxAlerts(SQLTxAlerts):
         self.forget()
 
 
-class SQLiteTx:
+class SQLiteTx(SQLTx):
     """A Tx on one connection with an open write transaction: its roles share it."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         st = SQLiteStatements(conn)
         ahead = ReadAhead()
-        self.events = SQLiteTxEvents(st)
-        self.webhooks = SQLTxWebhooks(st)
-        self.sessions = SQLTxSessions(st)
-        self.outbox = SQLTxOutbox(st, ahead)
-        self.alerts = SQLiteTxAlerts(st, ahead)
-        self.notices = SQLTxNotices(st, ahead)
-        self.escalations = SQLTxEscalations(st)
-        self.inhibitors = SQLTxInhibitors(st)
-        self.digests = SQLTxDigests(st)
-        self.throttle = SQLTxThrottle(st)
-        self.storms = SQLTxStorms(st)
-        self.flaps = SQLTxFlaps(st)
-        self.maintenance = SQLTxMaintenance(st)
-        self.silences = SQLTxSilences(st)
-        self.state = SQLTxState(st)
+        super().__init__(st, ahead, events=SQLiteTxEvents(st), alerts=SQLiteTxAlerts(st, ahead))
 
     @contextlib.contextmanager
     def savepoint(self) -> Iterator[None]:
