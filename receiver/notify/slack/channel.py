@@ -16,17 +16,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
-
 from receiver.notify import apprise
 from receiver.notify.channel import Result, Schedule
 from receiver.notify.slack import blocks
 from receiver.notify.slack.url import SlackURL, parse
 from receiver.store import OutboxRow, Store
 
-if TYPE_CHECKING:  # imported when sending: the links reach the rules, whose notifiers this is
+if TYPE_CHECKING:
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    # imported when sending: the links reach the rules, whose notifiers this is
     from receiver.links import Links
     from receiver.notify.episodes import Episode
 
@@ -53,6 +52,10 @@ class Messenger:
         self.timeout = timeout
 
     def client(self) -> AsyncWebClient:
+        # slack_sdk's async client and aiohttp are imported by the first call: a fifth of
+        # the server's start, spent only where a slack-app:// notifier sends.
+        from slack_sdk.web.async_client import AsyncWebClient
+
         if not self.token:
             raise SendError("client", "RECEIVER_SLACK_BOT_TOKEN is not set")
         return AsyncWebClient(
@@ -61,6 +64,9 @@ class Messenger:
 
     async def call(self, method: str, **args: Any) -> dict[str, Any]:
         """The answer of Web API method (chat.postMessage ...); SendError when not ok."""
+        import aiohttp
+        from slack_sdk.errors import SlackApiError
+
         try:
             answer = await self.client().api_call(method, json=args)
         except SlackApiError as exc:

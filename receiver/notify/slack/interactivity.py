@@ -26,10 +26,9 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-from slack_sdk.signature import SignatureVerifier
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -44,6 +43,9 @@ from receiver.notify.slack import blocks
 from receiver.notify.slack.channel import Messenger, SendError, rendered, state_of
 from receiver.store import Store
 from receiver.store.base import Tx
+
+if TYPE_CHECKING:
+    from slack_sdk.signature import SignatureVerifier
 
 log = logging.getLogger("receiver.slack")
 
@@ -74,7 +76,11 @@ class Interactivity:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
-        self.verifier = SignatureVerifier(signing_secret) if signing_secret else None
+        self.verifier: SignatureVerifier | None = None
+        if signing_secret:  # slack_sdk is imported where the app is set up, not by every start
+            from slack_sdk.signature import SignatureVerifier
+
+            self.verifier = SignatureVerifier(signing_secret)
         self.messenger = messenger
         self.links = links
         self.link_source = link_source

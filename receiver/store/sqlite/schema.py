@@ -7,8 +7,6 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import sqlite_utils
-
 from receiver.store.alerts import ACTIONS_SCHEMA
 from receiver.store.attempts import ATTEMPTS_SCHEMA, SQLITE_HAS_STATUS
 from receiver.store.escalations import ESCALATIONS_SCHEMA, NOTICE_EVENT_SCHEMA
@@ -240,16 +238,13 @@ def migrate(conn: sqlite3.Connection) -> int:
     at the newest version is only read: a process opening it (a worker, `receiver
     backtest` beside a busy server) takes no write lock and never waits for one.
     """
-    known = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-    ).fetchone()
-    if known is not None:
+    if _has_versions(conn):
         version = conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] or 0
         if version == len(MIGRATIONS):
             return version
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if "schema_version" not in sqlite_utils.Database(conn).table_names():
+        if not _has_versions(conn):
             conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
         row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
         version = apply(
@@ -260,3 +255,11 @@ def migrate(conn: sqlite3.Connection) -> int:
         conn.execute("ROLLBACK")
         raise
     return version
+
+
+def _has_versions(conn: sqlite3.Connection) -> bool:
+    """Whether the file has its schema_version table yet."""
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    return found is not None
