@@ -141,6 +141,16 @@ def pg_url(postgres: ThrowawayPostgres) -> Iterator[str]:
     postgres.drop_database(url)
 
 
+@pytest.fixture
+def pg_migrated_url(postgres: ThrowawayPostgres) -> Iterator[str]:
+    """A new PostgreSQL database at the newest schema and holding nothing, dropped after
+    the test: what a server has made of pg_url once it started, without each start
+    spending its CPU on migrating (tests that start a server: receiver_db)."""
+    url = postgres.create_database(migrated=True)
+    yield url
+    postgres.drop_database(url)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """RECEIVER_DB for an empty store of each kind."""
@@ -152,10 +162,11 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture(params=["sqlite", "postgres"])
 def receiver_db(request: pytest.FixtureRequest) -> str | None:
     """RECEIVER_DB for an end-to-end test run on each store: None is the harness's own
-    SQLite file; else a new PostgreSQL database."""
+    SQLite file; else a new PostgreSQL database (at the newest schema, as the harness's
+    SQLite file is: tests/harness.py)."""
     if request.param == "sqlite":
         return None
-    return str(request.getfixturevalue("pg_url"))
+    return str(request.getfixturevalue("pg_migrated_url"))
 
 
 # -- PgBouncer in transaction mode in front of the session's PostgreSQL ----------------------

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from http.cookiejar import CookieJar, DefaultCookiePolicy
@@ -80,6 +84,29 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -
         return proc.wait(10)
 
 
+_template: Path | None = None  # this process's SQLite file at the newest schema, once made
+
+
+def _migrated_sqlite() -> Path:
+    """A SQLite file at the receiver's newest schema, holding nothing, made on first use by
+    the store's own migration runner: a server's first start copies it rather than spend
+    its CPU migrating (migrating itself is tested on empty files: tests/store)."""
+    global _template
+    if _template is None:
+        from receiver.store.sqlite.schema import migrate
+
+        folder = Path(tempfile.mkdtemp(prefix="receiver-template-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        conn = sqlite3.connect(folder / "receiver.db", isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            migrate(conn)
+        finally:
+            conn.close()
+        _template = folder / "receiver.db"
+    return _template
+
+
 class Receiver:
     """Start, stop, kill and restart the receiver on one database file and port."""
 
@@ -123,6 +150,8 @@ class Receiver:
         (another test worker's) that got the same port from free_port() in the seconds
         before this one bound it, while this one exits 1, "address already in use"."""
         _must_be_e2e("a real server")
+        if self.db_url == str(self.db) and not self.db.exists():
+            shutil.copyfile(_migrated_sqlite(), self.db)
         with _hold(self.port):
             log = self.log.open("ab")
             self.proc = subprocess.Popen(

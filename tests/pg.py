@@ -71,6 +71,7 @@ class ThrowawayPostgres:
         self.port = free_port()
         self.dir: Path | None = None
         self._names = itertools.count(1)
+        self._template: str | None = None  # a database at the newest schema, once made
 
     @property
     def admin_url(self) -> str:
@@ -99,16 +100,35 @@ class ThrowawayPostgres:
         self._pg_ctl_start()
         return self
 
-    def create_database(self) -> str:
-        """A new empty database on this server; its URL."""
+    def create_database(self, *, migrated: bool = False) -> str:
+        """A new empty database on this server; its URL. Migrated: copied from one at the
+        receiver's newest schema, so a server starting on it has no migration to run."""
         import psycopg
 
+        template = f' TEMPLATE "{self._migrated_template()}"' if migrated else ""
         name = f"receiver_test_{os.getpid()}_{next(self._names)}"
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{template}')
         base = self.admin_url.rsplit("/", 1)[0]
         return f"{base}/{name}"
+
+    def _migrated_template(self) -> str:
+        """The name of this process's database at the newest schema, made on first use by
+        the store's own migration runner (migrating is tested on empty databases: pg_url)."""
+        if self._template is None:
+            import psycopg
+
+            from receiver.store.postgres.schema import migrate
+
+            name = f"receiver_template_{os.getpid()}"
+            with psycopg.connect(self.admin_url, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+                conn.execute(f'CREATE DATABASE "{name}"')
+            with psycopg.connect(f"{self.admin_url.rsplit('/', 1)[0]}/{name}") as conn:
+                migrate(conn)
+            self._template = name
+        return self._template
 
     def drop_database(self, url: str) -> None:
         """Drop a database create_database made, ending any session still on it. Each
@@ -121,6 +141,9 @@ class ThrowawayPostgres:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def stop(self, mode: str = "fast") -> None:
+        if self.external and self._template is not None:
+            self.drop_database(f"{self.admin_url.rsplit('/', 1)[0]}/{self._template}")
+            self._template = None
         if self.external or self.dir is None:
             return
         data = self.dir / "data"
