@@ -34,10 +34,10 @@ run: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/python -m receiver.simulator.demo $(if $(DEMO_PORT),--port $(DEMO_PORT)) $(DEMO_ARGS)
 
-# Three workers, each taking the next test when it is free: most tests wait on servers, not
-# on the CPU. A file whose tests share a module fixture (the browser tests' one server) is
-# one group that stays in one worker (tests/conftest.py marks it for loadgroup).
-PYTEST_ARGS ?= -n 3 --dist loadgroup
+# Five workers on 2 cores, each taking the next test when it is free: most tests wait on
+# servers and clocks, not on the CPU. A file whose tests share a module fixture (the browser
+# tests' one server) is one group that stays in one worker (tests/conftest.py marks it).
+PYTEST_ARGS ?= -n 5 --dist loadgroup
 
 test: $(VENV)/.installed-dev postgres chromium promtool
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -82,7 +82,8 @@ chromium:
 # The deterministic simulation (tests/sim, docs/testing.md): random rules files and streams
 # through the real pipeline on a virtual clock, with crashes, the invariants checked after
 # every step. SEEDS=100000 for a soak; SEED=N replays one seed and writes its minimized case
-# to sim-failures/. Its last line is `sim: N seeds, K violations`. `make test` runs 100 seeds.
+# to sim-failures/. Its last line is `sim: N seeds, K violations`. `make test` runs 40 seeds,
+# .ci/run all 300.
 # PG=1: 30 seeds (SEEDS=N more), each also on a throwaway PostgreSQL it starts and stops.
 SEEDS ?= $(if $(PG),30,300)
 sim: $(VENV)/.installed-dev $(if $(PG),postgres)
