@@ -77,6 +77,7 @@ def _stop_what_the_test_started() -> Iterator[None]:
 def _no_process_outlives_the_suite() -> Iterator[None]:
     """Fails the run if any process the tests started is still alive at the end."""
     yield
+    harness.stop_fork_server()
     leaked = _descendants(os.getpid())
     for pid in leaked:
         with contextlib.suppress(ProcessLookupError):

@@ -17,12 +17,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from receiver import signature
 from tests import dbview
+from tests.forkserver import ForkServer
 from tests.servers import HOST, free_port
 
 SECRET = "test-secret-0123456789"
@@ -62,17 +63,57 @@ SHUTDOWN_GRACE = 5.0  # RECEIVER_SHUTDOWN_GRACE for test servers
 STOP_TIMEOUT = SHUTDOWN_GRACE + 10.0
 
 
+class Process(Protocol):
+    """A server's process, as the harness uses it: a subprocess.Popen, or a child of the
+    fork server (tests/forkserver.py)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+# Servers are forked from a process that has imported the receiver (tests/forkserver.py),
+# unless RECEIVER_TEST_FORK=0: then each is `python -m receiver serve` of its own.
+FORK = os.environ.get("RECEIVER_TEST_FORK", "1") != "0"
+_forks: ForkServer | None = None
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> Process:
+    """`receiver ARGS` with env, its output appended to log."""
+    global _forks
+    if FORK:
+        if _forks is None or not _forks.alive():
+            _forks = ForkServer()
+        return _forks.start(args, env, log)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "receiver", *args], env=env, stdout=out, stderr=out
+        )
+
+
+def stop_fork_server() -> None:
+    """Stop this test process's fork server, if it started one (the session's end)."""
+    global _forks
+    if _forks is not None:
+        _forks.stop()
+        _forks = None
+
+
 # Every receiver process started and not yet stopped; tests/conftest.py stops those a test
 # leaves behind, and fails the run if any process the tests started outlives the session.
-_running: set[subprocess.Popen[bytes]] = set()
+_running: set[Process] = set()
 
 
-def running() -> set[subprocess.Popen[bytes]]:
+def running() -> set[Process]:
     """The receiver processes started and not yet stopped."""
     return set(_running)
 
 
-def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int:
+def stop_process(proc: Process, timeout: float = STOP_TIMEOUT) -> int:
     """SIGTERM, then SIGKILL if proc is still there after timeout; its exit status."""
     _running.discard(proc)
     if proc.poll() is None:
@@ -142,7 +183,7 @@ class Receiver:
             "RECEIVER_SHUTDOWN_GRACE": str(SHUTDOWN_GRACE),
             **(env or {}),
         }
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Process | None = None
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> Receiver:
@@ -153,12 +194,8 @@ class Receiver:
         if self.db_url == str(self.db) and not self.db.exists():
             shutil.copyfile(_migrated_sqlite(), self.db)
         with _hold(self.port):
-            log = self.log.open("ab")
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "receiver", "serve"], env=self.env, stdout=log, stderr=log
-            )
+            self.proc = _spawn(["serve"], self.env, self.log)
             _running.add(self.proc)
-            log.close()
             deadline = time.monotonic() + STARTUP_TIMEOUT
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
