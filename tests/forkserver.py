@@ -17,6 +17,7 @@ tests/harness.py starts servers this way; RECEIVER_TEST_FORK=0 makes it run each
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import os
 import selectors
@@ -94,8 +95,10 @@ def _child(request: dict[str, Any], closing: list[int]) -> None:
 
 
 def main() -> None:
-    """Read one JSON request a line on stdin ({args, env, cwd, log}); answer each with
-    {"pid": N}, and each child's end with {"exit": N, "code": C}. Ends at stdin's end."""
+    """Read one JSON request a line on stdin ({id, args, env, cwd, log}); answer each
+    with {"id": I, "pid": N}, and each child's end with {"id": I, "code": C}: by the
+    request's id, since a pid is used again once its process is reaped. Ends at stdin's
+    end."""
     for name in PRELOAD:
         importlib.import_module(name)
     wake_r, wake_w = os.pipe()
@@ -106,7 +109,7 @@ def main() -> None:
     selector.register(0, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
     closing = [wake_r, wake_w, selector.fileno()]
-    children: set[int] = set()
+    children: dict[int, int] = {}  # pid -> the id of its request
     pending = b""
     while True:
         answers = []
@@ -120,16 +123,17 @@ def main() -> None:
             pending += read
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
+                request = json.loads(line)
                 pid = os.fork()
                 if pid == 0:
-                    _child(json.loads(line), closing)
-                children.add(pid)
-                answers.append({"pid": pid})
+                    _child(request, closing)
+                children[pid] = request["id"]
+                answers.append({"id": request["id"], "pid": pid})
         for pid in list(children):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                children.discard(pid)
-                answers.append({"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+                code = os.waitstatus_to_exitcode(status)
+                answers.append({"id": children.pop(pid), "code": code})
         if answers:
             os.write(1, "".join(json.dumps(a) + "\n" for a in answers).encode())
 
@@ -137,15 +141,16 @@ def main() -> None:
 class Forked:
     """A server the fork server started, as the harness uses a subprocess.Popen."""
 
-    def __init__(self, server: ForkServer, pid: int, args: list[str]) -> None:
+    def __init__(self, server: ForkServer, id: int, pid: int, args: list[str]) -> None:
         self.server = server
+        self.id = id
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self.server.exits.get(self.pid)
+            self.returncode = self.server.exits.get(self.id)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -179,9 +184,10 @@ class ForkServer:
             cwd=root,
             text=True,
         )
-        self.exits: dict[int, int] = {}
+        self.exits: dict[int, int] = {}  # a start's id -> its exit status
         self.changed = threading.Condition()
-        self._pids: list[int] = []
+        self._pids: dict[int, int] = {}  # a start's id -> its pid
+        self._ids = itertools.count(1)
         self._lock = threading.Lock()  # one start at a time: its answer is the next pid
         self._reader = threading.Thread(target=self._read, name="forkserver", daemon=True)
         self._reader.start()
@@ -192,26 +198,25 @@ class ForkServer:
             message = json.loads(line)
             with self.changed:
                 if "pid" in message:
-                    self._pids.append(message["pid"])
+                    self._pids[message["id"]] = message["pid"]
                 else:
-                    self.exits[message["exit"]] = message["code"]
+                    self.exits[message["id"]] = message["code"]
                 self.changed.notify_all()
         with self.changed:
             self.changed.notify_all()
 
     def start(self, args: list[str], env: dict[str, str], log: Path) -> Forked:
         assert self.proc.stdin is not None
-        request = {"args": args, "env": env, "cwd": os.getcwd(), "log": str(log)}
-        with self._lock:
-            with self.changed:
-                seen = len(self._pids)
+        id = next(self._ids)
+        request = {"id": id, "args": args, "env": env, "cwd": os.getcwd(), "log": str(log)}
+        with self._lock:  # one writer of the pipe at a time
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()
-            with self.changed:
-                if not self.changed.wait_for(lambda: len(self._pids) > seen, 30):
-                    raise AssertionError(f"the fork server did not fork (exit {self.proc.poll()})")
-                pid = self._pids[seen]
-        return Forked(self, pid, ["receiver", *args])
+        with self.changed:
+            if not self.changed.wait_for(lambda: id in self._pids, 30):
+                raise AssertionError(f"the fork server did not fork (exit {self.proc.poll()})")
+            pid = self._pids.pop(id)
+        return Forked(self, id, pid, ["receiver", *args])
 
     def alive(self) -> bool:
         return self.proc.poll() is None
