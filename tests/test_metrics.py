@@ -79,6 +79,12 @@ def metrics_text(tmp_path_factory: pytest.TempPathFactory) -> str:
             sink.wait_for(2, timeout=60)
             delivered = 'outcome="delivered"'
             wait_for(lambda: server.metric("receiver_webhook_deliveries_total", delivered) == 1)
+            # The sink has the notification before the worker marks its row delivered: the
+            # backlog gauges read the store at the scrape, so wait for them to show it.
+            wait_for(
+                lambda: server.metric("receiver_notifications_total", delivered) == 1
+                and server.metric("receiver_outbox_pending", 'channel="notify"') == 0
+            )
             return server.get("/metrics").text
         finally:
             server.stop()
