@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests import harness, pg
+from tests import dbview, harness, pg
 from tests.pg import ThrowawayPgBouncer, ThrowawayPostgres
 from tests.servers import HTTPSink, SMTPSink
 
@@ -78,6 +78,7 @@ def _no_process_outlives_the_suite() -> Iterator[None]:
     """Fails the run if any process the tests started is still alive at the end."""
     yield
     harness.stop_fork_server()
+    dbview.forget_all()
     leaked = _descendants(os.getpid())
     for pid in leaked:
         with contextlib.suppress(ProcessLookupError):

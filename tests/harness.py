@@ -478,13 +478,17 @@ class InProcessReceiver:
 
 
 def eventually(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    """check()'s first truthy answer, polled every 50 ms until a deadline generous enough
-    for a busy 2-core machine (each wait ends as soon as it holds)."""
+    """check()'s first truthy answer, polled until a deadline generous enough for a busy
+    2-core machine. Each wait ends soon after it holds: the first looks come 20 ms apart,
+    then further apart, up to 200 ms, so a long wait leaves the CPU to the server it
+    waits on (a look is a query or a scrape, for the server too)."""
     deadline = time.monotonic() + timeout
+    pause = 0.02
     while True:
         found = check()
         if found:
             return found
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 1.25, 0.2)

@@ -136,6 +136,9 @@ class ThrowawayPostgres:
         last test of each worker waited on it), and a drop takes 15 to 140 ms."""
         import psycopg
 
+        from tests import dbview
+
+        dbview.forget(url)
         name = url.rsplit("/", 1)[1]
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
