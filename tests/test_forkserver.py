@@ -57,7 +57,7 @@ def test_exit_statuses_are_as_popen_gives_them_each_by_its_own_start(
     }
     server = forks.start(["serve"], env, log)
     deadline = time.monotonic() + 60
-    while "receiving on http" not in log.read_text():
+    while not log.exists() or "receiving on http" not in log.read_text():
         assert server.poll() is None, log.read_text()
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.05)
