@@ -91,6 +91,8 @@ class HTTPSink:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
+        self._gate = threading.Event()  # cleared by hold(): answers wait for release()
+        self._gate.set()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -114,6 +116,7 @@ class HTTPSink:
         if server is None or thread is None:
             return
         self._wake.set()
+        self._gate.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
@@ -140,6 +143,14 @@ class HTTPSink:
         """Wait this long before answering each following request."""
         with self._lock:
             self._delay = seconds
+
+    def hold(self) -> None:
+        """Keep each following request's answer back until release() (or stop())."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        """Answer the held requests, and the following ones at once again."""
+        self._gate.set()
 
     def ok(self) -> None:
         """Answer 200 at once again."""
@@ -218,6 +229,7 @@ class HTTPSink:
                     )
                     if delay:
                         sink._wake.wait(delay)
+                    sink._gate.wait()
                     answer = b"ok" if status < 400 else b"error"
                     self.send_response(status)
                     self.send_header("Content-Type", "text/plain")

@@ -50,7 +50,7 @@ async def test_delivery(channel: WebhookChannel, hook: Webhook, now: float) -> d
         1, now, now, now, delivery_id=event_id, subscription_id=hook.id, channel=WEBHOOK_CHANNEL,
     )  # fmt: skip
     started = time.perf_counter()
-    out = await channel.post(hook, row)
+    out = await channel.post_once(hook, row)
     return {
         "eventId": event_id,
         "delivered": out.delivered,

@@ -341,23 +341,33 @@ class WebhookChannel:
     def _http(self, sub: Webhook) -> httpx.AsyncClient:
         client = self._clients.get(sub.id)
         if client is None:
-            if self._ssl is None:
-                self._ssl = httpx.create_ssl_context()
-            transport = httpx.AsyncHTTPTransport(retries=0, verify=self._ssl)
-            # Every connection through the checking backend (httpx has no option for it).
-            transport._pool = httpcore.AsyncConnectionPool(
-                ssl_context=self._ssl,
-                max_connections=self.connections,
-                network_backend=_CheckedBackend(self.allow_private),
-            )
-            client = self._clients[sub.id] = httpx.AsyncClient(
-                transport=transport,
-                follow_redirects=False,
-                trust_env=False,  # no proxy from the environment: it would skip the check
-                timeout=self.timeout,
-                headers={"User-Agent": f"attention-receiver/{__version__}"},
-            )
+            client = self._clients[sub.id] = self._client()
         return client
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._ssl is None:
+            self._ssl = httpx.create_ssl_context()
+        transport = httpx.AsyncHTTPTransport(retries=0, verify=self._ssl)
+        # Every connection through the checking backend (httpx has no option for it).
+        transport._pool = httpcore.AsyncConnectionPool(
+            ssl_context=self._ssl,
+            max_connections=self.connections,
+            network_backend=_CheckedBackend(self.allow_private),
+        )
+        return httpx.AsyncClient(
+            transport=transport,
+            follow_redirects=False,
+            trust_env=False,  # no proxy from the environment: it would skip the check
+            timeout=self.timeout,
+            headers={"User-Agent": f"attention-receiver/{__version__}"},
+        )
+
+    async def post_once(self, sub: Webhook, row: OutboxRow) -> Outcome:
+        """post, on a client of its own: a test delivery, often to a subscription that is
+        not active, whose pooled client the next read of the subscriptions would close
+        under it (the send then failed with no status)."""
+        async with self._client() as client:
+            return await self.post(sub, row, client)
 
     async def close(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
@@ -409,8 +419,11 @@ class WebhookChannel:
         else:
             self._subs[after.id] = after
 
-    async def post(self, sub: Webhook, row: OutboxRow) -> Outcome:
-        """Sign and POST row's body to sub, once; how it went."""
+    async def post(
+        self, sub: Webhook, row: OutboxRow, client: httpx.AsyncClient | None = None
+    ) -> Outcome:
+        """Sign and POST row's body to sub, once (on sub's pooled client unless given one);
+        how it went."""
         body = row.body.encode()
         try:
             check_url(sub.url, allow_http=self.allow_http)
@@ -427,7 +440,7 @@ class WebhookChannel:
                     )
                 headers.update(tracing.current_headers())
             async with asyncio.timeout(self.timeout):  # the whole exchange, not each read
-                async with self._http(sub).stream(
+                async with (client or self._http(sub)).stream(
                     "POST", sub.url, content=body, headers=headers
                 ) as response:
                     answer = await answers.read_excerpt(response)

@@ -140,7 +140,7 @@ def test_test_sends_a_signed_delivery_and_enable_needs_one_that_succeeds(
         assert refused.status_code == 409, refused.text
         body = refused.json()
         assert body["error"]["code"] == "webhook_test_failed"
-        assert body["attempt"]["status"] == 410 and body["attempt"]["delivered"] is False
+        assert body["attempt"]["status"] == 410 and body["attempt"]["delivered"] is False, body
         assert api.get(hook_id)["status"] == "disabled"
 
         subscriber.fail_with(200)

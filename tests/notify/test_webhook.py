@@ -28,7 +28,7 @@ from receiver.settings import Settings, webhook_delays
 from receiver.store import OutboxRow
 from receiver.store.records import WEBHOOK_NOTIFIER, Webhook
 from tests.notify.fake_outbox import DueRows
-from tests.servers import EndlessAnswer
+from tests.servers import EndlessAnswer, HTTPSink
 
 # The Standard Webhooks specification's published test vector (also in the svix and
 # standard-webhooks reference libraries' tests).
@@ -669,7 +669,7 @@ class _Recorded(WebhookChannel):
     def forget(self) -> None:
         self.before = self.after
 
-    async def post(self, sub: Webhook, row: OutboxRow) -> Outcome:
+    async def post(self, sub: Webhook, row: OutboxRow, client: Any = None) -> Outcome:
         self.sent.append(sub.public_id)
         return Outcome(True, status=200)
 
@@ -716,6 +716,39 @@ def test_each_subscriber_has_its_own_small_pool_closed_when_it_leaves() -> None:
         return same, closed, two.is_closed, 1 in ch._clients
 
     assert asyncio.run(main()) == (True, True, True, False)
+
+
+def test_a_test_delivery_survives_a_read_of_the_subscriptions_during_it() -> None:
+    """A test delivery to a disabled subscription (the enable's) went on its pooled client,
+    which the next read of the subscriptions closed under it: the send failed with no
+    status. It seemed a subscriber's fault and refused the enable for nothing."""
+
+    class NoneActive:
+        @property
+        def webhooks(self) -> Any:  # the fake store is its own store.webhooks
+            return self
+
+        async def all(self, *, active_only: bool) -> list[Webhook]:
+            return []
+
+    async def main(sink: HTTPSink) -> Outcome:
+        ch = WebhookChannel(NoneActive(), allow_private=True, allow_http=True)  # type: ignore[arg-type]
+        try:
+            sending = asyncio.create_task(ch.post_once(hook(1, url=f"{sink.url}/in"), row()))
+            while not sink.requests:  # the request is at the subscriber, held there
+                await asyncio.sleep(0.01)
+            ch.forget()
+            await ch.subscriptions()  # closes the pools of subscriptions not active
+            sink.release()
+            return await sending
+        finally:
+            await ch.close()
+
+    with HTTPSink() as sink:
+        sink.fail_with(410)
+        sink.hold()
+        out = asyncio.run(main(sink))
+    assert (out.delivered, out.status, out.error) == (False, 410, "HTTP 410 Gone: error")
 
 
 def test_every_subscriber_shares_one_tls_context_built_off_the_loop(
@@ -881,7 +914,7 @@ def test_sends_start_at_most_a_cap_at_once_and_hanging_ones_stop_counting() -> N
             asked[0] = time.monotonic()
             return hooks
 
-        async def post(self, sub: Webhook, row: OutboxRow) -> Outcome:
+        async def post(self, sub: Webhook, row: OutboxRow, client: Any = None) -> Outcome:
             self.started.append(time.monotonic())
             await self.never.wait()
             return Outcome(True, status=200)
