@@ -67,6 +67,10 @@ class Request:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5: a busy test process that accepts late let a
+    # subscriber's 8 sends at once overflow it, and the dropped SYN came back a second
+    # later, out of order (the replay order test saw one event 48 places late).
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that gave up (our timeout tests) resets the connection; that's expected.
