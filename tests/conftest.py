@@ -48,12 +48,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup` (the Makefile's), a file whose tests share a module-scoped
     fixture (one server, one browser for the file) runs in one worker, so the fixture starts
     once; every other test goes to whichever worker is free, so a file of long tests
-    (tests/test_faults.py) spreads over the workers instead of ending the run alone."""
+    (tests/test_faults.py) spreads over the workers instead of ending the run alone.
+
+    xdist hands out the groups first (the largest first), then the other tests in this
+    order: the tests marked slow before the rest, so that none of them starts late and runs
+    alone at the end of the run (tests/store/test_locks.py's 27 s test did)."""
     for item in items:
         info = getattr(item, "_fixtureinfo", None)
         defs = info.name2fixturedefs.values() if info is not None else ()
         if any(d.scope == "module" for chain in defs for d in chain):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -145,9 +150,10 @@ def pg_url(postgres: ThrowawayPostgres) -> Iterator[str]:
 
 @pytest.fixture
 def pg_migrated_url(postgres: ThrowawayPostgres) -> Iterator[str]:
-    """A new PostgreSQL database at the newest schema and holding nothing, dropped after
-    the test: what a server has made of pg_url once it started, without each start
-    spending its CPU on migrating (tests that start a server: receiver_db)."""
+    """A PostgreSQL database at the newest schema and holding nothing: what a server has
+    made of pg_url once it started, without each start spending its CPU on migrating
+    (receiver_db, store_url). After the test it is emptied for the next one, or dropped if
+    the test changed its shape or left a session on it (tests/pg.py)."""
     url = postgres.create_database(migrated=True)
     yield url
     postgres.drop_database(url)
@@ -155,10 +161,12 @@ def pg_migrated_url(postgres: ThrowawayPostgres) -> Iterator[str]:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """RECEIVER_DB for an empty store of each kind."""
+    """RECEIVER_DB for an empty store of each kind: a new SQLite file, and a PostgreSQL
+    database at the newest schema holding nothing (migrating empty databases is tested
+    with pg_url)."""
     if request.param == "sqlite":
         return str(tmp_path / "receiver.db")
-    return str(request.getfixturevalue("pg_url"))
+    return str(request.getfixturevalue("pg_migrated_url"))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

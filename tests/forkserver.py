@@ -5,7 +5,8 @@ CPU), and the suite starts some 300 servers on a 2-core machine. A fork server (
 each test process, started on first use) imports what `serve` imports, then forks a child
 for each start. The child is the real server in a process of its own: it sets the test's
 environment, working folder and log, and runs `receiver serve` through the CLI's own entry
-(receiver/__main__.py), under uvicorn, as the command line does. Signals reach it by its
+(receiver/__main__.py), under uvicorn, as the command line does. The harness's cli() runs
+its other commands the same way. Signals reach it by its
 pid; its exit status comes back as Popen's would (negative for a signal), since the fork
 server reaps it and says so. Only the imports are shared, done before any fork: the fork
 server itself runs nothing of the receiver, holds no thread, and opens no store.
@@ -63,12 +64,12 @@ def _child(request: dict[str, Any], closing: list[int]) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         null = os.open(os.devnull, os.O_RDONLY)
-        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        for fd, path in ((1, request["log"]), (2, request.get("err") or request["log"])):
+            opened = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
         os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
         os.close(null)
-        os.close(log)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -95,7 +96,8 @@ def _child(request: dict[str, Any], closing: list[int]) -> None:
 
 
 def main() -> None:
-    """Read one JSON request a line on stdin ({id, args, env, cwd, log}); answer each
+    """Read one JSON request a line on stdin ({id, args, env, cwd, log, err}: stderr to
+    err, or with stdout to log without one); answer each
     with {"id": I, "pid": N}, and each child's end with {"id": I, "code": C}: by the
     request's id, since a pid is used again once its process is reaped. Ends at stdin's
     end."""
@@ -205,10 +207,21 @@ class ForkServer:
         with self.changed:
             self.changed.notify_all()
 
-    def start(self, args: list[str], env: dict[str, str], log: Path) -> Forked:
+    def start(
+        self, args: list[str], env: dict[str, str], log: Path, err: Path | None = None
+    ) -> Forked:
+        """`receiver ARGS` forked with env, its stdout appended to log, its stderr to err
+        (to log without one)."""
         assert self.proc.stdin is not None
         id = next(self._ids)
-        request = {"id": id, "args": args, "env": env, "cwd": os.getcwd(), "log": str(log)}
+        request = {
+            "id": id,
+            "args": args,
+            "env": env,
+            "cwd": os.getcwd(),
+            "log": str(log),
+            "err": str(err) if err else None,
+        }
         with self._lock:  # one writer of the pipe at a time
             self.proc.stdin.write(json.dumps(request) + "\n")
             self.proc.stdin.flush()

@@ -33,6 +33,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from tests.servers import free_port
@@ -62,6 +63,47 @@ def available(*, own: bool = False) -> str | None:
     return None
 
 
+# A database's shape: its tables and columns, functions, constraints, triggers, schema
+# versions, owner and settings; one a test changed is not used again.
+_SHAPE = """
+SELECT md5(coalesce(string_agg(part, ';' ORDER BY part), '')) FROM (
+  SELECT n.nspname || '.' || c.relname || ':' || c.relkind::text || '(' || coalesce(string_agg(
+      a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+      || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END, ',' ORDER BY a.attnum), '') || ')'
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+    WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')
+      AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
+    GROUP BY n.nspname, c.relname, c.relkind
+  UNION ALL SELECT 'function ' || n.nspname || '.' || p.proname
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')
+  UNION ALL SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+  UNION ALL SELECT 'trigger ' || tgname FROM pg_trigger WHERE NOT tgisinternal
+  UNION ALL SELECT 'version ' || version FROM schema_version
+  UNION ALL SELECT 'owner ' || pg_get_userbyid(datdba)
+    FROM pg_database WHERE datname = current_database()
+  UNION ALL SELECT 'setting ' || array_to_string(setconfig, ',')
+    FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase
+    WHERE d.datname = current_database()
+) parts(part)
+"""
+_OTHERS = (
+    "SELECT count(*) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+_TABLES = (
+    "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_version'"
+)
+_SEQUENCES = "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'"
+
+
+def _shape(conn: Any) -> str:
+    row = conn.execute(_SHAPE).fetchone()
+    return str(row[0])
+
+
 class ThrowawayPostgres:
     """One PostgreSQL server for the whole test session (or RECEIVER_TEST_PG's)."""
 
@@ -72,6 +114,9 @@ class ThrowawayPostgres:
         self.dir: Path | None = None
         self._names = itertools.count(1)
         self._template: str | None = None  # a database at the newest schema, once made
+        self._shape: str | None = None  # the template's fingerprint (_SHAPE)
+        self._migrated: set[str] = set()  # the databases made from the template
+        self._free: list[str] = []  # of them, emptied and ready for the next test
 
     @property
     def admin_url(self) -> str:
@@ -101,16 +146,21 @@ class ThrowawayPostgres:
         return self
 
     def create_database(self, *, migrated: bool = False) -> str:
-        """A new empty database on this server; its URL. Migrated: copied from one at the
-        receiver's newest schema, so a server starting on it has no migration to run."""
+        """A new empty database on this server; its URL. Migrated: one at the receiver's
+        newest schema and holding nothing, so a server starting on it has no migration to
+        run: copied from a template, or one a test before had, emptied (drop_database)."""
         import psycopg
 
+        base = self.admin_url.rsplit("/", 1)[0]
         template = f' TEMPLATE "{self._migrated_template()}"' if migrated else ""
+        if migrated and self._free:
+            return f"{base}/{self._free.pop()}"
         name = f"receiver_test_{os.getpid()}_{next(self._names)}"
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
             conn.execute(f'CREATE DATABASE "{name}"{template}')
-        base = self.admin_url.rsplit("/", 1)[0]
+        if migrated:
+            self._migrated.add(name)
         return f"{base}/{name}"
 
     def _migrated_template(self) -> str:
@@ -127,8 +177,36 @@ class ThrowawayPostgres:
                 conn.execute(f'CREATE DATABASE "{name}"')
             with psycopg.connect(f"{self.admin_url.rsplit('/', 1)[0]}/{name}") as conn:
                 migrate(conn)
+                conn.commit()
+                self._shape = _shape(conn)
             self._template = name
         return self._template
+
+    def _emptied(self, name: str) -> bool:
+        """Whether a database made from the template was emptied for the next test (its
+        rows deleted, its sequences restarted): only if nothing is connected to it and it
+        has the template's shape (tables, columns, versions, owner, settings), since a
+        test may have changed any of them. Copying the template costs PostgreSQL about
+        0.25 s of CPU (11 MB in 400 files), emptying one about 0.01 s; else it is dropped."""
+        import psycopg
+
+        try:
+            url = f"{self.admin_url.rsplit('/', 1)[0]}/{name}"
+            with psycopg.connect(url, autocommit=True) as conn:
+                (others,) = conn.execute(_OTHERS).fetchone() or (1,)
+                if others or _shape(conn) != self._shape:
+                    return False
+                tables = [row[0] for row in conn.execute(_TABLES)]
+                sequences = [row[0] for row in conn.execute(_SEQUENCES)]
+                with conn.transaction():
+                    conn.execute("SET LOCAL session_replication_role = replica")  # no FKs
+                    for table in tables:
+                        conn.execute(f'DELETE FROM "{table}"')
+                    for sequence in sequences:
+                        conn.execute(f'ALTER SEQUENCE "{sequence}" RESTART')
+        except psycopg.Error:
+            return False
+        return True
 
     def drop_database(self, url: str) -> None:
         """Drop a database create_database made, ending any session still on it. Each
@@ -140,12 +218,20 @@ class ThrowawayPostgres:
 
         dbview.forget(url)
         name = url.rsplit("/", 1)[1]
+        if name in self._migrated and self._emptied(name):
+            self._free.append(name)
+            return
+        self._migrated.discard(name)
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def stop(self, mode: str = "fast") -> None:
-        if self.external and self._template is not None:
-            self.drop_database(f"{self.admin_url.rsplit('/', 1)[0]}/{self._template}")
+        if self.external:
+            base = self.admin_url.rsplit("/", 1)[0]
+            self._migrated.clear()  # dropped below, not kept
+            for name in [*self._free, *([self._template] if self._template else [])]:
+                self.drop_database(f"{base}/{name}")
+            self._free.clear()
             self._template = None
         if self.external or self.dir is None:
             return

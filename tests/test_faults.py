@@ -32,11 +32,13 @@ def _assert_held(outcome: scenarios.Outcome) -> None:
     assert outcome.notified + outcome.not_sent == outcome.stored
 
 
+@pytest.mark.slow
 def test_kill_9_three_times_under_load_loses_nothing(tmp_path: Path) -> None:
     outcome = scenarios.crash(tmp_path, kills=3, load=SMALL, gap=(0.6, 1.2))
     _assert_held(outcome)
 
 
+@pytest.mark.slow
 def test_sigterm_under_load_loses_nothing_and_stops_in_bounded_time(tmp_path: Path) -> None:
     outcome = scenarios.sigterm(tmp_path, stops=1, load=SMALL)
     _assert_held(outcome)
@@ -56,6 +58,7 @@ def test_slow_notifier_times_out_and_retries_without_touching_ingest(tmp_path: P
     assert outcome.figures["timed_out_sends"] > 0
 
 
+@pytest.mark.slow
 def test_replicas_lose_nothing_through_kills_and_a_postgres_crash(tmp_path: Path) -> None:
     # Its own PostgreSQL, with fsync on, since it crashes it: the session's server is shared.
     why = pg.available(own=True)

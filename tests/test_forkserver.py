@@ -76,3 +76,14 @@ def test_it_ends_when_its_test_process_closes_its_input() -> None:
     forks.stop()
     assert forks.proc.returncode == 0
     assert not forks.alive()
+
+
+def test_the_harness_cli_captures_output_and_error_apart_as_subprocess_run_does() -> None:
+    from tests.harness import run_cli
+
+    shown = run_cli(["--version"], dict(os.environ))
+    assert (shown.returncode, shown.stderr) == (0, "")
+    assert f"attention-receiver, version {__version__}" in shown.stdout
+    wrong = run_cli(["no-such-command"], dict(os.environ))
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert "No such command 'no-such-command'" in wrong.stderr

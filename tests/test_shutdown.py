@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from receiver import events
-from tests.harness import Receiver
+from tests.harness import Receiver, eventually
 from tests.servers import HTTPSink, SMTPSink
 
 pytestmark = pytest.mark.e2e
@@ -56,10 +56,8 @@ def outbox(server: Receiver) -> list[tuple[str, str, str, int]]:
 
 
 def until(check: Callable[[], object], timeout: float = 10, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    """tests.harness.eventually(), its looks further apart as the wait goes on."""
+    eventually(check, what, timeout)
 
 
 def timed_stop(server: Receiver, sig: int = signal.SIGTERM) -> tuple[int, float]:

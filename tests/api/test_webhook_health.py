@@ -180,6 +180,7 @@ def test_test_sends_a_signed_delivery_and_enable_needs_one_that_succeeds(
         assert _titles(http_sink).count(recovered) == 1
 
 
+@pytest.mark.slow
 def test_two_postgres_replicas_tell_each_health_change_once(
     tmp_path: Path, http_sink: HTTPSink, pg_url: str
 ) -> None:

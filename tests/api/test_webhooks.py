@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from receiver import events, signature
-from tests.harness import Receiver, http_client
+from tests.harness import Receiver, eventually, http_client
 from tests.servers import HTTPSink
 
 pytestmark = pytest.mark.e2e
@@ -34,12 +34,8 @@ STRICT = {"RECEIVER_WEBHOOK_ALLOW_PRIVATE": "0", "RECEIVER_WEBHOOK_ALLOW_HTTP": 
 
 
 def until(check: Callable[[], Any], timeout: float = 10, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-    return result
+    """tests.harness.eventually(), its looks further apart as the wait goes on."""
+    return eventually(check, what, timeout)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from receiver.cli import cli
-from tests.harness import FakeClock, InProcessReceiver
+from tests.harness import FakeClock, InProcessReceiver, eventually
 from tests.servers import HTTPSink, Request
 
 pytestmark = pytest.mark.e2e
@@ -46,10 +46,8 @@ def quiet(sink: HTTPSink, count: int, seconds: float = 0.6) -> list[Request]:
 
 
 def until(check: Callable[[], bool], what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.03)
+    """tests.harness.eventually(), its looks further apart as the wait goes on."""
+    eventually(check, what, timeout)
 
 
 @pytest.fixture

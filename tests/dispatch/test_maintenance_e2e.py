@@ -142,6 +142,7 @@ def _prompt(sink: HTTPSink, title: str, boundary: datetime, ready: datetime) -> 
     assert seen <= max(boundary, ready) + timedelta(seconds=IDLE_POLL), (title, seen, boundary)
 
 
+@pytest.mark.slow
 def test_a_kill_9_inside_the_window_wakes_what_it_held_once_after_restart(
     tmp_path: Path, http_sink: HTTPSink
 ) -> None:
@@ -172,6 +173,7 @@ def test_a_kill_9_inside_the_window_wakes_what_it_held_once_after_restart(
         server.stop()
 
 
+@pytest.mark.slow
 def test_two_postgres_replicas_say_each_notice_once(
     tmp_path: Path, http_sink: HTTPSink, pg_url: str
 ) -> None:

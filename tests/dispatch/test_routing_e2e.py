@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from receiver import events
-from tests.harness import Receiver
+from tests.harness import Receiver, eventually
 from tests.servers import HTTPSink, SMTPSink
 
 pytestmark = pytest.mark.e2e
@@ -34,11 +34,8 @@ notifiers:
 
 
 def until(check: Callable[[], bool], timeout: float = 10, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    """tests.harness.eventually(), its looks further apart as the wait goes on."""
+    eventually(check, what, timeout)
 
 
 def outbox(server: Receiver) -> list[tuple[str, str, str]]:
@@ -281,6 +278,7 @@ def test_a_target_down_for_a_while_gets_it_exactly_once(
     )
 
 
+@pytest.mark.slow
 def test_killed_before_delivery_delivers_after_restart(
     start: Callable[..., Receiver], http_sink: HTTPSink
 ) -> None:

@@ -37,6 +37,7 @@ def _ids(sink: HTTPSink) -> list[str]:
     return [r.headers["X-Service-Event-Id"] for r in sink.requests]
 
 
+@pytest.mark.slow
 def test_a_replay_under_a_rate_limit_survives_kill_9(server: Receiver) -> None:
     since = datetime.now(UTC).isoformat()
     with httpx.Client() as client:

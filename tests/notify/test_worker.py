@@ -22,6 +22,7 @@ LEASE = 2 * SEND_TIMEOUT + 10  # receiver.app: twice the longer send timeout, pl
 SENDS = 6
 
 
+@pytest.mark.slow
 def test_sends_in_flight_through_an_outage_longer_than_the_lease_go_once(
     tmp_path: Path, pg_url: str, own_bouncer: ThrowawayPgBouncer, http_sink: HTTPSink
 ) -> None:

@@ -51,6 +51,7 @@ def _count(summary: str, what: str) -> int:
     return int(found[1])
 
 
+@pytest.mark.slow
 def test_a_short_demo_runs_the_whole_chain(tmp_path: Path) -> None:
     port = free_port()  # the receiver's, as `make demo DEMO_PORT=N` asks for one
     with _demo("--seconds", "12", "--keep", str(tmp_path), "--port", str(port)) as demo:

@@ -74,6 +74,7 @@ def _run(replicas: list[Receiver], run: int) -> None:
             sender.join()
 
 
+@pytest.mark.slow
 def test_two_replicas_on_shared_alerts_never_deadlock(
     tmp_path: Path, bouncer_url: str, pg_url: str, http_sink: HTTPSink
 ) -> None:

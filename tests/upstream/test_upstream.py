@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,7 +22,7 @@ from receiver.store import open_store
 from receiver.upstream.client import LocalBudget, UpstreamClient
 from receiver.upstream.sync import Result, backfill
 from tests.fake_upstream import KEYS, FakeUpstream
-from tests.harness import Receiver
+from tests.harness import Receiver, run_cli
 from tests.servers import HTTPSink, free_port
 
 pytestmark = pytest.mark.e2e
@@ -51,13 +50,7 @@ def live_fake(tmp_path: Path) -> Iterator[FakeUpstream]:
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "receiver", *args],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli(list(args), {**os.environ, **env}, timeout=120)
 
 
 # -- register and status --------------------------------------------------------------------

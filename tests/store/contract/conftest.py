@@ -19,4 +19,4 @@ def tx_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return MEMORY
     if request.param == "sqlite":
         return str(tmp_path / "receiver.db")
-    return str(request.getfixturevalue("pg_url"))
+    return str(request.getfixturevalue("pg_migrated_url"))
