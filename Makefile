@@ -34,13 +34,13 @@ run: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/python -m receiver.simulator.demo $(if $(DEMO_PORT),--port $(DEMO_PORT)) $(DEMO_ARGS)
 
-# Five workers on 2 cores, each taking the next test when it is free: most tests wait on
+# Six workers on 2 cores, each taking the next test when it is free: most tests wait on
 # servers and clocks, not on the CPU. A file whose tests share a module fixture (the browser
 # tests' one server) is one group that stays in one worker (tests/conftest.py marks it).
-PYTEST_ARGS ?= -n 5 --dist loadgroup
+PYTEST_ARGS ?= -n 6 --dist loadgroup
 
 # The collection first, once: it writes the bytecode of the rewritten test modules and of
-# the receiver, which each of the five workers would otherwise make again on a fresh clone
+# the receiver, which each of the six workers would otherwise make again on a fresh clone
 # (5.6 s of CPU a worker's collection, 2.5 s with it written).
 test: $(VENV)/.installed-dev postgres chromium promtool
 	-@$(BIN)/python -m pytest --collect-only -q -p no:randomly >/dev/null
