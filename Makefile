@@ -41,7 +41,7 @@ PYTEST_ARGS ?= -n 6 --dist loadgroup
 
 # The collection first, once: it writes the bytecode of the rewritten test modules and of
 # the receiver, which each of the six workers would otherwise make again on a fresh clone
-# (5.6 s of CPU a worker's collection, 2.5 s with it written).
+# (docs/performance.md, the suite's time).
 test: $(VENV)/.installed-dev postgres chromium promtool
 	-@$(BIN)/python -m pytest --collect-only -q -p no:randomly >/dev/null
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

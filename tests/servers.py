@@ -69,7 +69,7 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     # socketserver's default backlog is 5: a busy test process that accepts late let a
     # subscriber's 8 sends at once overflow it, and the dropped SYN came back a second
-    # later, out of order (the replay order test saw one event 48 places late).
+    # later, out of order (the replay order test saw an event arrive far too late).
     request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
