@@ -735,8 +735,9 @@ def test_a_test_delivery_survives_a_read_of_the_subscriptions_during_it() -> Non
         ch = WebhookChannel(NoneActive(), allow_private=True, allow_http=True)  # type: ignore[arg-type]
         try:
             sending = asyncio.create_task(ch.post_once(hook(1, url=f"{sink.url}/in"), row()))
-            while not sink.requests:  # the request is at the subscriber, held there
-                await asyncio.sleep(0.01)
+            async with asyncio.timeout(30):  # the request is at the subscriber, held there
+                while not sink.requests:
+                    await asyncio.sleep(0.01)
             ch.forget()
             await ch.subscriptions()  # closes the pools of subscriptions not active
             sink.release()
